@@ -1,0 +1,136 @@
+package format
+
+import (
+	"bytes"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Mutation operations. DO NOT CHANGE.
+const (
+	// OpPut sets Key to Value.
+	OpPut uint8 = 1
+	// OpDelete removes Key.
+	OpDelete uint8 = 2
+)
+
+// Mutation is one physical change to the state: the WAL records effects,
+// never intentions, so replay needs no validation, clock or randomness.
+type Mutation struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Op       uint8
+	Key      string
+	Value    []byte // OpPut only: an encoded value (see package engine)
+}
+
+// Batch is the body of one WAL object: one group commit.
+type Batch struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	// Seq is the batch's sequence number, equal to the one in its object
+	// name (checked on replay).
+	Seq uint64
+	// Writer identifies the process that wrote the batch (random per open);
+	// it makes two writers' batches for one sequence never byte-identical.
+	Writer string
+	// Epoch is the sequence number of the writer's open marker.
+	Epoch uint64
+	// UnixNano is the writer's clock when the batch was sealed (informative).
+	UnixNano int64
+	// Marker is set on the open-marker batch a writer writes at Open.
+	Marker bool
+	// Txns is the number of transactions in the batch.
+	Txns uint32
+	// Muts are applied in order.
+	Muts []Mutation
+}
+
+// EncodeBatch returns the WAL object bytes for b.
+func EncodeBatch(b *Batch) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	if err := enc.Encode(b); err != nil {
+		return nil, err
+	}
+	return EncodeFramed(KindWAL, buf.Bytes()), nil
+}
+
+// DecodeBatch parses a WAL object.
+func DecodeBatch(data []byte) (*Batch, error) {
+	body, err := DecodeFramed(KindWAL, data)
+	if err != nil {
+		return nil, err
+	}
+	var b Batch
+	if err := unmarshalExact(body, &b); err != nil {
+		return nil, err
+	}
+	for i := range b.Muts {
+		switch b.Muts[i].Op {
+		case OpPut:
+		case OpDelete:
+			if b.Muts[i].Value != nil {
+				return nil, corrupt("delete mutation %d carries a value", i)
+			}
+		default:
+			return nil, corrupt("mutation %d has unknown op %d", i, b.Muts[i].Op)
+		}
+	}
+	return &b, nil
+}
+
+// unmarshalExact decodes one msgpack value filling all of body.
+//
+// The msgpack decoder preallocates slices by their declared length, so a
+// garbage length could allocate gigabytes. A first pass skips over the
+// value without allocating: it fails as soon as a declared length runs past
+// the end of body, so the decoding pass only sees lengths that fit.
+func unmarshalExact(body []byte, v any) error {
+	r := bytes.NewReader(body)
+	dec := msgpack.NewDecoder(r)
+	if err := dec.Skip(); err != nil {
+		return corrupt("msgpack: %v", err)
+	}
+	if r.Len() != 0 {
+		return corrupt("%d trailing bytes after msgpack body", r.Len())
+	}
+	r.Reset(body)
+	dec.Reset(r)
+	if err := dec.Decode(v); err != nil {
+		return corrupt("msgpack: %v", err)
+	}
+	if r.Len() != 0 {
+		return corrupt("%d trailing bytes after msgpack body", r.Len())
+	}
+	return nil
+}
+
+// Owner is the body of the owner (heartbeat) object.
+type Owner struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Writer   string
+	Epoch    uint64
+	Beat     uint64 // incremented on every heartbeat
+	Closed   bool   // set by a clean Close: the store is free at once
+}
+
+// EncodeOwner returns the owner object bytes.
+func EncodeOwner(o *Owner) ([]byte, error) {
+	body, err := msgpack.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	return EncodeFramed(KindOwner, body), nil
+}
+
+// DecodeOwner parses the owner object.
+func DecodeOwner(data []byte) (*Owner, error) {
+	body, err := DecodeFramed(KindOwner, data)
+	if err != nil {
+		return nil, err
+	}
+	var o Owner
+	if err := unmarshalExact(body, &o); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}

@@ -1,0 +1,41 @@
+// Package format defines Stepwell's on-bucket object formats: WAL batches,
+// snapshots and the owner (heartbeat) object. Everything here is part of the
+// durable format: the constants and layouts below must not change without a
+// new version number, and decoders for every released version must be kept.
+//
+// # Object names
+//
+//	wal/<seq:020d>    one group-commit batch, written create-only
+//	snap/<seq:020d>   the whole state as of <seq>, written create-only
+//	blob/<epoch:020d>-<n:010d>
+//	                  a large value, written before the batch that refers to it
+//	owner             the writer's heartbeat (bucket stores without an OS lock)
+//
+// # Framed objects (WAL batches and the owner object)
+//
+//	+-------+------+---------+----------+-------------+-------------+------------------+
+//	| magic | kind | version | reserved | body length | CRC-32C     | body             |
+//	| STPW  | 1 B  | 1 B     | 2 B = 0  | u32 BE      | u32 BE      | msgpack, length B|
+//	+-------+------+---------+----------+-------------+-------------+------------------+
+//	0       4      5         6          8             12            16
+//
+// The object must be exactly 16 + body length bytes long. The CRC (Castagnoli)
+// covers the body. kind is 'W' for a WAL batch and 'O' for the owner object.
+//
+// # Snapshots
+//
+// A snapshot is streamed, so it is a header followed by frames:
+//
+//	+----------------------------+  +--------+--------+---------+  ...  +--------------+
+//	| STPW | 'S' | version | 0 0 |  | len u32| crc u32| msgpack |       | end frame    |
+//	+----------------------------+  +--------+--------+---------+  ...  +--------------+
+//	          8 bytes                  frame (each <= MaxFrame)
+//
+// The first frame is a SnapshotMeta, then zero or more entry frames (a
+// msgpack array of Entry), then an end frame (a SnapshotEnd carrying the
+// total entry count). A snapshot without its end frame, with a count that
+// disagrees, or with bytes after the end frame is corrupt.
+//
+// Every decoder returns an error wrapping ErrCorrupt for any malformed input
+// and never panics; fuzz targets in this package keep it so.
+package format
