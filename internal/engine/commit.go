@@ -1,0 +1,349 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// Reader reads the live state. It is only valid inside the function passed
+// to View or Update. Returned values must not be modified and must be
+// copied if kept after the function returns.
+type Reader struct {
+	e *Engine
+}
+
+// Get returns the encoded value of key.
+func (r *Reader) Get(key string) ([]byte, bool) {
+	it, ok := r.e.tree.Get(item{key: key})
+	return it.val, ok
+}
+
+// Ascend calls fn for keys with the given prefix that are >= from, in order,
+// until fn returns false.
+func (r *Reader) Ascend(prefix, from string, fn func(key string, val []byte) bool) {
+	if from < prefix {
+		from = prefix
+	}
+	r.e.tree.AscendGreaterOrEqual(item{key: from}, func(it item) bool {
+		if !strings.HasPrefix(it.key, prefix) {
+			return false
+		}
+		return fn(it.key, it.val)
+	})
+}
+
+// Len returns the number of keys.
+func (r *Reader) Len() int { return r.e.tree.Len() }
+
+// Tx is a transaction being applied. Its changes are visible to itself and,
+// because the engine applies transactions one at a time, to every later
+// transaction; they become durable with their batch.
+type Tx struct {
+	Reader
+	muts  []format.Mutation
+	undo  []item // previous values, nil val = absent
+	freed []string
+}
+
+// Put sets key to the encoded value val (see Inline, BlobRef). The engine
+// keeps val: the caller must not modify it afterwards.
+func (tx *Tx) Put(key string, val []byte) {
+	if val == nil {
+		panic("engine: Put with a nil encoded value")
+	}
+	old, had := tx.e.tree.ReplaceOrInsert(item{key: key, val: val})
+	tx.record(key, old.val, had, val)
+	tx.muts = append(tx.muts, format.Mutation{Op: format.OpPut, Key: key, Value: val})
+}
+
+// Delete removes key, reporting whether it existed.
+func (tx *Tx) Delete(key string) bool {
+	old, had := tx.e.tree.Delete(item{key: key})
+	if !had {
+		return false
+	}
+	tx.record(key, old.val, true, nil)
+	tx.muts = append(tx.muts, format.Mutation{Op: format.OpDelete, Key: key})
+	return true
+}
+
+func (tx *Tx) record(key string, old []byte, had bool, val []byte) {
+	if !had {
+		old = nil
+	}
+	tx.undo = append(tx.undo, item{key: key, val: old})
+	if bk := blobKeyOf(old); bk != "" && bk != blobKeyOf(val) {
+		tx.freed = append(tx.freed, bk)
+	}
+	if ix := tx.e.opts.Indexer; ix != nil {
+		ix.Apply(key, old, val)
+	}
+}
+
+// rollback undoes every change of the transaction, newest first.
+func (tx *Tx) rollback() {
+	ix := tx.e.opts.Indexer
+	for i := len(tx.undo) - 1; i >= 0; i-- {
+		u := tx.undo[i]
+		var cur []byte
+		if u.val == nil {
+			it, _ := tx.e.tree.Delete(item{key: u.key})
+			cur = it.val
+		} else {
+			it, _ := tx.e.tree.ReplaceOrInsert(u)
+			cur = it.val
+		}
+		if ix != nil {
+			ix.Apply(u.key, cur, u.val)
+		}
+	}
+}
+
+// Update applies fn as one atomic transaction and returns once it is durable.
+// fn runs with the engine's mutex held: it must be quick and must not block
+// or call the engine. If fn returns an error every change it made is undone
+// and the error is returned. Once fn has succeeded, Update waits for the
+// batch's outcome regardless of ctx: the result is then either durable
+// (nil) or the engine's terminal error, never ambiguous.
+func (e *Engine) Update(ctx context.Context, fn func(tx *Tx) error) error {
+	wait, err := e.Apply(ctx, fn)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// Apply is Update split in two: it applies fn and returns a function that
+// waits for durability. Callers that must not block on the write (the
+// committer's own loops) use it directly.
+func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func() error, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if err := e.usableLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	tx := Tx{Reader: Reader{e: e}}
+	if err := fn(&tx); err != nil {
+		tx.rollback()
+		e.mu.Unlock()
+		return nil, err
+	}
+	var b *batch
+	if len(tx.muts) == 0 {
+		// Nothing to write, but fn may have read data that is not durable.
+		b = e.pendingLocked()
+	} else {
+		b = e.open
+		b.muts = append(b.muts, tx.muts...)
+		b.freed = append(b.freed, tx.freed...)
+		b.txns++
+	}
+	e.mu.Unlock()
+	if len(tx.muts) > 0 {
+		e.wake()
+	}
+	return func() error { return waitBatch(context.Background(), b) }, nil
+}
+
+// View runs fn against the live state and returns once every change fn could
+// have observed is durable. fn runs with the mutex held (see Update).
+func (e *Engine) View(ctx context.Context, fn func(r *Reader) error) error {
+	e.mu.Lock()
+	if err := e.usableLocked(); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	err := fn(&Reader{e: e})
+	b := e.pendingLocked()
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return waitBatch(ctx, b)
+}
+
+// usableLocked returns why the engine cannot take calls, or nil.
+//
+// REQUIRES: e.mu held.
+func (e *Engine) usableLocked() error {
+	if e.err != nil {
+		return e.err
+	}
+	if e.closing {
+		return ErrClosed
+	}
+	return nil
+}
+
+// pendingLocked returns the newest batch holding applied but not yet durable
+// changes, or nil.
+//
+// REQUIRES: e.mu held.
+func (e *Engine) pendingLocked() *batch {
+	if e.open != nil && e.open.txns > 0 {
+		return e.open
+	}
+	return e.inflight
+}
+
+func waitBatch(ctx context.Context, b *batch) error {
+	if b == nil {
+		return nil
+	}
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// commitLoop seals and writes batches, one write in flight at a time.
+func (e *Engine) commitLoop() {
+	defer e.loopWG.Done()
+	for {
+		e.mu.Lock()
+		if e.err != nil {
+			e.mu.Unlock()
+			return
+		}
+		if e.open.txns == 0 {
+			closing := e.closing
+			e.mu.Unlock()
+			if closing {
+				return
+			}
+			<-e.kick
+			continue
+		}
+		b := e.open
+		b.seq = e.nextSeq
+		e.nextSeq++
+		e.open = newBatch()
+		e.inflight = b
+		snap := e.maybeSnapshotLocked(b)
+		e.mu.Unlock()
+		if snap != nil {
+			e.bg.Add(1)
+			go e.writeSnapshot(b, snap)
+		}
+
+		data, err := format.EncodeBatch(&format.Batch{
+			Seq: b.seq, Writer: e.writer, Epoch: e.epoch,
+			UnixNano: time.Now().UnixNano(), Txns: b.txns, Muts: b.muts,
+		})
+		if err == nil {
+			err = e.writeCreateOnly(e.bgCtx, walKey(b.seq), data)
+		}
+
+		e.mu.Lock()
+		if err != nil {
+			e.failLocked(err)
+			e.mu.Unlock()
+			return
+		}
+		e.inflight = nil
+		e.durable = b.seq
+		e.walBytes += int64(len(data))
+		e.walObjects++
+		e.stats.Batches++
+		e.stats.Txns += uint64(b.txns)
+		e.stats.Mutations += uint64(len(b.muts))
+		e.stats.WALBytes += uint64(len(data))
+		e.mu.Unlock()
+		close(b.done)
+		if len(b.freed) > 0 {
+			e.bg.Add(1)
+			go e.deleteBlobs(b.freed)
+		}
+	}
+}
+
+// writeCreateOnly writes data at key if the key does not exist. Transient
+// and ambiguous failures are retried with the same bytes; a key that exists
+// is read back: if it holds exactly data, an earlier attempt (ours, perhaps
+// retried inside the SDK) landed; otherwise another writer owns the
+// sequence and this engine is fenced.
+func (e *Engine) writeCreateOnly(ctx context.Context, key string, data []byte) error {
+	deadline := time.Now().Add(e.opts.WriteRetry)
+	for attempt := 0; ; attempt++ {
+		err := e.bucket.Put(ctx, key, data, true)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, objstore.ErrExists) {
+			got, gerr := e.getRetry(ctx, key, deadline)
+			if gerr != nil {
+				return &WriteError{Key: key, Err: fmt.Errorf("reading back after a conflict: %w", gerr)}
+			}
+			if bytes.Equal(got, data) {
+				return nil
+			}
+			return fmt.Errorf("%w: %s was written by another writer", ErrFenced, key)
+		}
+		if !objstore.IsRetryable(err) || time.Now().After(deadline) {
+			return &WriteError{Key: key, Err: err}
+		}
+		if err := sleepBackoff(ctx, attempt); err != nil {
+			return &WriteError{Key: key, Err: err}
+		}
+	}
+}
+
+// getRetry reads key, retrying transient failures until deadline.
+func (e *Engine) getRetry(ctx context.Context, key string, deadline time.Time) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		data, err := e.bucket.Get(ctx, key)
+		if err == nil || !objstore.IsRetryable(err) || time.Now().After(deadline) {
+			return data, err
+		}
+		if err := sleepBackoff(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// sleepBackoff sleeps 10ms * 2^attempt, capped at 1s, with full jitter.
+func sleepBackoff(ctx context.Context, attempt int) error {
+	d := 10 * time.Millisecond << min(attempt, 7)
+	d = min(d, time.Second)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func walKey(seq uint64) string  { return fmt.Sprintf("wal/%020d", seq) }
+func snapKey(seq uint64) string { return fmt.Sprintf("snap/%020d", seq) }
+
+// parseSeqKey parses "<prefix><20 digits>".
+func parseSeqKey(prefix, key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok || len(rest) != 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range []byte(rest) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}

@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// Indexer observes every change to the tree, so that a layer above can keep
+// derived in-memory indexes (for example jobs by priority). It is called
+// with the engine's mutex held, for live changes, for their undo when a
+// transaction function fails, and for every entry loaded or replayed at
+// Open. It must not call back into the engine.
+type Indexer interface {
+	// Reset drops all derived state (recovery is starting over).
+	Reset()
+	// Apply observes key changing from old to new; nil means absent.
+	Apply(key string, old, new []byte)
+}
+
+// Options configure an Engine. Zero values mean the documented defaults.
+type Options struct {
+	// Bucket holds the store. Required. The engine closes it on Close.
+	Bucket objstore.Bucket
+	// Heartbeat is the owner-object interval for stores without an OS lock
+	// (see objstore.Locker). Zero disables ownership checks: only for stores
+	// that cannot be shared between processes (mem://).
+	Heartbeat time.Duration
+	// Takeover skips the liveness check of the current owner: the new
+	// engine fences whoever is writing.
+	Takeover bool
+	// SnapshotMinBytes: a snapshot is written once the WAL written since the
+	// last one exceeds max(SnapshotMinBytes, size of the last snapshot).
+	// Defaults to 16 MiB.
+	SnapshotMinBytes int64
+	// SnapshotMaxObjects: a snapshot is also written after this many WAL
+	// objects, bounding recovery reads. Defaults to 2048.
+	SnapshotMaxObjects int
+	// WriteRetry is how long an ambiguous or transient object-store failure
+	// of one write is retried before the engine gives up and closes.
+	// Defaults to 60s.
+	WriteRetry time.Duration
+	// Indexer, if set, observes every change.
+	Indexer Indexer
+	// Logger receives background errors (snapshot, garbage collection).
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.SnapshotMinBytes <= 0 {
+		o.SnapshotMinBytes = 16 << 20
+	}
+	if o.SnapshotMaxObjects <= 0 {
+		o.SnapshotMaxObjects = 2048
+	}
+	if o.WriteRetry <= 0 {
+		o.WriteRetry = 60 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+type item struct {
+	key string
+	val []byte
+}
+
+func itemLess(a, b item) bool { return a.key < b.key }
+
+func newTree() *btree.BTreeG[item] { return btree.NewG(32, itemLess) }
+
+// batch is one group commit: the transactions applied since the previous
+// batch was sealed.
+type batch struct {
+	seq   uint64 // assigned when sealed
+	muts  []format.Mutation
+	txns  uint32
+	freed []string // blob keys unreferenced by this batch; deleted once durable
+	done  chan struct{}
+	err   error // set before done is closed
+}
+
+func newBatch() *batch { return &batch{done: make(chan struct{})} }
+
+// Engine is a single-writer transactional ordered key-value store whose state
+// lives in memory and whose durability is a WAL of group-commit batches plus
+// snapshots in a bucket. See the package documentation of queue for the
+// correctness argument.
+type Engine struct {
+	// Immutable after Open.
+	bucket objstore.Bucket
+	opts   Options
+	writer string // random identity of this open
+	epoch  uint64 // sequence number of this writer's open marker
+	log    *slog.Logger
+	bgCtx  context.Context
+	bgStop context.CancelFunc
+	kick   chan struct{} // wakes the committer; buffered 1
+	bg     sync.WaitGroup
+	loopWG sync.WaitGroup // the committer alone
+
+	mu sync.Mutex
+	// Guarded by mu.
+	tree       *btree.BTreeG[item]
+	open       *batch // accepting transactions
+	inflight   *batch // sealed and being written; at most one
+	nextSeq    uint64 // the sequence the open batch will get
+	durable    uint64 // highest sequence known durable
+	err        error  // terminal: set once, fails every later call
+	closing    bool
+	snapActive bool
+	walBytes   int64 // WAL bytes since the last snapshot's sequence
+	walObjects int
+	lastSnap   int64 // bytes of the last snapshot
+	blobSeq    uint64
+	stats      Stats
+}
+
+// Stats are engine counters.
+type Stats struct {
+	Batches      uint64 // WAL batches written by this engine (incl. marker)
+	Txns         uint64 // transactions committed
+	Mutations    uint64
+	WALBytes     uint64
+	Snapshots    uint64
+	Keys         int
+	DurableSeq   uint64
+	Epoch        uint64
+	RecoveredWAL int // WAL objects replayed at Open
+}
+
+// Open recovers the store in opts.Bucket and makes this engine its writer.
+func Open(ctx context.Context, opts Options) (*Engine, error) {
+	if opts.Bucket == nil {
+		return nil, errors.New("engine: Options.Bucket is required")
+	}
+	opts.setDefaults()
+	e := &Engine{
+		bucket: opts.Bucket,
+		opts:   opts,
+		writer: ulid.Make().String(),
+		log:    opts.Logger,
+		kick:   make(chan struct{}, 1),
+		tree:   newTree(),
+		open:   newBatch(),
+	}
+	e.bgCtx, e.bgStop = context.WithCancel(context.Background())
+	if err := e.open1(ctx); err != nil {
+		e.bgStop()
+		return nil, err
+	}
+	e.loopWG.Add(1)
+	go e.commitLoop()
+	if e.opts.Heartbeat > 0 {
+		e.bg.Add(1)
+		go e.heartbeatLoop()
+	}
+	e.bg.Add(1)
+	go e.sweepBlobs()
+	return e, nil
+}
+
+func (e *Engine) open1(ctx context.Context) error {
+	if l, ok := objstore.AsLocker(e.bucket); ok {
+		if err := l.Lock(); err != nil {
+			if errors.Is(err, objstore.ErrLocked) {
+				return fmt.Errorf("%w: %v", ErrLocked, err)
+			}
+			return err
+		}
+	} else if e.opts.Heartbeat > 0 && !e.opts.Takeover {
+		if err := e.checkOwner(ctx); err != nil {
+			return err
+		}
+	}
+	epoch, err := e.writeMarker(ctx)
+	if err != nil {
+		return err
+	}
+	e.epoch = epoch
+	if err := e.recover(ctx); err != nil {
+		return err
+	}
+	e.nextSeq = epoch + 1
+	e.durable = epoch
+	e.stats.Batches = 1
+	if e.opts.Heartbeat > 0 {
+		if err := e.beat(ctx, 0, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Writer returns this engine's writer identity.
+func (e *Engine) Writer() string { return e.writer }
+
+// Epoch returns the sequence number of this engine's open marker.
+func (e *Engine) Epoch() uint64 { return e.epoch }
+
+// Err returns the terminal error, if the engine has failed or closed.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.Keys = e.tree.Len()
+	s.DurableSeq = e.durable
+	s.Epoch = e.epoch
+	return s
+}
+
+// failLocked makes err the engine's terminal error and fails every
+// transaction that is not yet durable.
+//
+// REQUIRES: e.mu held.
+func (e *Engine) failLocked(err error) {
+	if e.err != nil {
+		return
+	}
+	e.err = err
+	for _, b := range []*batch{e.inflight, e.open} {
+		if b != nil {
+			b.err = err
+			close(b.done)
+		}
+	}
+	e.inflight, e.open = nil, nil
+	e.bgStop()
+	e.wake()
+}
+
+func (e *Engine) fail(err error) {
+	e.mu.Lock()
+	e.failLocked(err)
+	e.mu.Unlock()
+}
+
+// Close flushes every accepted transaction, stops background work, marks the
+// store free (bucket stores) and closes the bucket. It is safe to call more
+// than once.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		e.loopWG.Wait()
+		e.bg.Wait()
+		return nil
+	}
+	e.closing = true
+	failed := e.err
+	e.mu.Unlock()
+	e.wake()
+	e.loopWG.Wait() // the committer drains the open batch, then exits
+	e.mu.Lock()
+	e.failLocked(ErrClosed)
+	e.mu.Unlock()
+	e.bg.Wait()
+	var err error
+	if e.opts.Heartbeat > 0 && failed == nil {
+		err = e.release(ctx)
+	}
+	if cerr := e.bucket.Close(); err == nil {
+		err = cerr
+	}
+	if failed != nil && !errors.Is(failed, ErrClosed) {
+		return failed
+	}
+	return err
+}
+
+// Kill stops the engine as a crash would: nothing pending is flushed, the
+// owner object is not released. For tests.
+func (e *Engine) Kill() {
+	e.mu.Lock()
+	e.closing = true
+	e.failLocked(errors.New("engine killed"))
+	e.mu.Unlock()
+	e.wake()
+	e.loopWG.Wait()
+	e.bg.Wait()
+	_ = e.bucket.Close()
+}
+
+func (e *Engine) wake() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}

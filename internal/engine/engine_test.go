@@ -1,0 +1,429 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+)
+
+var memSeq atomic.Int64
+
+// memBucket returns a fresh in-memory bucket and a function that opens it
+// again (as a new process would).
+func memBucket(t *testing.T) (objstore.Bucket, func() objstore.Bucket) {
+	t.Helper()
+	url := fmt.Sprintf("mem://engine-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), memSeq.Add(1))
+	reopen := func() objstore.Bucket {
+		b, err := objstore.Open(context.Background(), url)
+		if err != nil {
+			t.Fatalf("open %s: %v", url, err)
+		}
+		return b
+	}
+	return reopen(), reopen
+}
+
+func mustOpen(t *testing.T, o Options) *Engine {
+	t.Helper()
+	e, err := Open(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return e
+}
+
+func put(t *testing.T, e *Engine, key, val string) {
+	t.Helper()
+	if err := e.Update(context.Background(), func(tx *Tx) error {
+		tx.Put(key, Inline([]byte(val)))
+		return nil
+	}); err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+}
+
+// dump returns the whole state as key -> decoded inline value.
+func dump(t *testing.T, e *Engine) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	if err := e.View(context.Background(), func(r *Reader) error {
+		r.Ascend("", "", func(k string, v []byte) bool {
+			d, err := Decode(v)
+			if err != nil {
+				t.Errorf("key %q: %v", k, err)
+			}
+			if d.BlobKey != "" {
+				m[k] = "blob:" + d.BlobKey
+			} else {
+				m[k] = string(d.Data)
+			}
+			return true
+		})
+		return nil
+	}); err != nil {
+		t.Fatalf("View: %v", err)
+	}
+	return m
+}
+
+func TestPutGetReopen(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	put(t, e, "a", "1")
+	put(t, e, "b", "2")
+	if err := e.Update(ctx, func(tx *Tx) error {
+		if !tx.Delete("a") {
+			t.Error("Delete(a) = false, want true")
+		}
+		if tx.Delete("zz") {
+			t.Error("Delete(zz) = true for a missing key")
+		}
+		tx.Put("c", Inline([]byte("3")))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"b": "2", "c": "3"}
+	if got := dump(t, e); !maps.Equal(got, want) {
+		t.Fatalf("state = %v, want %v", got, want)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := e.Update(ctx, func(tx *Tx) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Update after Close = %v, want ErrClosed", err)
+	}
+	e2 := mustOpen(t, Options{Bucket: reopen()})
+	defer e2.Close(ctx)
+	if got := dump(t, e2); !maps.Equal(got, want) {
+		t.Fatalf("after reopen state = %v, want %v", got, want)
+	}
+	if e2.Epoch() <= e.Epoch() {
+		t.Fatalf("second epoch %d not after first %d", e2.Epoch(), e.Epoch())
+	}
+}
+
+// mirror is an Indexer keeping a copy of the state, to check that the
+// engine reports every change (live, undo, replay) to it.
+type mirror struct {
+	m      map[string]string
+	resets int
+}
+
+func (m *mirror) Reset() { m.m = map[string]string{}; m.resets++ }
+func (m *mirror) Apply(key string, old, new []byte) {
+	if got, ok := m.m[key]; ok != (old != nil) || ok && got != string(old) {
+		panic(fmt.Sprintf("indexer: key %q old value %q, mirror has %q (present %v)", key, old, got, ok))
+	}
+	if new == nil {
+		delete(m.m, key)
+	} else {
+		m.m[key] = string(new)
+	}
+}
+
+func rawState(t *testing.T, e *Engine) map[string]string {
+	m := map[string]string{}
+	e.View(context.Background(), func(r *Reader) error {
+		r.Ascend("", "", func(k string, v []byte) bool { m[k] = string(v); return true })
+		return nil
+	})
+	return m
+}
+
+func TestRollbackAndIndexer(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	ix := &mirror{m: map[string]string{}}
+	e := mustOpen(t, Options{Bucket: b, Indexer: ix})
+	rng := rand.New(rand.NewPCG(1, 2))
+	boom := errors.New("boom")
+	for i := 0; i < 500; i++ {
+		fail := rng.IntN(3) == 0
+		err := e.Update(ctx, func(tx *Tx) error {
+			for j := 0; j < 1+rng.IntN(5); j++ {
+				k := fmt.Sprintf("k%02d", rng.IntN(30))
+				if rng.IntN(3) == 0 {
+					tx.Delete(k)
+				} else {
+					tx.Put(k, Inline([]byte(fmt.Sprint(i, j))))
+				}
+			}
+			if fail {
+				return boom
+			}
+			return nil
+		})
+		if fail != (err != nil) {
+			t.Fatalf("iteration %d: fail=%v err=%v", i, fail, err)
+		}
+	}
+	state := rawState(t, e)
+	if !maps.Equal(ix.m, state) {
+		t.Fatalf("indexer mirror diverged from the tree")
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ix2 := &mirror{}
+	e2 := mustOpen(t, Options{Bucket: reopen(), Indexer: ix2})
+	defer e2.Close(ctx)
+	if !maps.Equal(ix2.m, state) || !maps.Equal(rawState(t, e2), state) {
+		t.Fatalf("state after replay differs")
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	b, _ := memBucket(t)
+	fault := objstoretest.NewFault(b, 1)
+	fault.SetLatency(2*time.Millisecond, 0)
+	e := mustOpen(t, Options{Bucket: fault})
+	defer e.Close(ctx)
+	const workers, each = 64, 20
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				put(t, e, fmt.Sprintf("w%d/%d", w, i), "x")
+			}
+		}()
+	}
+	wg.Wait()
+	s := e.Stats()
+	if s.Txns != workers*each {
+		t.Fatalf("Txns = %d, want %d", s.Txns, workers*each)
+	}
+	// With a 2ms write and 64 concurrent committers, batches must carry
+	// many transactions each.
+	if perBatch := float64(s.Txns) / float64(s.Batches); perBatch < 4 {
+		t.Fatalf("%.1f transactions per batch; group commit is not batching", perBatch)
+	}
+}
+
+func countKeys(t *testing.T, b objstore.Bucket, prefix string) int {
+	objs, err := b.List(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(objs)
+}
+
+func TestSnapshotAndCollection(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b, SnapshotMaxObjects: 10})
+	want := map[string]string{}
+	for i := 0; i < 95; i++ {
+		k := fmt.Sprintf("key%03d", i%40)
+		v := fmt.Sprint(i)
+		put(t, e, k, v)
+		want[k] = v
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.Stats().Snapshots == 0 {
+		t.Fatal("no snapshot was written")
+	}
+	probe := reopen()
+	if n := countKeys(t, probe, "snap/"); n != 1 {
+		t.Errorf("%d snapshots left after collection, want 1", n)
+	}
+	if n := countKeys(t, probe, "wal/"); n > 12 {
+		t.Errorf("%d WAL objects left; collection did not delete superseded ones", n)
+	}
+	e2 := mustOpen(t, Options{Bucket: probe})
+	defer e2.Close(ctx)
+	if got := dump(t, e2); !maps.Equal(got, want) {
+		t.Fatalf("state after reopen from snapshot differs: got %d keys want %d", len(got), len(want))
+	}
+	if e2.Stats().RecoveredWAL > 12 {
+		t.Errorf("replayed %d WAL objects; the snapshot was not used", e2.Stats().RecoveredWAL)
+	}
+}
+
+func TestFencing(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	a := mustOpen(t, Options{Bucket: b})
+	put(t, a, "from-a", "1")
+	// A second writer opens with takeover; A is now fenced.
+	bEng := mustOpen(t, Options{Bucket: reopen(), Takeover: true})
+	defer bEng.Close(ctx)
+	err := a.Update(ctx, func(tx *Tx) error { tx.Put("late", Inline([]byte("x"))); return nil })
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("Update on the replaced writer = %v, want ErrFenced", err)
+	}
+	if err := a.View(ctx, func(*Reader) error { return nil }); !errors.Is(err, ErrFenced) {
+		t.Fatalf("View after fencing = %v, want ErrFenced", err)
+	}
+	a.Close(ctx)
+	got := dump(t, bEng)
+	if got["from-a"] != "1" {
+		t.Fatalf("acknowledged commit of the fenced writer lost: %v", got)
+	}
+	if _, ok := got["late"]; ok {
+		t.Fatalf("fenced writer's rejected commit is visible")
+	}
+}
+
+func corruptObject(t *testing.T, b objstore.Bucket, key string, mutate func([]byte) []byte) {
+	t.Helper()
+	ctx := context.Background()
+	data, err := b.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Put(ctx, key, mutate(data), false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCorruptWALNamesKey(t *testing.T) {
+	for name, mutate := range map[string]func([]byte) []byte{
+		"bitflip":  func(d []byte) []byte { d[len(d)-1] ^= 0x40; return d },
+		"truncate": func(d []byte) []byte { return d[:len(d)-3] },
+		"garbage":  func([]byte) []byte { return []byte("not a batch") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			b, reopen := memBucket(t)
+			e := mustOpen(t, Options{Bucket: b})
+			put(t, e, "a", "1")
+			put(t, e, "b", "2")
+			e.Close(ctx)
+			probe := reopen()
+			corruptObject(t, probe, walKey(2), mutate)
+			_, err := Open(ctx, Options{Bucket: probe})
+			var ce *CorruptionError
+			if !errors.As(err, &ce) || ce.Key != walKey(2) || !errors.Is(err, format.ErrCorrupt) {
+				t.Fatalf("Open = %v, want a CorruptionError naming %s", err, walKey(2))
+			}
+		})
+	}
+}
+
+func TestWALGapIsCorruption(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	put(t, e, "a", "1")
+	put(t, e, "b", "2")
+	e.Close(ctx)
+	probe := reopen()
+	if err := probe.Delete(ctx, walKey(2)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ctx, Options{Bucket: probe})
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.Key != walKey(2) {
+		t.Fatalf("Open with a WAL gap = %v, want a CorruptionError naming %s", err, walKey(2))
+	}
+}
+
+func TestCorruptSnapshot(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b, SnapshotMaxObjects: 5})
+	for i := 0; i < 20; i++ {
+		put(t, e, fmt.Sprint("k", i), "v")
+	}
+	e.Close(ctx)
+	probe := reopen()
+	snaps, _ := probe.List(ctx, "snap/")
+	if len(snaps) != 1 {
+		t.Fatalf("%d snapshots, want 1", len(snaps))
+	}
+	corruptObject(t, probe, snaps[0].Key, func(d []byte) []byte { d[20] ^= 1; return d })
+	_, err := Open(ctx, Options{Bucket: probe})
+	if !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), snaps[0].Key) {
+		t.Fatalf("Open with a corrupt snapshot whose WAL is gone = %v, want corruption naming %s", err, snaps[0].Key)
+	}
+}
+
+func TestCorruptSnapshotFallsBackWhenWALIsComplete(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	for i := 0; i < 10; i++ {
+		put(t, e, fmt.Sprint("k", i), fmt.Sprint(i))
+	}
+	want := dump(t, e)
+	e.Close(ctx)
+	// A corrupt snapshot whose WAL is still present (e.g. collection had not
+	// run yet) must not stop recovery: the WAL alone rebuilds the state.
+	probe := reopen()
+	if err := probe.Put(ctx, snapKey(5), []byte("STPWS garbage"), true); err != nil {
+		t.Fatal(err)
+	}
+	e2 := mustOpen(t, Options{Bucket: probe})
+	defer e2.Close(ctx)
+	if got := dump(t, e2); !maps.Equal(got, want) {
+		t.Fatalf("state = %v, want %v", got, want)
+	}
+}
+
+func TestOwnership(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	hb := 20 * time.Millisecond
+	a := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
+	put(t, a, "a", "1")
+	if _, err := Open(ctx, Options{Bucket: reopen(), Heartbeat: hb}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Open while a writer is live = %v, want ErrLocked", err)
+	}
+	a.Kill() // crash: heartbeat stops, owner not released
+	start := time.Now()
+	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: hb})
+	if waited := time.Since(start); waited < 2*hb {
+		t.Errorf("Open after a crash waited only %v; it must watch the heartbeat", waited)
+	}
+	if got := dump(t, c); got["a"] != "1" {
+		t.Fatalf("state after crash = %v", got)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A clean Close frees the store at once.
+	start = time.Now()
+	d := mustOpen(t, Options{Bucket: reopen(), Heartbeat: time.Hour})
+	defer d.Close(ctx)
+	if waited := time.Since(start); waited > time.Second {
+		t.Errorf("Open after a clean Close waited %v", waited)
+	}
+}
+
+func TestTakeoverFencesIdleWriterByHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	hb := 10 * time.Millisecond
+	a := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
+	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: hb, Takeover: true})
+	defer c.Close(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(hb)
+	}
+	if !errors.Is(a.Err(), ErrFenced) {
+		t.Fatalf("idle replaced writer: Err = %v, want ErrFenced", a.Err())
+	}
+	a.Close(ctx)
+	// The new writer keeps working and was not itself fenced.
+	time.Sleep(5 * hb)
+	put(t, c, "k", "v")
+}

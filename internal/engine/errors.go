@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrFenced means another writer has taken over the store: this engine
+	// found its next WAL object already written. Not retryable on this
+	// engine; reopen (which waits for or takes over from the new writer).
+	ErrFenced = errors.New("store was taken over by another writer (fenced)")
+	// ErrLocked means another live writer holds the store. Retryable later,
+	// or open with takeover on a bucket store.
+	ErrLocked = errors.New("store is locked by another writer")
+	// ErrClosed means the engine was closed.
+	ErrClosed = errors.New("store is closed")
+)
+
+// CorruptionError reports an object that failed validation. Never retryable:
+// the object's bytes are wrong and reading them again will not help.
+type CorruptionError struct {
+	Key string // object key, relative to the store
+	Err error  // wraps format.ErrCorrupt
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("corrupt object %q: %v", e.Key, e.Err)
+}
+
+func (e *CorruptionError) Unwrap() error { return e.Err }
+
+// WriteError reports a WAL write that failed for good (not ambiguous, or
+// still failing after the retry budget). The engine is closed after it; no
+// caller whose transaction was in the failed batch was told it committed.
+type WriteError struct {
+	Key string
+	Err error
+}
+
+func (e *WriteError) Error() string {
+	return fmt.Sprintf("writing %q failed: %v", e.Key, e.Err)
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }

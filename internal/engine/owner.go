@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// The owner object is how bucket stores (which have no OS lock) tell whether
+// a writer is live: the writer rewrites it every Heartbeat interval with an
+// incremented beat counter. An opener that finds it compares two reads taken
+// a few intervals apart: if the bytes changed, someone is beating, so the
+// store is locked. No clocks are compared, so clock skew between machines
+// cannot make a live writer look dead. Safety never depends on this check:
+// the WAL sequence fences a writer that was wrongly judged dead.
+const ownerKey = "owner"
+
+// livenessWindow is how long an opener watches the owner object.
+func (e *Engine) livenessWindow() time.Duration {
+	return 2*e.opts.Heartbeat + e.opts.Heartbeat/2
+}
+
+func (e *Engine) checkOwner(ctx context.Context) error {
+	first, err := e.bucket.Get(ctx, ownerKey)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if o, err := format.DecodeOwner(first); err == nil && o.Closed {
+		return nil
+	}
+	t := time.NewTimer(e.livenessWindow())
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	second, err := e.bucket.Get(ctx, ownerKey)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(first, second) {
+		return nil // stale: its writer stopped beating
+	}
+	if o, err := format.DecodeOwner(second); err == nil && o.Closed {
+		return nil
+	}
+	return fmt.Errorf("%w: its heartbeat is live (open with takeover to fence it)", ErrLocked)
+}
+
+func (e *Engine) beat(ctx context.Context, n uint64, closed bool) error {
+	data, err := format.EncodeOwner(&format.Owner{Writer: e.writer, Epoch: e.epoch, Beat: n, Closed: closed})
+	if err != nil {
+		return err
+	}
+	return e.bucket.Put(ctx, ownerKey, data, false)
+}
+
+// ownedByNewer reports whether the owner object names a writer with a newer
+// epoch than ours (a takeover happened).
+func (e *Engine) ownedByNewer(ctx context.Context) (bool, error) {
+	data, err := e.bucket.Get(ctx, ownerKey)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	o, err := format.DecodeOwner(data)
+	if err != nil {
+		return false, &CorruptionError{Key: ownerKey, Err: err}
+	}
+	return o.Epoch > e.epoch, nil
+}
+
+// heartbeatLoop rewrites the owner object every interval and, every third
+// beat, checks that no newer writer has taken over (an idle fenced writer
+// would otherwise never learn of it, since it makes no WAL writes).
+func (e *Engine) heartbeatLoop() {
+	defer e.bg.Done()
+	ctx := e.bgCtx
+	tick := time.NewTicker(e.opts.Heartbeat)
+	defer tick.Stop()
+	for n := uint64(1); ; n++ {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+		if n%3 == 0 {
+			newer, err := e.ownedByNewer(ctx)
+			if newer {
+				e.fail(fmt.Errorf("%w: a newer writer owns the store", ErrFenced))
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				e.log.Warn("stepwell: reading the owner object failed", "err", err)
+			}
+		}
+		if err := e.beat(ctx, n, false); err != nil && ctx.Err() == nil {
+			e.log.Warn("stepwell: heartbeat write failed", "err", err)
+		}
+	}
+}
+
+// release marks the store free on a clean Close, unless a newer writer owns
+// it.
+func (e *Engine) release(ctx context.Context) error {
+	newer, err := e.ownedByNewer(ctx)
+	if err != nil || newer {
+		return nil
+	}
+	return e.beat(ctx, 0, true)
+}

@@ -1,0 +1,284 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// errRaced means an object vanished while recovery read it: an earlier
+// writer's garbage collection ran concurrently. Recovery starts over.
+var errRaced = errors.New("object deleted during recovery")
+
+// writeMarker claims the next WAL sequence with an empty marker batch. Once
+// it lands, no earlier writer can make any further batch durable (its next
+// sequence is taken), so the WAL below the marker is final.
+func (e *Engine) writeMarker(ctx context.Context) (uint64, error) {
+	for attempt := 0; attempt < 20; attempt++ {
+		top, err := e.topSeq(ctx)
+		if err != nil {
+			return 0, err
+		}
+		seq := top + 1
+		data, err := format.EncodeBatch(&format.Batch{
+			Seq: seq, Writer: e.writer, Epoch: seq, UnixNano: time.Now().UnixNano(), Marker: true,
+		})
+		if err != nil {
+			return 0, err
+		}
+		err = e.writeCreateOnly(ctx, walKey(seq), data)
+		if err == nil {
+			return seq, nil
+		}
+		if !errors.Is(err, ErrFenced) {
+			return 0, err
+		}
+		// Another writer took seq first; look again.
+		if err := sleepBackoff(ctx, attempt); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("%w: another writer keeps appending to the WAL", ErrLocked)
+}
+
+// topSeq returns the highest sequence named by any WAL object or snapshot.
+func (e *Engine) topSeq(ctx context.Context) (uint64, error) {
+	var top uint64
+	for _, p := range []string{"wal/", "snap/"} {
+		objs, err := e.bucket.List(ctx, p)
+		if err != nil {
+			return 0, err
+		}
+		for _, o := range objs {
+			if s, ok := parseSeqKey(p, o.Key); ok {
+				top = max(top, s)
+			}
+		}
+	}
+	return top, nil
+}
+
+// recover loads the newest valid snapshot below the epoch and replays the
+// WAL after it, up to the marker.
+func (e *Engine) recover(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		err := e.recoverOnce(ctx)
+		if !errors.Is(err, errRaced) || attempt >= 10 {
+			return err
+		}
+	}
+}
+
+func (e *Engine) recoverOnce(ctx context.Context) error {
+	snapObjs, err := e.bucket.List(ctx, "snap/")
+	if err != nil {
+		return err
+	}
+	walObjs, err := e.bucket.List(ctx, "wal/")
+	if err != nil {
+		return err
+	}
+	var snaps []uint64
+	for _, o := range snapObjs {
+		if s, ok := parseSeqKey("snap/", o.Key); ok && s < e.epoch {
+			snaps = append(snaps, s)
+		}
+	}
+	slices.Sort(snaps)
+	walSet := make(map[uint64]int64, len(walObjs))
+	for _, o := range walObjs {
+		if s, ok := parseSeqKey("wal/", o.Key); ok {
+			walSet[s] = o.Size
+		}
+	}
+
+	var base uint64
+	var snapErr error // the newest snapshot's corruption, if we fell back
+	e.tree = newTree()
+	if ix := e.opts.Indexer; ix != nil {
+		ix.Reset()
+	}
+	for i := len(snaps) - 1; i >= 0; i-- {
+		n, err := e.loadSnapshot(ctx, snaps[i])
+		if err == nil {
+			base = snaps[i]
+			e.lastSnap = n
+			break
+		}
+		var ce *CorruptionError
+		if !errors.As(err, &ce) {
+			return err
+		}
+		e.log.Error("stepwell: snapshot is corrupt, trying an older one", "key", ce.Key, "err", ce.Err)
+		if snapErr == nil {
+			snapErr = err
+		}
+		e.tree = newTree()
+		if ix := e.opts.Indexer; ix != nil {
+			ix.Reset()
+		}
+	}
+
+	// The WAL after the snapshot must be contiguous up to the marker.
+	for seq := base + 1; seq < e.epoch; seq++ {
+		if _, ok := walSet[seq]; !ok {
+			if snapErr != nil {
+				return fmt.Errorf("%w (and the WAL it superseded is gone: %s missing)", snapErr, walKey(seq))
+			}
+			if newer, err := e.newerSnapshot(ctx, base); err != nil {
+				return err
+			} else if newer {
+				return errRaced
+			}
+			return &CorruptionError{Key: walKey(seq), Err: fmt.Errorf("%w: WAL object missing (the log has a gap before %s)", format.ErrCorrupt, walKey(e.epoch))}
+		}
+	}
+	var walBytes int64
+	const window = 64
+	for lo := base + 1; lo < e.epoch; lo += window {
+		hi := min(lo+window, e.epoch)
+		batches := make([]*format.Batch, hi-lo)
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(16)
+		for seq := lo; seq < hi; seq++ {
+			g.Go(func() error {
+				b, err := e.readBatch(gctx, seq)
+				batches[seq-lo] = b
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		for i, b := range batches {
+			for _, m := range b.Muts {
+				e.applyRecovered(m)
+			}
+			walBytes += walSet[lo+uint64(i)]
+		}
+	}
+	e.walBytes = walBytes
+	e.walObjects = int(e.epoch - base - 1)
+	e.stats.RecoveredWAL = e.walObjects
+	return nil
+}
+
+func (e *Engine) newerSnapshot(ctx context.Context, than uint64) (bool, error) {
+	objs, err := e.bucket.List(ctx, "snap/")
+	if err != nil {
+		return false, err
+	}
+	for _, o := range objs {
+		if s, ok := parseSeqKey("snap/", o.Key); ok && s > than && s < e.epoch {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (e *Engine) readBatch(ctx context.Context, seq uint64) (*format.Batch, error) {
+	key := walKey(seq)
+	data, err := e.getRetry(ctx, key, time.Now().Add(e.opts.WriteRetry))
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, errRaced
+	}
+	if err != nil {
+		return nil, err
+	}
+	b, err := format.DecodeBatch(data)
+	if err != nil {
+		return nil, &CorruptionError{Key: key, Err: err}
+	}
+	if b.Seq != seq {
+		return nil, &CorruptionError{Key: key, Err: fmt.Errorf("%w: batch says sequence %d", format.ErrCorrupt, b.Seq)}
+	}
+	for i, m := range b.Muts {
+		if m.Op == format.OpPut {
+			if _, err := Decode(m.Value); err != nil {
+				return nil, &CorruptionError{Key: key, Err: fmt.Errorf("%w: mutation %d: %v", format.ErrCorrupt, i, err)}
+			}
+		}
+	}
+	return b, nil
+}
+
+// applyRecovered applies a replayed mutation (single-threaded, at Open).
+func (e *Engine) applyRecovered(m format.Mutation) {
+	var old []byte
+	switch m.Op {
+	case format.OpPut:
+		it, had := e.tree.ReplaceOrInsert(item{key: m.Key, val: m.Value})
+		if had {
+			old = it.val
+		}
+	case format.OpDelete:
+		it, had := e.tree.Delete(item{key: m.Key})
+		if !had {
+			return
+		}
+		old = it.val
+	}
+	if ix := e.opts.Indexer; ix != nil {
+		ix.Apply(m.Key, old, m.Value)
+	}
+}
+
+// loadSnapshot reads snap/<seq> into e.tree, returning its size in bytes.
+func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
+	key := snapKey(seq)
+	r, err := e.bucket.NewReader(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return 0, errRaced
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	cr := &countingReader{r: r}
+	ix := e.opts.Indexer
+	meta, err := format.ReadSnapshot(cr, func(k string, v []byte) error {
+		if _, err := Decode(v); err != nil {
+			return &CorruptionError{Key: key, Err: fmt.Errorf("%w: value of %q: %v", format.ErrCorrupt, k, err)}
+		}
+		e.tree.ReplaceOrInsert(item{key: k, val: v})
+		if ix != nil {
+			ix.Apply(k, nil, v)
+		}
+		return nil
+	})
+	if err != nil {
+		var ce *CorruptionError
+		if errors.As(err, &ce) {
+			return 0, err
+		}
+		if errors.Is(err, format.ErrCorrupt) {
+			return 0, &CorruptionError{Key: key, Err: err}
+		}
+		if errors.Is(err, objstore.ErrNotFound) {
+			return 0, errRaced
+		}
+		return 0, err
+	}
+	if meta.Seq != seq {
+		return 0, &CorruptionError{Key: key, Err: fmt.Errorf("%w: snapshot says sequence %d", format.ErrCorrupt, meta.Seq)}
+	}
+	return cr.n, nil
+}
+
+type countingReader struct {
+	r interface{ Read([]byte) (int, error) }
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/btree"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// maybeSnapshotLocked decides, as batch b is sealed, whether to snapshot the
+// state as of b.seq. The tree clone is O(1) (copy-on-write), so commits are
+// not stalled; the clone is serialized in the background once b is durable.
+//
+// REQUIRES: e.mu held; b has just been sealed, so the tree holds exactly the
+// batches up to b.seq.
+func (e *Engine) maybeSnapshotLocked(b *batch) *btree.BTreeG[item] {
+	if e.snapActive || e.closing {
+		return nil
+	}
+	limit := max(e.opts.SnapshotMinBytes, e.lastSnap)
+	if e.walBytes < limit && e.walObjects < e.opts.SnapshotMaxObjects {
+		return nil
+	}
+	e.snapActive = true
+	return e.tree.Clone()
+}
+
+// ForceSnapshot makes the next sealed batch trigger a snapshot. For tests and
+// operators.
+func (e *Engine) ForceSnapshot() {
+	e.mu.Lock()
+	e.walObjects = e.opts.SnapshotMaxObjects
+	e.mu.Unlock()
+}
+
+// writeSnapshot writes snap/<b.seq> from tree once b is durable, then deletes
+// the WAL objects and snapshots it supersedes.
+//
+// Crash safety: the snapshot object appears atomically (create-only), and
+// only after it exists are older objects deleted; a crash at any point
+// leaves either the old snapshot with its full WAL tail, or the new snapshot
+// (plus leftovers that recovery ignores and the next collection deletes).
+func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) {
+	defer e.bg.Done()
+	ok := false
+	var walBytes int64
+	var walObjects int
+	defer func() {
+		e.mu.Lock()
+		e.snapActive = false
+		if !ok {
+			// Try again at the next batch.
+			e.walBytes += walBytes
+			e.walObjects += walObjects
+		}
+		e.mu.Unlock()
+	}()
+	e.mu.Lock()
+	walBytes, walObjects = e.walBytes, e.walObjects
+	e.walBytes, e.walObjects = 0, 0
+	e.mu.Unlock()
+
+	ctx := e.bgCtx
+	if err := waitBatch(ctx, b); err != nil {
+		return
+	}
+	key := snapKey(b.seq)
+	size, err := e.encodeSnapshot(ctx, key, b.seq, tree)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Error("stepwell: writing snapshot failed; will retry", "key", key, "err", err)
+		}
+		return
+	}
+	ok = true
+	e.mu.Lock()
+	e.lastSnap = size
+	e.stats.Snapshots++
+	e.mu.Unlock()
+	e.collect(ctx, b.seq)
+}
+
+func (e *Engine) encodeSnapshot(ctx context.Context, key string, seq uint64, tree *btree.BTreeG[item]) (int64, error) {
+	w, err := e.bucket.NewWriter(ctx, key, true)
+	if err != nil {
+		return 0, err
+	}
+	sw, err := format.NewSnapshotWriter(w, &format.SnapshotMeta{
+		Seq: seq, Writer: e.writer, Epoch: e.epoch, UnixNano: time.Now().UnixNano(),
+	})
+	if err != nil {
+		_ = w.Abort()
+		return 0, err
+	}
+	tree.Ascend(func(it item) bool {
+		err = sw.Add(it.key, it.val)
+		return err == nil
+	})
+	var size int64
+	if err == nil {
+		size, err = sw.Finish()
+	}
+	if err != nil {
+		_ = w.Abort()
+		return 0, err
+	}
+	if err := w.Close(); err != nil && !errors.Is(err, objstore.ErrExists) {
+		return 0, err
+	}
+	return size, nil
+}
+
+// collect deletes WAL objects at or below seq and snapshots below seq.
+// Failures are logged: leftovers are harmless and collected next time.
+func (e *Engine) collect(ctx context.Context, seq uint64) {
+	var doomed []string
+	for _, p := range []struct {
+		prefix string
+		keep   func(uint64) bool
+	}{
+		{"wal/", func(s uint64) bool { return s > seq }},
+		{"snap/", func(s uint64) bool { return s >= seq }},
+	} {
+		objs, err := e.bucket.List(ctx, p.prefix)
+		if err != nil {
+			e.log.Warn("stepwell: listing for garbage collection failed", "prefix", p.prefix, "err", err)
+			return
+		}
+		for _, o := range objs {
+			if s, ok := parseSeqKey(p.prefix, o.Key); ok && !p.keep(s) {
+				doomed = append(doomed, o.Key)
+			}
+		}
+	}
+	e.deleteKeys(ctx, doomed)
+}
+
+func (e *Engine) deleteKeys(ctx context.Context, keys []string) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, k := range keys {
+		g.Go(func() error {
+			if err := e.bucket.Delete(gctx, k); err != nil && gctx.Err() == nil {
+				e.log.Warn("stepwell: delete failed; will retry at a later collection", "key", k, "err", err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+}

@@ -1,0 +1,98 @@
+// Package queue is Stepwell's durable store: a transactional key-value space
+// (and, built on it, a job queue) whose entire state lives in a bucket: S3,
+// GCS, Azure Blob, a local directory, or process memory, chosen by URL.
+//
+// # Basics
+//
+// One process at a time is the writer of a store. It holds the whole state
+// in memory (ordered, copy-on-write B-trees) and makes it durable as a log:
+//
+//	wal/<seq:020d>    one group-commit batch of transactions, create-only
+//	snap/<seq:020d>   the whole state as of <seq>, written in the background
+//	blob/<epoch>-<n>  values above the large-value threshold (256 KiB)
+//	owner             the writer's heartbeat (bucket stores only)
+//
+// The byte layouts are documented in internal/format.
+//
+// A call that changes state (Put, Commit, ...) returns nil only after the
+// WAL object holding its transaction exists in the bucket: on local disk,
+// after the file and its directory were fsynced; on S3 or GCS, after the
+// service acknowledged the PUT. Transactions from concurrent goroutines
+// share WAL objects (group commit): while one WAL write is in flight, the
+// next batch fills, so throughput grows with concurrency while each object
+// store request carries many transactions.
+//
+// Reads (Get, Scan) see every committed transaction, and a read that would
+// observe a transaction not yet durable waits until it is.
+//
+// # When it fits
+//
+// Stepwell fits services that want durable multi-step work without running
+// a database or broker: the bucket is the only stateful component. It does
+// not fit work that needs sub-millisecond commit latency on object storage
+// (each commit waits for one PUT: ~1 ms on local disk, 10-50 ms on S3), or
+// many writer processes on one store: one process writes; others are
+// fenced or refused.
+//
+// # Why it is correct
+//
+// Claim 1: a transaction reported committed is never lost. It is reported
+// only after its batch object wal/<s> is durable. Recovery reads the newest
+// valid snapshot snap/<b> and every WAL object b < s' < marker, and fails
+// (naming the key) rather than skipping any that is missing or corrupt. WAL
+// objects are deleted only after a snapshot at or above their sequence is
+// durable, and a snapshot is only written for a sequence this writer made
+// durable.
+//
+// Claim 2: at most one writer's batches are accepted for each sequence.
+// WAL objects are written create-only (If-None-Match: * on S3,
+// ifGenerationMatch=0 on GCS, link(2) on local disk). A writer writes
+// sequences in order without gaps. A new writer first lists the bucket and
+// writes an empty open-marker batch at the next free sequence m; once that
+// lands, every earlier writer's next write targets a sequence <= m that is
+// taken, so it fails. A failed create-only write is resolved by reading the
+// object back: byte-equal means our own earlier attempt landed (batches
+// carry the writer's random identity, so two writers never produce equal
+// bytes); anything else means this writer is fenced, and it fails every
+// pending and later call with ErrFenced without acknowledging them.
+//
+// Claim 3: the state a new writer recovers is exactly the committed state.
+// The marker makes the WAL below m final (claim 2); recovery replays all of
+// it, and the batches record physical effects (put key/value, delete key),
+// so replay needs no clock, randomness or validation.
+//
+// Claim 4: nothing unacknowledged is reported done. A transaction's changes
+// are applied to memory when it is accepted, but its caller waits for the
+// batch. If the batch write fails for good (fencing, a non-retryable error,
+// or transient errors past the retry budget) the whole store closes: every
+// caller in that batch and the next one gets the error, and so does every
+// reader that saw their changes. Ambiguous failures (timeouts, resets) are
+// retried with the same bytes, which claim 2's read-back makes safe.
+//
+// Claim 5: a crash at any point leaves a store that opens. Objects appear
+// atomically. A snapshot is created before the objects it supersedes are
+// deleted, so a crash during collection leaves extra objects that recovery
+// ignores. Large values are uploaded before the transaction referring to
+// them; uploads of a transaction that never committed are swept at the next
+// Open (only blobs of earlier writers, so the sweep never races uploads).
+//
+// # Ownership
+//
+// A file:// store is locked with flock(2) on its directory: a second process
+// gets ErrStoreLocked at once, and the lock dies with its process. A bucket
+// store has no such lock, so the writer rewrites the small owner object
+// every heartbeat (WithHeartbeat, 2s by default); Open watches it for 2.5
+// intervals and refuses with ErrStoreLocked if it changed. Liveness is
+// judged by change, never by comparing clocks. WithTakeover skips the check
+// and fences the current writer. The check is advisory: safety rests on the
+// WAL sequence alone (claim 2).
+//
+// # Caveats
+//
+//   - A fenced writer that makes no writes may serve stale reads until its
+//     heartbeat check (every third beat) notices the newer owner.
+//   - Cancelling the context of a call whose transaction was already
+//     accepted does not withdraw it: the call waits for the batch outcome.
+//   - Deleted objects on local disk are not fsynced; a resurrected WAL
+//     object or blob after a power loss is ignored and collected again.
+package queue

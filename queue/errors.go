@@ -1,0 +1,97 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// Errors. Each says whether retrying can help.
+var (
+	// ErrStoreLocked: another live writer holds the store (a process with
+	// the file store's lock, or a bucket writer whose heartbeat is live).
+	// Retry once that process has stopped, or open a bucket store with
+	// WithTakeover to fence it.
+	ErrStoreLocked = fmt.Errorf("queue: %w", engine.ErrLocked)
+	// ErrFenced: another writer took over the store after this Queue opened
+	// it. The Queue is closed; every call fails with ErrFenced. Retrying on
+	// this Queue cannot help; reopen instead.
+	ErrFenced = fmt.Errorf("queue: %w", engine.ErrFenced)
+	// ErrClosed: the Queue was closed. Not retryable.
+	ErrClosed = fmt.Errorf("queue: %w", engine.ErrClosed)
+	// ErrCorrupt is wrapped by every CorruptionError. Not retryable.
+	ErrCorrupt = format.ErrCorrupt
+	// ErrInvalidURL: the store URL is malformed, relative, or of an unknown
+	// scheme. Not retryable.
+	ErrInvalidURL = objstore.ErrInvalidURL
+	// ErrKeyNotFound: Get found no value for the key.
+	ErrKeyNotFound = errors.New("queue: key not found")
+	// ErrEmptyKey: a KV key was empty. Not retryable.
+	ErrEmptyKey = errors.New("queue: empty key")
+	// ErrConditionFailed is wrapped by ConditionFailedError. Retry after
+	// re-reading the key.
+	ErrConditionFailed = errors.New("queue: compare-and-put condition failed")
+	// ErrTooLarge is wrapped by TooLargeError. Not retryable.
+	ErrTooLarge = errors.New("queue: too large")
+	// ErrInvalidOption: an Option had an invalid value. Not retryable.
+	ErrInvalidOption = errors.New("queue: invalid option")
+)
+
+// CorruptionError reports an object in the store that failed validation
+// (checksum, framing, sequence). Key names the object. Not retryable: the
+// store needs an operator; nothing was dropped silently.
+type CorruptionError = engine.CorruptionError
+
+// WriteError reports a write to the store that failed for good; the Queue
+// closes after it. No transaction in the failed batch was reported done.
+type WriteError = engine.WriteError
+
+// IsCorruption reports whether err is (or wraps) a corruption error.
+func IsCorruption(err error) bool { return errors.Is(err, ErrCorrupt) }
+
+// TooLargeError reports a key, value or transaction over its limit.
+type TooLargeError struct {
+	What string // "key", "value" or "transaction"
+	Size int
+	Max  int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("queue: %s of %d bytes exceeds the limit of %d", e.What, e.Size, e.Max)
+}
+
+// Unwrap makes errors.Is(err, ErrTooLarge) true.
+func (e *TooLargeError) Unwrap() error { return ErrTooLarge }
+
+// ConditionFailedError reports which compare-and-put failed. The whole
+// transaction was rolled back.
+type ConditionFailedError struct {
+	Key []byte
+}
+
+func (e *ConditionFailedError) Error() string {
+	return fmt.Sprintf("queue: compare-and-put condition failed for key %q", e.Key)
+}
+
+// Unwrap makes errors.Is(err, ErrConditionFailed) true.
+func (e *ConditionFailedError) Unwrap() error { return ErrConditionFailed }
+
+// mapErr turns engine errors into this package's sentinels.
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrStoreLocked), errors.Is(err, ErrFenced), errors.Is(err, ErrClosed):
+		return err
+	case errors.Is(err, engine.ErrLocked):
+		return fmt.Errorf("%w (%v)", ErrStoreLocked, err)
+	case errors.Is(err, engine.ErrFenced):
+		return fmt.Errorf("%w (%v)", ErrFenced, err)
+	case errors.Is(err, engine.ErrClosed):
+		return ErrClosed
+	}
+	return err
+}

@@ -1,0 +1,153 @@
+package queue
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Option configures Open.
+type Option func(*options) error
+
+type options struct {
+	lease         time.Duration
+	maxAttempts   uint32
+	backoffBase   time.Duration
+	backoffMax    time.Duration
+	takeover      bool
+	heartbeat     time.Duration
+	largeValue    int
+	maxValue      int
+	snapshotBytes int64
+	snapshotObjs  int
+	writeRetry    time.Duration
+	logger        *slog.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		lease:       30 * time.Second,
+		maxAttempts: 5,
+		backoffBase: time.Second,
+		backoffMax:  5 * time.Minute,
+		heartbeat:   2 * time.Second,
+		largeValue:  256 << 10,
+		maxValue:    64 << 20,
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+}
+
+// WithLease sets the default claim lease of every queue. Defaults to 30s.
+func WithLease(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("lease %v must be positive", d)
+		}
+		o.lease = d
+		return nil
+	}
+}
+
+// WithMaxAttempts sets the default per-job attempt limit. Defaults to 5.
+func WithMaxAttempts(n uint32) Option {
+	return func(o *options) error {
+		if n == 0 {
+			return invalid("max attempts must be at least 1")
+		}
+		o.maxAttempts = n
+		return nil
+	}
+}
+
+// WithRetryBackoff sets the exponential backoff between attempts: base after
+// the first failure, doubling, capped at max, with jitter. Defaults to 1s
+// and 5m.
+func WithRetryBackoff(base, max time.Duration) Option {
+	return func(o *options) error {
+		if base <= 0 || max < base {
+			return invalid("retry backoff base %v, max %v: need 0 < base <= max", base, max)
+		}
+		o.backoffBase, o.backoffMax = base, max
+		return nil
+	}
+}
+
+// WithTakeover makes Open fence a live writer on a bucket store instead of
+// failing with ErrStoreLocked. The previous writer's next write fails with
+// ErrFenced; nothing it had acknowledged is lost. Has no effect on file://
+// stores, whose lock dies with its process.
+func WithTakeover() Option {
+	return func(o *options) error { o.takeover = true; return nil }
+}
+
+// WithHeartbeat sets how often a writer on a bucket store rewrites its owner
+// object. Open on a store with an owner object watches it for 2.5 intervals
+// to tell a live writer from a crashed one. Defaults to 2s.
+func WithHeartbeat(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("heartbeat %v must be positive", d)
+		}
+		o.heartbeat = d
+		return nil
+	}
+}
+
+// WithLargeValueThreshold sets the size above which a value is stored in
+// its own object instead of inline in the WAL and snapshots. Defaults to
+// 256 KiB.
+func WithLargeValueThreshold(n int) Option {
+	return func(o *options) error {
+		if n < 1024 {
+			return invalid("large value threshold %d must be at least 1024", n)
+		}
+		o.largeValue = n
+		return nil
+	}
+}
+
+// WithMaxValueSize sets the largest value (and job payload) accepted.
+// Defaults to 64 MiB.
+func WithMaxValueSize(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return invalid("max value size %d must be positive", n)
+		}
+		o.maxValue = n
+		return nil
+	}
+}
+
+// WithSnapshotThreshold sets when a snapshot is written: after bytes of WAL
+// (or the size of the last snapshot, if larger) or after objects WAL
+// objects, whichever comes first. Defaults to 16 MiB and 2048.
+func WithSnapshotThreshold(bytes int64, objects int) Option {
+	return func(o *options) error {
+		if bytes <= 0 || objects <= 0 {
+			return invalid("snapshot threshold %d bytes, %d objects must be positive", bytes, objects)
+		}
+		o.snapshotBytes, o.snapshotObjs = bytes, objects
+		return nil
+	}
+}
+
+// WithWriteRetry sets how long a transient object-store failure of one
+// write is retried before the Queue gives up and closes. Defaults to 60s.
+func WithWriteRetry(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("write retry %v must be positive", d)
+		}
+		o.writeRetry = d
+		return nil
+	}
+}
+
+// WithLogger sets where background errors are logged. Defaults to
+// slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error { o.logger = l; return nil }
+}

@@ -1,0 +1,209 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// Queue is an open store: a durable job queue and key-value space whose whole
+// state lives in a bucket. It is safe for concurrent use. Within one
+// process, every Open of the same store shares one writer (see Open).
+type Queue struct {
+	url  string
+	opts options
+	be   backend
+	sh   *shared
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// backend is the narrow interface between the public Queue and the engine
+// that holds the state. Requests and results are plain values so that a
+// remote writer can implement it later without changing the public API.
+type backend interface {
+	commit(ctx context.Context, ops []txnOp) error
+	get(ctx context.Context, key string) ([]byte, error)
+	scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error)
+	storageStats() StorageStats
+	err() error
+	close(ctx context.Context) error
+}
+
+// shared is one open store in this process, shared by every Queue handle
+// opened on it.
+type shared struct {
+	key  string
+	be   backend
+	refs int
+}
+
+var registry = struct {
+	sync.Mutex
+	m map[string]*shared
+}{m: map[string]*shared{}}
+
+// Open opens the store at rawURL and makes this process its writer.
+//
+// Store URLs:
+//
+//	mem://NAME                     in-process memory; the same NAME is the
+//	                               same store for the life of the process
+//	file:///ABS/DIR                local disk, fsynced; an OS lock on DIR
+//	                               keeps other processes out
+//	s3://BUCKET?prefix=P/&region=R[&endpoint=URL&use_path_style=true]
+//	gs://BUCKET?prefix=P/
+//	azblob://CONTAINER?prefix=P/
+//
+// Within one process, opening a store that is already open returns another
+// handle on the same writer (its Option values for queue defaults apply to
+// the new handle; store-level options of the first Open stay in force). The
+// store is closed when the last handle is closed.
+//
+// Across processes only one writer may be live. A second process gets
+// ErrStoreLocked, unless it passes WithTakeover on a bucket store, which
+// fences the first writer.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	key, err := objstore.Canonical(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if sh := registry.m[key]; sh != nil && sh.be.err() == nil && !o.takeover {
+		sh.refs++
+		return &Queue{url: rawURL, opts: o, be: sh.be, sh: sh}, nil
+	}
+	be, err := openLocal(ctx, rawURL, o)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	sh := &shared{key: key, be: be, refs: 1}
+	registry.m[key] = sh
+	return &Queue{url: rawURL, opts: o, be: be, sh: sh}, nil
+}
+
+// Close releases this handle. When it is the last handle on its store, every
+// accepted transaction is flushed, background work stops and the store is
+// released for other processes. Close is safe to call more than once.
+func (q *Queue) Close(ctx context.Context) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	q.mu.Unlock()
+	registry.Lock()
+	q.sh.refs--
+	last := q.sh.refs == 0
+	if last && registry.m[q.sh.key] == q.sh {
+		delete(registry.m, q.sh.key)
+	}
+	registry.Unlock()
+	if !last {
+		return nil
+	}
+	return mapErr(q.be.close(ctx))
+}
+
+// checkOpen returns ErrClosed for a closed handle.
+func (q *Queue) checkOpen() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Err returns why the store stopped working (ErrFenced, a WriteError), or nil
+// while it works.
+func (q *Queue) Err() error { return mapErr(q.be.err()) }
+
+// StorageStats counts the object-store requests this process has made on
+// the store since it was opened, and the engine's work.
+type StorageStats struct {
+	Puts, Gets, Lists, Deletes, Heads int64
+	BytesWritten, BytesRead           int64
+
+	WALBatches   uint64 // WAL objects written (including the open marker)
+	Transactions uint64 // transactions committed
+	Mutations    uint64 // key changes committed
+	WALBytes     uint64
+	Snapshots    uint64 // snapshots written
+	Keys         int    // keys in the state (all spaces)
+}
+
+// StorageStats returns the store's request and commit counters.
+func (q *Queue) StorageStats() StorageStats { return q.be.storageStats() }
+
+// local is the in-process backend: this process is the writer.
+type local struct {
+	eng      *engine.Engine
+	counting *objstore.Counting
+	opts     options
+}
+
+func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	bucket, err := objstore.Open(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	counting := objstore.NewCounting(bucket)
+	heartbeat := o.heartbeat
+	if u.Scheme == "mem" {
+		heartbeat = 0 // a memory store cannot be shared between processes
+	}
+	eng, err := engine.Open(ctx, engine.Options{
+		Bucket:             counting,
+		Heartbeat:          heartbeat,
+		Takeover:           o.takeover,
+		SnapshotMinBytes:   o.snapshotBytes,
+		SnapshotMaxObjects: o.snapshotObjs,
+		WriteRetry:         o.writeRetry,
+		Logger:             o.logger,
+	})
+	if err != nil {
+		_ = bucket.Close()
+		return nil, err
+	}
+	return &local{eng: eng, counting: counting, opts: o}, nil
+}
+
+func (l *local) err() error { return l.eng.Err() }
+
+func (l *local) close(ctx context.Context) error {
+	err := l.eng.Close(ctx)
+	if errors.Is(err, engine.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+func (l *local) storageStats() StorageStats {
+	c := l.counting.Counts()
+	s := l.eng.Stats()
+	return StorageStats{
+		Puts: c.Puts, Gets: c.Gets, Lists: c.Lists, Deletes: c.Deletes, Heads: c.Heads,
+		BytesWritten: c.BytesWritten, BytesRead: c.BytesRead,
+		WALBatches: s.Batches, Transactions: s.Txns, Mutations: s.Mutations,
+		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys,
+	}
+}
