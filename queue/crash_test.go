@@ -88,7 +88,7 @@ func crashChild(dir, round string) {
 					// Overwrite an earlier key too: replaced blobs are freed.
 					txn.Put([]byte(crashKey(round, g, i-5)), crashValue(key))
 				}
-				if err := q.Commit(ctx, txn); err != nil {
+				if _, err := q.Commit(ctx, txn); err != nil {
 					fmt.Fprintln(os.Stderr, "child commit:", err)
 					os.Exit(5)
 				}

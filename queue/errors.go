@@ -95,3 +95,35 @@ func mapErr(err error) error {
 	}
 	return err
 }
+
+// Job errors.
+var (
+	// ErrClaimLost is wrapped by ClaimLostError: the claim's lease expired
+	// (and the job was requeued or dead-lettered), or the job was settled
+	// already. Nothing was changed. Not retryable with this claim.
+	ErrClaimLost = errors.New("queue: claim lost")
+	// ErrJobNotFound: no job with that ID (it may have completed and been
+	// deleted).
+	ErrJobNotFound = errors.New("queue: job not found")
+	// ErrJobCancelled is the context cause a worker's handler sees when its
+	// job is cancelled.
+	ErrJobCancelled = errors.New("queue: job cancelled")
+	// ErrEmptyQueueName: a queue name was empty. Not retryable.
+	ErrEmptyQueueName = errors.New("queue: empty queue name")
+	// ErrInvalidCursor: a page cursor was not one this package returned.
+	ErrInvalidCursor = errors.New("queue: invalid page cursor")
+	// ErrNotDead: RequeueDead was called on a job that is not dead.
+	ErrNotDead = errors.New("queue: job is not dead")
+)
+
+// ClaimLostError reports which job's claim was lost.
+type ClaimLostError struct {
+	JobID string
+}
+
+func (e *ClaimLostError) Error() string {
+	return fmt.Sprintf("queue: claim on job %s lost (lease expired or already settled)", e.JobID)
+}
+
+// Unwrap makes errors.Is(err, ErrClaimLost) true.
+func (e *ClaimLostError) Unwrap() error { return ErrClaimLost }

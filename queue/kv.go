@@ -14,6 +14,8 @@ import (
 const (
 	// MaxKeySize is the largest KV key, in bytes.
 	MaxKeySize = 1024
+	// MaxHeaderBytes bounds the total size of a job's headers.
+	MaxHeaderBytes = 64 << 10
 	// MaxTxnInlineBytes bounds the inline bytes (keys and values stored in
 	// the WAL, i.e. below the large-value threshold) of one transaction.
 	MaxTxnInlineBytes = 32 << 20
@@ -47,12 +49,14 @@ func (q *Queue) Get(ctx context.Context, key []byte) ([]byte, error) {
 
 // Put sets key to value, durably.
 func (q *Queue) Put(ctx context.Context, key, value []byte) error {
-	return q.Commit(ctx, new(Txn).Put(key, value))
+	_, err := q.Commit(ctx, new(Txn).Put(key, value))
+	return err
 }
 
 // Delete removes key, durably. Deleting a missing key is not an error.
 func (q *Queue) Delete(ctx context.Context, key []byte) error {
-	return q.Commit(ctx, new(Txn).Delete(key))
+	_, err := q.Commit(ctx, new(Txn).Delete(key))
+	return err
 }
 
 // CompareAndPut sets key to value if its current value equals old; old ==
@@ -60,7 +64,8 @@ func (q *Queue) Delete(ctx context.Context, key []byte) error {
 // a non-nil empty slice). On mismatch it returns a *ConditionFailedError and
 // changes nothing.
 func (q *Queue) CompareAndPut(ctx context.Context, key, old, value []byte) error {
-	return q.Commit(ctx, new(Txn).CompareAndPut(key, old, value))
+	_, err := q.Commit(ctx, new(Txn).CompareAndPut(key, old, value))
+	return err
 }
 
 // ScanOptions select a page of Scan.

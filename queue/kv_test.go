@@ -83,7 +83,7 @@ func kvSuite(t *testing.T, newURL func(t *testing.T) string) {
 		q := openT(t, newURL(t))
 		q.Put(ctx, []byte("x"), []byte("old"))
 		txn := new(Txn).Put([]byte("y"), []byte("1")).Delete([]byte("x")).CompareAndPut([]byte("z"), []byte("nope"), []byte("2"))
-		if err := q.Commit(ctx, txn); !errors.Is(err, ErrConditionFailed) {
+		if _, err := q.Commit(ctx, txn); !errors.Is(err, ErrConditionFailed) {
 			t.Fatalf("Commit = %v, want ErrConditionFailed", err)
 		}
 		if _, err := q.Get(ctx, []byte("y")); !errors.Is(err, ErrKeyNotFound) {
@@ -93,7 +93,7 @@ func kvSuite(t *testing.T, newURL func(t *testing.T) string) {
 			t.Fatalf("a failed transaction's delete took effect: %q", got)
 		}
 		ok := new(Txn).Put([]byte("y"), []byte("1")).Delete([]byte("x")).CompareAndPut([]byte("z"), nil, []byte("2"))
-		if err := q.Commit(ctx, ok); err != nil {
+		if _, err := q.Commit(ctx, ok); err != nil {
 			t.Fatal(err)
 		}
 		for k, want := range map[string]string{"y": "1", "z": "2"} {
@@ -166,7 +166,8 @@ func kvSuite(t *testing.T, newURL func(t *testing.T) string) {
 			"key too large":   {ErrTooLarge, func() error { return q.Put(ctx, make([]byte, MaxKeySize+1), nil) }},
 			"value too large": {ErrTooLarge, func() error { return q.Put(ctx, []byte("k"), make([]byte, 1001)) }},
 			"one bad op": {ErrTooLarge, func() error {
-				return q.Commit(ctx, new(Txn).Put([]byte("ok"), []byte("v")).Put([]byte("k"), make([]byte, 1001)))
+				_, err := q.Commit(ctx, new(Txn).Put([]byte("ok"), []byte("v")).Put([]byte("k"), make([]byte, 1001)))
+				return err
 			}},
 		}
 		for name, c := range cases {

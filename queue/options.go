@@ -22,18 +22,99 @@ type options struct {
 	snapshotObjs  int
 	writeRetry    time.Duration
 	logger        *slog.Logger
+	queues        map[string]QueueConfig
+	pollInterval  time.Duration
+	now           func() time.Time // injected clock (tests)
 }
 
 func defaultOptions() options {
 	return options{
-		lease:       30 * time.Second,
-		maxAttempts: 5,
-		backoffBase: time.Second,
-		backoffMax:  5 * time.Minute,
-		heartbeat:   2 * time.Second,
-		largeValue:  256 << 10,
-		maxValue:    64 << 20,
+		lease:        30 * time.Second,
+		maxAttempts:  5,
+		backoffBase:  time.Second,
+		backoffMax:   5 * time.Minute,
+		heartbeat:    2 * time.Second,
+		largeValue:   256 << 10,
+		maxValue:     64 << 20,
+		pollInterval: time.Second,
+		now:          time.Now,
 	}
+}
+
+// QueueConfig holds one named queue's settings. Zero fields take the
+// Queue-wide defaults (WithLease, WithMaxAttempts, WithRetryBackoff) or, for
+// retentions, their documented defaults.
+type QueueConfig struct {
+	Lease       time.Duration
+	MaxAttempts uint32
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// DoneRetention keeps acknowledged jobs (without their payloads) this
+	// long for inspection. Defaults to 0: an acknowledged job is deleted in
+	// the transaction that acknowledges it.
+	DoneRetention time.Duration
+	// DeadRetention deletes dead-lettered jobs this long after they died.
+	// Defaults to 0: dead jobs are kept until requeued or deleted.
+	DeadRetention time.Duration
+}
+
+// WithQueueConfig sets the settings of the named queue, overriding the
+// defaults for it.
+func WithQueueConfig(name string, cfg QueueConfig) Option {
+	return func(o *options) error {
+		if name == "" {
+			return invalid("queue name must not be empty")
+		}
+		if cfg.Lease < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.DoneRetention < 0 || cfg.DeadRetention < 0 {
+			return invalid("queue %q: durations must not be negative", name)
+		}
+		if cfg.BackoffBase > 0 && cfg.BackoffMax > 0 && cfg.BackoffMax < cfg.BackoffBase {
+			return invalid("queue %q: backoff max %v below base %v", name, cfg.BackoffMax, cfg.BackoffBase)
+		}
+		if o.queues == nil {
+			o.queues = map[string]QueueConfig{}
+		}
+		o.queues[name] = cfg
+		return nil
+	}
+}
+
+// WithPollInterval sets the upper bound on how long a blocking claim sleeps
+// before looking again; arrivals and due jobs wake it sooner. Defaults to 1s.
+func WithPollInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("poll interval %v must be positive", d)
+		}
+		o.pollInterval = d
+		return nil
+	}
+}
+
+func (o *options) logf(format string, args ...any) {
+	l := o.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.Warn(fmt.Sprintf(format, args...))
+}
+
+// config returns the effective settings of a queue.
+func (o *options) config(name string) QueueConfig {
+	c := o.queues[name]
+	if c.Lease == 0 {
+		c.Lease = o.lease
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = o.maxAttempts
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = o.backoffBase
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(o.backoffMax, c.BackoffBase)
+	}
+	return c
 }
 
 func invalid(format string, args ...any) error {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/objstore"
@@ -28,9 +30,18 @@ type Queue struct {
 // that holds the state. Requests and results are plain values so that a
 // remote writer can implement it later without changing the public API.
 type backend interface {
-	commit(ctx context.Context, ops []txnOp) error
+	commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error)
 	get(ctx context.Context, key string) ([]byte, error)
 	scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error)
+	claim(ctx context.Context, queue string, n int, o options) ([]*Job, error)
+	claimWait(ctx context.Context, queue string, n int, o options) ([]*Job, error)
+	renew(id string, token uint64, o options) error
+	watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error)
+	stats(ctx context.Context, queue string) (Stats, error)
+	queues(ctx context.Context) ([]string, error)
+	getJob(ctx context.Context, id string) (*Job, error)
+	deadJobs(ctx context.Context, queue, after string, limit int) ([]*Job, string, error)
+	requeueDead(ctx context.Context, id string) error
 	storageStats() StorageStats
 	err() error
 	close(ctx context.Context) error
@@ -154,7 +165,17 @@ func (q *Queue) StorageStats() StorageStats { return q.be.storageStats() }
 type local struct {
 	eng      *engine.Engine
 	counting *objstore.Counting
-	opts     options
+	opts     options // of the first Open: store-level settings, reaper defaults
+	now      func() time.Time
+	// ix is guarded by the engine's mutex (see index.go).
+	ix        *jobIndex
+	nextToken atomic.Uint64
+
+	lmu    sync.Mutex
+	leases map[string]*lease // guarded by lmu
+
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
@@ -167,6 +188,9 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 		return nil, err
 	}
 	counting := objstore.NewCounting(bucket)
+	l := &local{counting: counting, opts: o, now: o.now, ix: newJobIndex(o.now),
+		leases: map[string]*lease{}, stop: make(chan struct{})}
+	l.nextToken.Store(uint64(time.Now().UnixNano()))
 	heartbeat := o.heartbeat
 	if u.Scheme == "mem" {
 		heartbeat = 0 // a memory store cannot be shared between processes
@@ -179,17 +203,31 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 		SnapshotMaxObjects: o.snapshotObjs,
 		WriteRetry:         o.writeRetry,
 		Logger:             o.logger,
+		Indexer:            l.ix,
 	})
 	if err != nil {
 		_ = bucket.Close()
 		return nil, err
 	}
-	return &local{eng: eng, counting: counting, opts: o}, nil
+	l.eng = eng
+	if l.ix.corrupt != nil {
+		eng.Kill()
+		return nil, l.ix.corrupt
+	}
+	if err := l.requeueClaimed(ctx); err != nil {
+		eng.Close(ctx)
+		return nil, err
+	}
+	l.wg.Add(1)
+	go l.reaperLoop()
+	return l, nil
 }
 
 func (l *local) err() error { return l.eng.Err() }
 
 func (l *local) close(ctx context.Context) error {
+	close(l.stop)
+	l.wg.Wait()
 	err := l.eng.Close(ctx)
 	if errors.Is(err, engine.ErrClosed) {
 		return nil

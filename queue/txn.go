@@ -2,34 +2,48 @@ package queue
 
 import (
 	"context"
-	"errors"
-
-	"github.com/stepwell/stepwell/internal/engine"
+	"time"
 )
 
 // Txn is a set of changes committed atomically by Queue.Commit: all of them
-// become durable together, or none does. Build one with new(Txn) and its
-// chaining methods. A Txn holds references to the byte slices passed to it
-// until Commit returns.
+// become durable together, or none does. It can mix key-value writes,
+// enqueues, the settlement of claimed jobs and job cancellations. Build one
+// with new(Txn) and its chaining methods. A Txn holds references to the
+// byte slices passed to it until Commit returns.
 type Txn struct {
 	ops []txnOp
 }
 
-// txn operation kinds. Part of the wire form of a transaction.
+// Transaction operation kinds. Part of the wire form of a transaction.
 const (
 	opPut uint8 = iota + 1
 	opDelete
 	opCompareAndPut
+	opEnqueue
+	opAck
+	opNack
+	opDeadLetter
+	opCancelJob
 )
 
-// txnOp is the serializable form of one transaction operation.
+// txnOp is the serializable form of one transaction operation: a remote
+// writer receives exactly these values.
 type txnOp struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Kind     uint8
-	Key      []byte
-	Value    []byte
-	Expect   []byte
-	Absent   bool // CompareAndPut: the key must be absent
+	_msgpack    struct{} `msgpack:",as_array"`
+	Kind        uint8
+	Key         []byte
+	Value       []byte // Put, CompareAndPut: new value; Enqueue: payload
+	Expect      []byte
+	Absent      bool // CompareAndPut: the key must be absent
+	Queue       string
+	JobID       string
+	Token       uint64 // settlement: the claim token
+	Priority    int32
+	RunAt       int64 // Enqueue: unix ns, 0 = now; Nack: explicit retry time, 0 = backoff
+	MaxAttempts uint32
+	Headers     map[string]string
+	DedupKey    string
+	Error       string // Nack, DeadLetter: reason recorded in the history
 }
 
 // Put sets key to value.
@@ -52,29 +66,148 @@ func (t *Txn) CompareAndPut(key, old, value []byte) *Txn {
 	return t
 }
 
+// EnqueueOptions describe a job to enqueue.
+type EnqueueOptions struct {
+	// Headers are small string metadata carried with the job.
+	Headers map[string]string
+	// Priority: higher is claimed first; FIFO within a priority. Default 0.
+	Priority int32
+	// RunAt makes the job claimable no earlier than this time. Zero: now.
+	RunAt time.Time
+	// Delay is an alternative to RunAt: claimable after now + Delay.
+	Delay time.Duration
+	// MaxAttempts overrides the queue's attempt limit for this job.
+	MaxAttempts uint32
+	// DedupKey, when set, makes the enqueue a no-op returning the existing
+	// job's ID while a job with the same key is pending or scheduled in the
+	// same queue.
+	DedupKey string
+}
+
+// Enqueue adds a job to the named queue. Its result (the job ID, or the
+// existing job on a dedup hit) is in TxnResult.Enqueued, in order.
+func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
+	op := txnOp{Kind: opEnqueue, Queue: queue, Value: payload, Priority: opts.Priority,
+		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey}
+	if !opts.RunAt.IsZero() {
+		op.RunAt = opts.RunAt.UnixNano()
+	}
+	if opts.Delay > 0 {
+		op.RunAt = -int64(opts.Delay) // resolved against the writer's clock
+	}
+	t.ops = append(t.ops, op)
+	return t
+}
+
+// Ack settles a claimed job as done. Fails with a *ClaimLostError if the
+// claim was lost (lease expired, job cancelled and settled elsewhere).
+func (t *Txn) Ack(job *Job) *Txn {
+	t.ops = append(t.ops, txnOp{Kind: opAck, JobID: job.ID, Token: job.token, Queue: job.Queue})
+	return t
+}
+
+// Nack settles a claimed job as failed: it is retried after retryAfter (0:
+// the queue's exponential backoff), or dead-lettered if this was its last
+// attempt. cause is recorded in the job's history.
+func (t *Txn) Nack(job *Job, cause error, retryAfter time.Duration) *Txn {
+	op := txnOp{Kind: opNack, JobID: job.ID, Token: job.token, Queue: job.Queue, Error: errText(cause)}
+	if retryAfter > 0 {
+		op.RunAt = -int64(retryAfter)
+	}
+	t.ops = append(t.ops, op)
+	return t
+}
+
+// DeadLetter settles a claimed job as dead at once, with reason.
+func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
+	t.ops = append(t.ops, txnOp{Kind: opDeadLetter, JobID: job.ID, Token: job.token, Queue: job.Queue, Error: reason})
+	return t
+}
+
+// CancelJob cancels a job: a pending or scheduled job is removed; a claimed
+// job gets a durable cancel request that its worker observes. The outcome is
+// in TxnResult.Cancelled, in order.
+func (t *Txn) CancelJob(id string) *Txn {
+	t.ops = append(t.ops, txnOp{Kind: opCancelJob, JobID: id})
+	return t
+}
+
 // Len returns the number of operations.
 func (t *Txn) Len() int { return len(t.ops) }
 
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// EnqueueResult is the outcome of one enqueue.
+type EnqueueResult struct {
+	JobID string
+	// Duplicate is true when the dedup key matched a pending or scheduled
+	// job: JobID is that job and nothing was written.
+	Duplicate bool
+}
+
+// CancelOutcome says what CancelJob did.
+type CancelOutcome uint8
+
+// Cancel outcomes.
+const (
+	CancelNotFound  CancelOutcome = iota + 1 // no such job
+	CancelRemoved                            // was pending or scheduled: removed
+	CancelRequested                          // was claimed: its worker is told
+	CancelFinished                           // already done or dead: unchanged
+)
+
+func (c CancelOutcome) String() string {
+	switch c {
+	case CancelNotFound:
+		return "not-found"
+	case CancelRemoved:
+		return "removed"
+	case CancelRequested:
+		return "requested"
+	case CancelFinished:
+		return "finished"
+	}
+	return "unknown"
+}
+
+// TxnResult reports the outcome of a transaction's operations.
+type TxnResult struct {
+	Enqueued  []EnqueueResult
+	Cancelled []CancelOutcome
+}
+
 // Commit applies t atomically and returns once it is durable. Validation
-// errors (empty or oversized keys, oversized values) are returned before
-// anything is written.
-func (q *Queue) Commit(ctx context.Context, t *Txn) error {
+// errors (empty or oversized keys, oversized values, a lost claim, a failed
+// compare-and-put) are returned before anything is written.
+func (q *Queue) Commit(ctx context.Context, t *Txn) (TxnResult, error) {
 	if err := q.checkOpen(); err != nil {
-		return err
+		return TxnResult{}, err
 	}
 	if len(t.ops) == 0 {
-		return nil
+		return TxnResult{}, nil
 	}
 	inline := 0
 	for i := range t.ops {
 		op := &t.ops[i]
-		if err := checkKey(op.Key); err != nil {
-			return err
+		switch op.Kind {
+		case opPut, opDelete, opCompareAndPut:
+			if err := checkKey(op.Key); err != nil {
+				return TxnResult{}, err
+			}
+			inline += len(op.Key)
+		case opEnqueue:
+			if err := checkEnqueue(op); err != nil {
+				return TxnResult{}, err
+			}
 		}
-		inline += len(op.Key)
-		if op.Kind == opPut || op.Kind == opCompareAndPut {
+		if op.Kind == opPut || op.Kind == opCompareAndPut || op.Kind == opEnqueue {
 			if len(op.Value) > q.opts.maxValue {
-				return &TooLargeError{What: "value", Size: len(op.Value), Max: q.opts.maxValue}
+				return TxnResult{}, &TooLargeError{What: "value", Size: len(op.Value), Max: q.opts.maxValue}
 			}
 			if len(op.Value) <= q.opts.largeValue {
 				inline += len(op.Value)
@@ -82,62 +215,8 @@ func (q *Queue) Commit(ctx context.Context, t *Txn) error {
 		}
 	}
 	if inline > MaxTxnInlineBytes {
-		return &TooLargeError{What: "transaction", Size: inline, Max: MaxTxnInlineBytes}
+		return TxnResult{}, &TooLargeError{What: "transaction", Size: inline, Max: MaxTxnInlineBytes}
 	}
-	return mapErr(q.be.commit(ctx, t.ops))
-}
-
-func (l *local) commit(ctx context.Context, ops []txnOp) error {
-	// Encode values first; large ones are uploaded to their own objects
-	// before the transaction that refers to them.
-	encs := make([][]byte, len(ops))
-	var staged [][]byte
-	discard := func() {
-		for _, ref := range staged {
-			l.eng.DiscardBlob(context.WithoutCancel(ctx), ref)
-		}
-	}
-	for i := range ops {
-		op := &ops[i]
-		if op.Kind == opDelete {
-			continue
-		}
-		if len(op.Value) > l.opts.largeValue {
-			ref, err := l.eng.PutBlob(ctx, op.Value)
-			if err != nil {
-				discard()
-				return err
-			}
-			staged = append(staged, ref)
-			encs[i] = ref
-		} else {
-			encs[i] = engine.Inline(op.Value)
-		}
-	}
-	err := l.eng.Update(ctx, func(tx *engine.Tx) error {
-		for i := range ops {
-			op := &ops[i]
-			key := kvSpace + string(op.Key)
-			switch op.Kind {
-			case opPut:
-				tx.Put(key, encs[i])
-			case opDelete:
-				tx.Delete(key)
-			case opCompareAndPut:
-				cur, ok := tx.Get(key)
-				if op.Absent && ok || !op.Absent && (!ok || !valueMatches(cur, op.Expect)) {
-					return &ConditionFailedError{Key: op.Key}
-				}
-				tx.Put(key, encs[i])
-			default:
-				return errors.New("queue: unknown transaction operation")
-			}
-		}
-		return nil
-	})
-	var cfe *ConditionFailedError
-	if errors.As(err, &cfe) {
-		discard() // nothing refers to the staged blobs
-	}
-	return err
+	res, err := q.be.commit(ctx, t.ops, q.opts)
+	return res, mapErr(err)
 }

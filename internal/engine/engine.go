@@ -125,6 +125,11 @@ type Engine struct {
 	lastSnap   int64 // bytes of the last snapshot
 	blobSeq    uint64
 	stats      Stats
+	// collected is the sequence up to which WAL objects have been deleted
+	// (0 until the first collection, which lists the bucket); prevSnapSeq
+	// is the snapshot that collection kept.
+	collected   uint64
+	prevSnapSeq uint64
 }
 
 // Stats are engine counters.

@@ -22,8 +22,14 @@ func (e *Engine) maybeSnapshotLocked(b *batch) *btree.BTreeG[item] {
 	if e.snapActive || e.closing {
 		return nil
 	}
-	limit := max(e.opts.SnapshotMinBytes, e.lastSnap)
-	if e.walBytes < limit && e.walObjects < e.opts.SnapshotMaxObjects {
+	// By bytes: the WAL since the last snapshot outweighs the snapshot, so
+	// snapshot writes cost at most as much as the WAL itself. By objects:
+	// many small batches make recovery slow (one GET each); but never more
+	// often than every quarter of the snapshot's size, so that a large
+	// state is not rewritten for a trickle of tiny batches.
+	bySize := e.walBytes >= max(e.opts.SnapshotMinBytes, e.lastSnap)
+	byCount := e.walObjects >= e.opts.SnapshotMaxObjects && e.walBytes >= e.lastSnap/4
+	if !bySize && !byCount {
 		return nil
 	}
 	e.snapActive = true
@@ -117,7 +123,24 @@ func (e *Engine) encodeSnapshot(ctx context.Context, key string, seq uint64, tre
 
 // collect deletes WAL objects at or below seq and snapshots below seq.
 // Failures are logged: leftovers are harmless and collected next time.
+//
+// The first collection after Open lists the bucket, to find leftovers of
+// earlier writers; later ones delete the known range this engine wrote
+// since the previous collection, without listing.
 func (e *Engine) collect(ctx context.Context, seq uint64) {
+	e.mu.Lock()
+	from, prevSnap := e.collected, e.prevSnapSeq
+	e.collected, e.prevSnapSeq = seq, seq
+	e.mu.Unlock()
+	if from > 0 {
+		var doomed []string
+		for s := from + 1; s <= seq; s++ {
+			doomed = append(doomed, walKey(s))
+		}
+		doomed = append(doomed, snapKey(prevSnap))
+		e.deleteKeys(ctx, doomed)
+		return
+	}
 	var doomed []string
 	for _, p := range []struct {
 		prefix string

@@ -78,6 +78,11 @@ func DecodeBatch(data []byte) (*Batch, error) {
 	return &b, nil
 }
 
+// UnmarshalExact decodes one msgpack value that must fill all of body into
+// v. Any failure wraps ErrCorrupt. Use it for every record read back from a
+// bucket.
+func UnmarshalExact(body []byte, v any) error { return unmarshalExact(body, v) }
+
 // unmarshalExact decodes one msgpack value filling all of body.
 //
 // The msgpack decoder preallocates slices by their declared length, so a

@@ -1,0 +1,200 @@
+package queue
+
+import (
+	"strings"
+	"time"
+
+	"github.com/google/btree"
+)
+
+// The job index is derived, in-memory state kept in step with the engine's
+// tree through engine.Indexer: every change to a job record (live, undone,
+// replayed) passes through Apply. It is guarded by the engine's mutex: it is
+// only touched inside engine Update/View functions and Indexer calls.
+
+type readyItem struct {
+	prio  int32
+	order uint64
+	id    string
+}
+
+// readyLess orders higher priority first, then FIFO.
+func readyLess(a, b readyItem) bool {
+	if a.prio != b.prio {
+		return a.prio > b.prio
+	}
+	return a.order < b.order
+}
+
+type schedItem struct {
+	runAt int64
+	order uint64
+	id    string
+	prio  int32
+}
+
+func schedLess(a, b schedItem) bool {
+	if a.runAt != b.runAt {
+		return a.runAt < b.runAt
+	}
+	return a.order < b.order
+}
+
+type timeItem struct {
+	at int64
+	id string
+}
+
+func timeLess(a, b timeItem) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.id < b.id
+}
+
+type queueIndex struct {
+	ready   *btree.BTreeG[readyItem]
+	sched   *btree.BTreeG[schedItem]
+	claimed map[string]struct{}
+	// done and dead jobs by UpdatedAt, for retention and listing.
+	done *btree.BTreeG[timeItem]
+	dead *btree.BTreeG[timeItem]
+	// notify is closed (and replaced) when a job becomes claimable.
+	notify chan struct{}
+}
+
+func newQueueIndex() *queueIndex {
+	return &queueIndex{
+		ready:   btree.NewG(16, readyLess),
+		sched:   btree.NewG(16, schedLess),
+		claimed: map[string]struct{}{},
+		done:    btree.NewG(16, timeLess),
+		dead:    btree.NewG(16, timeLess),
+		notify:  make(chan struct{}),
+	}
+}
+
+func (qi *queueIndex) wake() {
+	close(qi.notify)
+	qi.notify = make(chan struct{})
+}
+
+type jobIndex struct {
+	now      func() time.Time
+	queues   map[string]*queueIndex
+	dedup    map[string]string // queue + "\x00" + key -> job id, while pending
+	maxOrder uint64
+	// corrupt records the first undecodable job record seen (reported by
+	// Open; the engine's checksums make this a bug, not bit rot).
+	corrupt error
+}
+
+func newJobIndex(now func() time.Time) *jobIndex {
+	ix := &jobIndex{now: now}
+	ix.Reset()
+	return ix
+}
+
+func (ix *jobIndex) Reset() {
+	ix.queues = map[string]*queueIndex{}
+	ix.dedup = map[string]string{}
+	ix.maxOrder = 0
+	ix.corrupt = nil
+}
+
+func (ix *jobIndex) queue(name string) *queueIndex {
+	qi := ix.queues[name]
+	if qi == nil {
+		qi = newQueueIndex()
+		ix.queues[name] = qi
+	}
+	return qi
+}
+
+func dedupKey(queue, key string) string { return queue + "\x00" + key }
+
+func (ix *jobIndex) Apply(key string, old, new []byte) {
+	id, ok := strings.CutPrefix(key, jobSpace)
+	if !ok {
+		return
+	}
+	if old != nil {
+		if r, err := decodeJob(old); err == nil {
+			ix.remove(id, r)
+		} else if ix.corrupt == nil {
+			ix.corrupt = err
+		}
+	}
+	if new != nil {
+		if r, err := decodeJob(new); err == nil {
+			ix.add(id, r)
+		} else if ix.corrupt == nil {
+			ix.corrupt = err
+		}
+	}
+}
+
+func (ix *jobIndex) add(id string, r *jobRec) {
+	qi := ix.queue(r.Queue)
+	ix.maxOrder = max(ix.maxOrder, r.Order)
+	switch r.State {
+	case statePending:
+		if r.RunAt > ix.now().UnixNano() {
+			qi.sched.ReplaceOrInsert(schedItem{runAt: r.RunAt, order: r.Order, id: id, prio: r.Priority})
+		} else {
+			qi.ready.ReplaceOrInsert(readyItem{prio: r.Priority, order: r.Order, id: id})
+		}
+		qi.wake()
+		if r.DedupKey != "" {
+			ix.dedup[dedupKey(r.Queue, r.DedupKey)] = id
+		}
+	case stateClaimed:
+		qi.claimed[id] = struct{}{}
+	case stateDone:
+		qi.done.ReplaceOrInsert(timeItem{at: r.UpdatedAt, id: id})
+	case stateDead:
+		qi.dead.ReplaceOrInsert(timeItem{at: r.UpdatedAt, id: id})
+	}
+}
+
+func (ix *jobIndex) remove(id string, r *jobRec) {
+	qi := ix.queue(r.Queue)
+	switch r.State {
+	case statePending:
+		// A pending job is in exactly one of the two trees; which one
+		// depends on when it was promoted, so try both.
+		if _, ok := qi.ready.Delete(readyItem{prio: r.Priority, order: r.Order}); !ok {
+			qi.sched.Delete(schedItem{runAt: r.RunAt, order: r.Order})
+		}
+		if r.DedupKey != "" && ix.dedup[dedupKey(r.Queue, r.DedupKey)] == id {
+			delete(ix.dedup, dedupKey(r.Queue, r.DedupKey))
+		}
+	case stateClaimed:
+		delete(qi.claimed, id)
+	case stateDone:
+		qi.done.Delete(timeItem{at: r.UpdatedAt, id: id})
+	case stateDead:
+		qi.dead.Delete(timeItem{at: r.UpdatedAt, id: id})
+	}
+	// An emptied queue keeps its index: waiters hold its notify channel.
+}
+
+// promote moves scheduled jobs that are due into the ready tree.
+func (qi *queueIndex) promote(now int64) {
+	for {
+		it, ok := qi.sched.Min()
+		if !ok || it.runAt > now {
+			return
+		}
+		qi.sched.DeleteMin()
+		qi.ready.ReplaceOrInsert(readyItem{prio: it.prio, order: it.order, id: it.id})
+	}
+}
+
+// nextDue returns the earliest RunAt of a scheduled job, or 0.
+func (qi *queueIndex) nextDue() int64 {
+	if it, ok := qi.sched.Min(); ok {
+		return it.runAt
+	}
+	return 0
+}

@@ -1,0 +1,410 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0ctx = context.Background()
+
+func openJobs(t *testing.T, opts ...Option) (*Queue, *fakeClock) {
+	clk := newFakeClock()
+	q := openT(t, memURL(t), append([]Option{withClock(clk), WithRetryBackoff(time.Second, time.Minute), WithLease(30 * time.Second)}, opts...)...)
+	return q, clk
+}
+
+func mustEnqueue(t *testing.T, q *Queue, queue, payload string, o EnqueueOptions) EnqueueResult {
+	t.Helper()
+	r, err := q.Enqueue(t0ctx, queue, []byte(payload), o)
+	if err != nil {
+		t.Fatalf("Enqueue: %v", err)
+	}
+	return r
+}
+
+func mustClaim(t *testing.T, q *Queue, queue string) *Job {
+	t.Helper()
+	j, err := q.Claim(t0ctx, queue)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	return j
+}
+
+func TestEnqueueClaimAck(t *testing.T) {
+	q, _ := openJobs(t)
+	r := mustEnqueue(t, q, "q", "hello", EnqueueOptions{Headers: map[string]string{"h": "v"}})
+	if r.JobID == "" || r.Duplicate {
+		t.Fatalf("Enqueue = %+v", r)
+	}
+	j := mustClaim(t, q, "q")
+	if j == nil || j.ID != r.JobID || string(j.Payload) != "hello" || j.Headers["h"] != "v" || j.Attempt != 1 || j.MaxAttempts != 5 {
+		t.Fatalf("claimed %+v", j)
+	}
+	if again := mustClaim(t, q, "q"); again != nil {
+		t.Fatalf("claimed a claimed job twice: %+v", again)
+	}
+	if s, _ := q.Stats(t0ctx, "q"); s.Claimed != 1 || s.Pending != 0 {
+		t.Fatalf("stats while claimed: %+v", s)
+	}
+	if err := q.Ack(t0ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Ack(t0ctx, j); !IsClaimLost(err) {
+		t.Fatalf("second Ack = %v, want claim lost", err)
+	}
+	if _, err := q.GetJob(t0ctx, j.ID); !errors.Is(err, ErrJobNotFound) {
+		t.Fatalf("acked job still stored: %v", err)
+	}
+	if s, _ := q.Stats(t0ctx, "q"); s != (Stats{}) {
+		t.Fatalf("stats after ack: %+v", s)
+	}
+}
+
+func TestPriorityThenFIFO(t *testing.T) {
+	q, _ := openJobs(t)
+	for i, p := range []int32{0, 5, 0, 5, -1} {
+		mustEnqueue(t, q, "q", fmt.Sprint(i), EnqueueOptions{Priority: p})
+	}
+	var got []string
+	for {
+		j := mustClaim(t, q, "q")
+		if j == nil {
+			break
+		}
+		got = append(got, string(j.Payload))
+	}
+	if strings.Join(got, ",") != "1,3,0,2,4" {
+		t.Fatalf("claim order %v, want 1,3,0,2,4", got)
+	}
+}
+
+func TestDedup(t *testing.T) {
+	q, _ := openJobs(t)
+	a := mustEnqueue(t, q, "q", "a", EnqueueOptions{DedupKey: "k"})
+	before := q.StorageStats()
+	b := mustEnqueue(t, q, "q", "b", EnqueueOptions{DedupKey: "k"})
+	if !b.Duplicate || b.JobID != a.JobID {
+		t.Fatalf("dedup hit = %+v, want duplicate of %s", b, a.JobID)
+	}
+	if after := q.StorageStats(); after.Mutations != before.Mutations {
+		t.Fatalf("dedup hit wrote %d mutations", after.Mutations-before.Mutations)
+	}
+	other := mustEnqueue(t, q, "other", "c", EnqueueOptions{DedupKey: "k"})
+	if other.Duplicate {
+		t.Fatal("dedup keys must be per queue")
+	}
+	// Once claimed, the key no longer holds: a new job may be enqueued.
+	j := mustClaim(t, q, "q")
+	c := mustEnqueue(t, q, "q", "c", EnqueueOptions{DedupKey: "k"})
+	if c.Duplicate || c.JobID == a.JobID {
+		t.Fatalf("dedup while claimed = %+v, want a new job", c)
+	}
+	q.Ack(t0ctx, j)
+	// Batch: the second enqueue of a key in one transaction hits the first.
+	res, err := q.EnqueueBatch(t0ctx, []EnqueueRequest{{Queue: "b", Payload: []byte("1"), Options: EnqueueOptions{DedupKey: "x"}}, {Queue: "b", Payload: []byte("2"), Options: EnqueueOptions{DedupKey: "x"}}})
+	if err != nil || res[0].Duplicate || !res[1].Duplicate || res[1].JobID != res[0].JobID {
+		t.Fatalf("batch dedup = %+v, %v", res, err)
+	}
+}
+
+func TestScheduledAndBackoff(t *testing.T) {
+	q, clk := openJobs(t, WithMaxAttempts(3))
+	mustEnqueue(t, q, "q", "later", EnqueueOptions{Delay: time.Minute})
+	if j := mustClaim(t, q, "q"); j != nil {
+		t.Fatalf("claimed a scheduled job early")
+	}
+	if s, _ := q.Stats(t0ctx, "q"); s.Scheduled != 1 || s.Pending != 0 {
+		t.Fatalf("stats: %+v", s)
+	}
+	clk.Advance(time.Minute)
+	j := mustClaim(t, q, "q")
+	if j == nil {
+		t.Fatal("due job not claimable")
+	}
+	// Nack: retried after backoff (1s base, jittered to [0.5s, 1s]).
+	if err := q.Nack(t0ctx, j, errors.New("boom 1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if mustClaim(t, q, "q") != nil {
+		t.Fatal("nacked job claimable before its backoff")
+	}
+	clk.Advance(time.Second)
+	j = mustClaim(t, q, "q")
+	if j == nil || j.Attempt != 2 || len(j.History) != 1 || j.History[0].Error != "boom 1" {
+		t.Fatalf("retry: %+v", j)
+	}
+	// An explicit retry-after overrides the backoff.
+	q.Nack(t0ctx, j, errors.New("boom 2"), time.Hour)
+	clk.Advance(59 * time.Minute)
+	if mustClaim(t, q, "q") != nil {
+		t.Fatal("retry-after not honoured")
+	}
+	clk.Advance(time.Minute)
+	j = mustClaim(t, q, "q")
+	// Third attempt of three: a nack dead-letters.
+	if err := q.Nack(t0ctx, j, errors.New("boom 3"), 0); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := q.Stats(t0ctx, "q")
+	if s.Dead != 1 || s.Pending+s.Scheduled+s.Claimed != 0 {
+		t.Fatalf("stats after last attempt: %+v", s)
+	}
+	page, err := q.DeadJobs(t0ctx, "q", "", 10)
+	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].State != JobDead || len(page.Jobs[0].History) != 3 || string(page.Jobs[0].Payload) != "later" {
+		t.Fatalf("DeadJobs = %+v, %v", page, err)
+	}
+	if err := q.RequeueDead(t0ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.RequeueDead(t0ctx, j.ID); !errors.Is(err, ErrNotDead) {
+		t.Fatalf("RequeueDead of a pending job = %v", err)
+	}
+	if j := mustClaim(t, q, "q"); j == nil || j.Attempt != 1 {
+		t.Fatalf("requeued job: %+v", j)
+	}
+}
+
+func TestLeaseExpiryAndPoisonJobs(t *testing.T) {
+	q, clk := openJobs(t, WithMaxAttempts(2))
+	mustEnqueue(t, q, "q", "p", EnqueueOptions{})
+	j1 := mustClaim(t, q, "q")
+	clk.Advance(29 * time.Second)
+	if err := q.Renew(j1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(29 * time.Second)
+	q.reapNow()
+	if s, _ := q.Stats(t0ctx, "q"); s.Claimed != 1 {
+		t.Fatalf("renewed lease reaped: %+v", s)
+	}
+	clk.Advance(2 * time.Second)
+	q.reapNow()
+	if err := q.Ack(t0ctx, j1); !IsClaimLost(err) {
+		t.Fatalf("Ack after lease expiry = %v, want claim lost", err)
+	}
+	if err := q.Renew(j1); !IsClaimLost(err) {
+		t.Fatalf("Renew after lease expiry = %v", err)
+	}
+	clk.Advance(time.Second)
+	j2 := mustClaim(t, q, "q")
+	if j2 == nil || j2.Attempt != 2 {
+		t.Fatalf("expired claim not requeued: %+v", j2)
+	}
+	// The second (last) attempt also expires: dead, not requeued.
+	clk.Advance(31 * time.Second)
+	q.reapNow()
+	if s, _ := q.Stats(t0ctx, "q"); s.Dead != 1 || s.Pending+s.Scheduled != 0 {
+		t.Fatalf("poison job after its last lease: %+v", s)
+	}
+}
+
+func TestCancelJob(t *testing.T) {
+	q, _ := openJobs(t)
+	a := mustEnqueue(t, q, "q", "a", EnqueueOptions{})
+	b := mustEnqueue(t, q, "q", "b", EnqueueOptions{})
+	if c, err := q.CancelJob(t0ctx, a.JobID); err != nil || c != CancelRemoved {
+		t.Fatalf("cancel pending = %v, %v", c, err)
+	}
+	j := mustClaim(t, q, "q")
+	if j.ID != b.JobID {
+		t.Fatalf("claimed %s, want %s", j.ID, b.JobID)
+	}
+	ctx, stop := q.ClaimContext(t0ctx, j)
+	defer stop()
+	if c, err := q.CancelJob(t0ctx, b.JobID); err != nil || c != CancelRequested {
+		t.Fatalf("cancel claimed = %v, %v", c, err)
+	}
+	<-ctx.Done()
+	if !errors.Is(context.Cause(ctx), ErrJobCancelled) {
+		t.Fatalf("claim context cause = %v", context.Cause(ctx))
+	}
+	if got, _ := q.GetJob(t0ctx, b.JobID); !got.CancelRequested {
+		t.Fatal("cancel request not recorded")
+	}
+	if c, _ := q.CancelJob(t0ctx, "nope"); c != CancelNotFound {
+		t.Fatalf("cancel unknown = %v", c)
+	}
+	// Cancel racing a settle: the settle still works, then cancel finds nothing.
+	if err := q.Ack(t0ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := q.CancelJob(t0ctx, b.JobID); c != CancelNotFound {
+		t.Fatalf("cancel after ack = %v", c)
+	}
+}
+
+func TestTxnSettleEnqueueKVAtomic(t *testing.T) {
+	q, _ := openJobs(t)
+	mustEnqueue(t, q, "q", "step0", EnqueueOptions{})
+	j := mustClaim(t, q, "q")
+	// A failing condition rolls back the ack and the enqueue.
+	bad := new(Txn).Ack(j).Enqueue("q", []byte("step1"), EnqueueOptions{}).CompareAndPut([]byte("rec"), []byte("x"), []byte("y"))
+	if _, err := q.Commit(t0ctx, bad); !errors.Is(err, ErrConditionFailed) {
+		t.Fatalf("Commit = %v", err)
+	}
+	if s, _ := q.Stats(t0ctx, "q"); s.Claimed != 1 || s.Pending != 0 {
+		t.Fatalf("failed transaction changed jobs: %+v", s)
+	}
+	good := new(Txn).Ack(j).Enqueue("q", []byte("step1"), EnqueueOptions{DedupKey: "run:1:1"}).Put([]byte("rec"), []byte("1"))
+	res, err := q.Commit(t0ctx, good)
+	if err != nil || len(res.Enqueued) != 1 {
+		t.Fatalf("Commit = %+v, %v", res, err)
+	}
+	next := mustClaim(t, q, "q")
+	if next == nil || string(next.Payload) != "step1" || next.ID != res.Enqueued[0].JobID {
+		t.Fatalf("next step: %+v", next)
+	}
+	if v, _ := q.Get(t0ctx, []byte("rec")); string(v) != "1" {
+		t.Fatalf("KV write of the transaction: %q", v)
+	}
+}
+
+func TestRestartRequeuesClaimsAndKeepsSchedule(t *testing.T) {
+	clk := newFakeClock()
+	url := "file://" + t.TempDir()
+	q, err := Open(t0ctx, url, withClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, q, "q", "claimed", EnqueueOptions{})
+	mustEnqueue(t, q, "q", "later", EnqueueOptions{Delay: time.Hour})
+	big := bytes.Repeat([]byte("B"), 300<<10)
+	q.Enqueue(t0ctx, "q", big, EnqueueOptions{Priority: -1})
+	j := mustClaim(t, q, "q")
+	if string(j.Payload) != "claimed" {
+		t.Fatalf("claimed %q", j.Payload)
+	}
+	q.Close(t0ctx) // the claim is never settled
+	q2 := openT(t, url, withClock(clk))
+	s, _ := q2.Stats(t0ctx, "q")
+	if s.Pending != 2 || s.Scheduled != 1 || s.Claimed != 0 {
+		t.Fatalf("after restart: %+v", s)
+	}
+	j2 := mustClaim(t, q2, "q")
+	if j2.ID != j.ID || j2.Attempt != 2 || len(j2.History) != 1 {
+		t.Fatalf("requeued claim: %+v", j2)
+	}
+	j3 := mustClaim(t, q2, "q")
+	if !bytes.Equal(j3.Payload, big) {
+		t.Fatalf("large payload after restart: %d bytes", len(j3.Payload))
+	}
+	clk.Advance(time.Hour)
+	if j4 := mustClaim(t, q2, "q"); j4 == nil || string(j4.Payload) != "later" {
+		t.Fatalf("scheduled job across restart: %+v", j4)
+	}
+}
+
+func TestClaimWaitWakesOnEnqueue(t *testing.T) {
+	q := openT(t, memURL(t), WithPollInterval(time.Hour))
+	got := make(chan *Job)
+	go func() {
+		jobs, err := q.ClaimWait(t0ctx, "q", 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- jobs[0]
+	}()
+	time.Sleep(10 * time.Millisecond) // let it block
+	mustEnqueue(t, q, "q", "x", EnqueueOptions{})
+	select {
+	case j := <-got:
+		if string(j.Payload) != "x" {
+			t.Fatalf("woke with %q", j.Payload)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ClaimWait did not wake on enqueue (poll interval is an hour)")
+	}
+	ctx, cancel := context.WithCancel(t0ctx)
+	cancel()
+	if _, err := q.ClaimWait(ctx, "q", 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ClaimWait with a done ctx = %v", err)
+	}
+}
+
+func TestWorkerLoop(t *testing.T) {
+	q := openT(t, memURL(t), WithRetryBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	for i := 0; i < 20; i++ {
+		mustEnqueue(t, q, "w", fmt.Sprint(i), EnqueueOptions{})
+	}
+	mustEnqueue(t, q, "w", "panic", EnqueueOptions{})
+	mustEnqueue(t, q, "w", "permanent", EnqueueOptions{})
+	ctx, cancel := context.WithCancel(t0ctx)
+	seen := make(chan string, 100)
+	errc := make(chan error)
+	go func() {
+		errc <- q.Work(ctx, "w", func(ctx context.Context, j *Job) error {
+			seen <- string(j.Payload)
+			switch string(j.Payload) {
+			case "panic":
+				panic("kaboom")
+			case "permanent":
+				return Permanent(errors.New("bad input"))
+			}
+			return nil
+		}, WorkOptions{Concurrency: 4})
+	}()
+	deadline := time.After(10 * time.Second)
+	for {
+		s, _ := q.Stats(t0ctx, "w")
+		if s.Dead == 2 && s.Pending+s.Scheduled+s.Claimed == 0 {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("worker did not finish: %+v", s)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("Work = %v", err)
+	}
+	page, _ := q.DeadJobs(t0ctx, "w", "", 10)
+	reasons := map[string]string{}
+	for _, j := range page.Jobs {
+		reasons[string(j.Payload)] = j.History[len(j.History)-1].Error
+	}
+	if !strings.Contains(reasons["panic"], "panic: kaboom") || reasons["permanent"] != "bad input" {
+		t.Fatalf("dead reasons: %v", reasons)
+	}
+	if n := len(seen); n != 20+2+1 { // the panicking job ran twice
+		t.Fatalf("handler ran %d times, want 23", n)
+	}
+}
+
+func TestDeadJobsPaging(t *testing.T) {
+	q, clk := openJobs(t, WithMaxAttempts(1))
+	for i := 0; i < 7; i++ {
+		mustEnqueue(t, q, "q", fmt.Sprint(i), EnqueueOptions{})
+		j := mustClaim(t, q, "q")
+		q.Nack(t0ctx, j, errors.New("x"), 0)
+		clk.Advance(time.Millisecond)
+	}
+	var got []string
+	cursor := ""
+	for {
+		page, err := q.DeadJobs(t0ctx, "q", cursor, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page.Jobs {
+			got = append(got, string(j.Payload))
+		}
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	if strings.Join(got, "") != "0123456" {
+		t.Fatalf("dead pages: %v", got)
+	}
+	if _, err := q.DeadJobs(t0ctx, "q", "garbage", 3); !errors.Is(err, ErrInvalidCursor) {
+		t.Fatalf("bad cursor: %v", err)
+	}
+}

@@ -1,0 +1,289 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/stepwell/stepwell/internal/engine"
+)
+
+// commit applies a transaction on the local engine.
+func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
+	// Encode values first; large ones are uploaded to their own objects
+	// before the transaction that refers to them.
+	encs := make([][]byte, len(ops))
+	ids := make([]string, len(ops))
+	var staged [][]byte
+	discard := func(refs [][]byte) {
+		for _, ref := range refs {
+			l.eng.DiscardBlob(context.WithoutCancel(ctx), ref)
+		}
+	}
+	for i := range ops {
+		op := &ops[i]
+		switch op.Kind {
+		case opPut, opCompareAndPut, opEnqueue:
+		default:
+			continue
+		}
+		if op.Kind == opEnqueue {
+			ids[i] = ulid.Make().String()
+		}
+		if len(op.Value) > l.opts.largeValue {
+			ref, err := l.eng.PutBlob(ctx, op.Value)
+			if err != nil {
+				discard(staged)
+				return TxnResult{}, err
+			}
+			staged = append(staged, ref)
+			encs[i] = ref
+		} else {
+			encs[i] = engine.Inline(op.Value)
+		}
+	}
+	var res TxnResult
+	var unused [][]byte // staged payloads of dedup hits
+	var after []func()  // run once the transaction is applied
+	now := l.now()
+	err := l.eng.Update(ctx, func(tx *engine.Tx) error {
+		res, unused, after = TxnResult{}, nil, nil
+		for i := range ops {
+			op := &ops[i]
+			var err error
+			switch op.Kind {
+			case opPut:
+				tx.Put(kvSpace+string(op.Key), encs[i])
+			case opDelete:
+				tx.Delete(kvSpace + string(op.Key))
+			case opCompareAndPut:
+				key := kvSpace + string(op.Key)
+				cur, ok := tx.Get(key)
+				if op.Absent && ok || !op.Absent && (!ok || !valueMatches(cur, op.Expect)) {
+					return &ConditionFailedError{Key: op.Key}
+				}
+				tx.Put(key, encs[i])
+			case opEnqueue:
+				r := l.enqueueTx(tx, op, ids[i], encs[i], o, now)
+				if r.Duplicate && len(op.Value) > l.opts.largeValue {
+					unused = append(unused, encs[i])
+				}
+				res.Enqueued = append(res.Enqueued, r)
+			case opAck, opNack, opDeadLetter:
+				var f func()
+				f, err = l.settleTx(tx, op, o, now)
+				after = append(after, f)
+			case opCancelJob:
+				var c CancelOutcome
+				var f func()
+				c, f = l.cancelTx(tx, op.JobID, now)
+				res.Cancelled = append(res.Cancelled, c)
+				if f != nil {
+					after = append(after, f)
+				}
+			default:
+				err = errors.New("queue: unknown transaction operation")
+			}
+			if err != nil {
+				return err
+			}
+		}
+		// Claims are released while the engine's lock is still held, so the
+		// reaper cannot also act on them.
+		for _, f := range after {
+			f()
+		}
+		return nil
+	})
+	if err != nil {
+		var cfe *ConditionFailedError
+		var cle *ClaimLostError
+		if errors.As(err, &cfe) || errors.As(err, &cle) {
+			discard(staged) // nothing refers to the staged blobs
+		}
+		return TxnResult{}, err
+	}
+	discard(unused)
+	return res, nil
+}
+
+func checkEnqueue(op *txnOp) error {
+	if op.Queue == "" {
+		return ErrEmptyQueueName
+	}
+	if len(op.Queue) > MaxKeySize {
+		return &TooLargeError{What: "queue name", Size: len(op.Queue), Max: MaxKeySize}
+	}
+	if len(op.DedupKey) > MaxKeySize {
+		return &TooLargeError{What: "dedup key", Size: len(op.DedupKey), Max: MaxKeySize}
+	}
+	n := 0
+	for k, v := range op.Headers {
+		n += len(k) + len(v)
+	}
+	if n > MaxHeaderBytes {
+		return &TooLargeError{What: "headers", Size: n, Max: MaxHeaderBytes}
+	}
+	return nil
+}
+
+// resolveTime turns an op time (unix ns; negative: a delay from now; 0: now)
+// into unix ns.
+func resolveTime(t int64, now time.Time) int64 {
+	switch {
+	case t < 0:
+		return now.Add(time.Duration(-t)).UnixNano()
+	case t == 0:
+		return now.UnixNano()
+	}
+	return t
+}
+
+// enqueueTx adds one job, or reports the pending job holding its dedup key.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o options, now time.Time) EnqueueResult {
+	if op.DedupKey != "" {
+		if existing, ok := l.ix.dedup[dedupKey(op.Queue, op.DedupKey)]; ok {
+			return EnqueueResult{JobID: existing, Duplicate: true}
+		}
+	}
+	cfg := o.config(op.Queue)
+	maxAttempts := op.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = cfg.MaxAttempts
+	}
+	rec := &jobRec{
+		Queue: op.Queue, State: statePending, Priority: op.Priority,
+		Order: l.ix.maxOrder + 1, RunAt: resolveTime(op.RunAt, now),
+		MaxAttempts: maxAttempts, Headers: op.Headers, DedupKey: op.DedupKey,
+		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(op.Value)),
+	}
+	tx.Put(payloadSpace+id, payload)
+	tx.Put(jobSpace+id, encodeJob(rec)) // the index sees it here
+	return EnqueueResult{JobID: id}
+}
+
+// claimedRec returns the record of a job this process holds a claim on with
+// the given token, or a *ClaimLostError.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) claimedRec(tx *engine.Tx, id string, token uint64) (*jobRec, error) {
+	l.lmu.Lock()
+	ls := l.leases[id]
+	l.lmu.Unlock()
+	if ls == nil || ls.token != token || token == 0 {
+		return nil, &ClaimLostError{JobID: id}
+	}
+	v, ok := tx.Get(jobSpace + id)
+	if !ok {
+		return nil, &ClaimLostError{JobID: id}
+	}
+	rec, err := decodeJob(v)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != stateClaimed {
+		return nil, &ClaimLostError{JobID: id}
+	}
+	return rec, nil
+}
+
+// settleTx applies Ack, Nack or DeadLetter and returns the function that
+// releases the claim.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (func(), error) {
+	rec, err := l.claimedRec(tx, op.JobID, op.Token)
+	if err != nil {
+		return nil, err
+	}
+	cfg := o.config(rec.Queue)
+	switch op.Kind {
+	case opAck:
+		l.finishTx(tx, op.JobID, rec, cfg, now)
+	case opNack:
+		l.retryTx(tx, op.JobID, rec, cfg, op.Error, op.RunAt, now)
+	case opDeadLetter:
+		l.deadTx(tx, op.JobID, rec, op.Error, now)
+	}
+	return func() { l.release(op.JobID, op.Token, nil) }, nil
+}
+
+// finishTx records a job as done: deleted, or kept without its payload for
+// the done retention.
+func (l *local) finishTx(tx *engine.Tx, id string, rec *jobRec, cfg QueueConfig, now time.Time) {
+	tx.Delete(payloadSpace + id)
+	if cfg.DoneRetention <= 0 {
+		tx.Delete(jobSpace + id)
+		return
+	}
+	rec.State, rec.UpdatedAt, rec.CancelReq = stateDone, now.UnixNano(), false
+	tx.Put(jobSpace+id, encodeJob(rec))
+}
+
+// retryTx makes a failed job pending again after its backoff (or at an
+// explicit time), or dead when it has no attempts left.
+func (l *local) retryTx(tx *engine.Tx, id string, rec *jobRec, cfg QueueConfig, reason string, at int64, now time.Time) {
+	if rec.Attempts >= rec.MaxAttempts {
+		l.deadTx(tx, id, rec, reason, now)
+		return
+	}
+	rec.addHistory(now, reason)
+	rec.State, rec.UpdatedAt = statePending, now.UnixNano()
+	if at != 0 {
+		rec.RunAt = resolveTime(at, now)
+	} else {
+		rec.RunAt = now.Add(backoff(cfg, rec.Attempts)).UnixNano()
+	}
+	tx.Put(jobSpace+id, encodeJob(rec))
+}
+
+func (l *local) deadTx(tx *engine.Tx, id string, rec *jobRec, reason string, now time.Time) {
+	rec.addHistory(now, reason)
+	rec.State, rec.UpdatedAt = stateDead, now.UnixNano()
+	tx.Put(jobSpace+id, encodeJob(rec))
+}
+
+// backoff returns the delay before retry number attempts (1-based):
+// base * 2^(attempts-1), capped, with jitter in [d/2, d].
+func backoff(cfg QueueConfig, attempts uint32) time.Duration {
+	d := cfg.BackoffBase
+	for i := uint32(1); i < attempts && d < cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, cfg.BackoffMax)
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// cancelTx cancels one job; the returned function (if any) tells the claim
+// holder.
+func (l *local) cancelTx(tx *engine.Tx, id string, now time.Time) (CancelOutcome, func()) {
+	v, ok := tx.Get(jobSpace + id)
+	if !ok {
+		return CancelNotFound, nil
+	}
+	rec, err := decodeJob(v)
+	if err != nil {
+		return CancelNotFound, nil
+	}
+	switch rec.State {
+	case statePending:
+		tx.Delete(jobSpace + id)
+		tx.Delete(payloadSpace + id)
+		return CancelRemoved, nil
+	case stateClaimed:
+		if !rec.CancelReq {
+			rec.CancelReq, rec.UpdatedAt = true, now.UnixNano()
+			tx.Put(jobSpace+id, encodeJob(rec))
+		}
+		return CancelRequested, func() { l.signalCancel(id) }
+	}
+	return CancelFinished, nil
+}

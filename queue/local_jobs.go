@@ -1,0 +1,473 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// lease is this process's hold on a claimed job. Lease renewal is process
+// state, not a write: a lease dies with its process, and recovery requeues
+// every job left claimed.
+type lease struct {
+	token     uint64
+	queue     string
+	expires   time.Time
+	lost      chan struct{} // closed when the claim is lost (expired, or settled)
+	cancel    chan struct{} // closed when a cancel is requested
+	cause     error         // why lost was closed; guarded by lmu
+	cancelled bool
+}
+
+// claim takes up to n claimable jobs from the queue, highest priority first,
+// FIFO within a priority. The attempt count rises at claim.
+func (l *local) claim(ctx context.Context, queue string, n int, o options) ([]*Job, error) {
+	cfg := o.config(queue)
+	var jobs []*Job
+	var encs [][]byte
+	now := l.now()
+	err := l.eng.Update(ctx, func(tx *engine.Tx) error {
+		jobs, encs = nil, nil
+		qi := l.ix.queues[queue]
+		if qi == nil {
+			return nil
+		}
+		qi.promote(now.UnixNano())
+		for len(jobs) < n {
+			it, ok := qi.ready.Min()
+			if !ok {
+				break
+			}
+			v, ok := tx.Get(jobSpace + it.id)
+			if !ok {
+				qi.ready.Delete(it) // cannot happen: the index follows the tree
+				continue
+			}
+			rec, err := decodeJob(v)
+			if err != nil {
+				return err
+			}
+			rec.State = stateClaimed
+			rec.Attempts++
+			rec.UpdatedAt = now.UnixNano()
+			tx.Put(jobSpace+it.id, encodeJob(rec)) // removes it from ready
+			p, _ := tx.Get(payloadSpace + it.id)
+			j := rec.toJob(it.id, now)
+			j.token = l.nextToken.Add(1)
+			jobs = append(jobs, j)
+			encs = append(encs, p)
+		}
+		l.lmu.Lock()
+		for _, j := range jobs {
+			l.leases[j.ID] = &lease{token: j.token, queue: queue, expires: now.Add(cfg.Lease),
+				lost: make(chan struct{}), cancel: make(chan struct{})}
+		}
+		l.lmu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range jobs {
+		if encs[i] == nil {
+			continue
+		}
+		if j.Payload, err = l.resolve(ctx, encs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
+}
+
+// claimWait claims up to n jobs, waiting until at least one is claimable or
+// ctx is done. Enqueues and due times wake it; the poll interval bounds the
+// sleep.
+func (l *local) claimWait(ctx context.Context, queue string, n int, o options) ([]*Job, error) {
+	for {
+		jobs, err := l.claim(ctx, queue, n, o)
+		if err != nil || len(jobs) > 0 {
+			return jobs, err
+		}
+		var notify chan struct{}
+		var due int64
+		l.eng.View(ctx, func(*engine.Reader) error {
+			qi := l.ix.queue(queue)
+			notify, due = qi.notify, qi.nextDue()
+			return nil
+		})
+		wait := o.pollInterval
+		if due != 0 {
+			wait = min(wait, max(time.Duration(due-l.now().UnixNano()), time.Millisecond))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-notify:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// release ends this process's claim on a job. cause == nil: settled.
+//
+// REQUIRES: called with the engine's lock held (inside a transaction) or
+// with the claim already settled, so the reaper cannot race it.
+func (l *local) release(id string, token uint64, cause error) {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	ls := l.leases[id]
+	if ls == nil || ls.token != token {
+		return
+	}
+	delete(l.leases, id)
+	if cause == nil {
+		cause = ErrClaimLost
+	}
+	ls.cause = cause
+	close(ls.lost)
+}
+
+func (l *local) signalCancel(id string) {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	if ls := l.leases[id]; ls != nil && !ls.cancelled {
+		ls.cancelled = true
+		close(ls.cancel)
+	}
+}
+
+// renew extends a claim's lease by the queue's lease duration.
+func (l *local) renew(id string, token uint64, o options) error {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	ls := l.leases[id]
+	if ls == nil || ls.token != token || token == 0 {
+		return &ClaimLostError{JobID: id}
+	}
+	ls.expires = l.now().Add(o.config(ls.queue).Lease)
+	return nil
+}
+
+// watch returns the channels that report a claim's loss and cancellation.
+func (l *local) watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error) {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	ls := l.leases[id]
+	if ls == nil || ls.token != token {
+		c := make(chan struct{})
+		close(c)
+		return c, nil, func() error { return &ClaimLostError{JobID: id} }
+	}
+	return ls.lost, ls.cancel, func() error {
+		l.lmu.Lock()
+		defer l.lmu.Unlock()
+		return ls.cause
+	}
+}
+
+// reap requeues (or dead-letters, at the attempt limit) every job whose
+// lease has expired, and deletes done and dead jobs past their retention.
+func (l *local) reap(ctx context.Context) error {
+	now := l.now()
+	type expired struct {
+		id    string
+		token uint64
+	}
+	var exp []expired
+	l.lmu.Lock()
+	for id, ls := range l.leases {
+		if !now.Before(ls.expires) {
+			exp = append(exp, expired{id, ls.token})
+		}
+	}
+	l.lmu.Unlock()
+	return l.eng.Update(ctx, func(tx *engine.Tx) error {
+		for _, e := range exp {
+			rec, err := l.claimedRec(tx, e.id, e.token)
+			if err != nil {
+				continue // settled meanwhile
+			}
+			l.lmu.Lock()
+			ls := l.leases[e.id]
+			stillExpired := ls != nil && !now.Before(ls.expires) // not renewed meanwhile
+			l.lmu.Unlock()
+			if !stillExpired {
+				continue
+			}
+			cfg := l.opts.config(rec.Queue)
+			l.retryTx(tx, e.id, rec, cfg, "lease expired", 0, now)
+			l.release(e.id, e.token, &ClaimLostError{JobID: e.id})
+		}
+		l.expireRetainedTx(tx, now)
+		return nil
+	})
+}
+
+// expireRetainedTx deletes done and dead jobs older than their retention.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) expireRetainedTx(tx *engine.Tx, now time.Time) {
+	for name, qi := range l.ix.queues {
+		cfg := l.opts.config(name)
+		for _, t := range []struct {
+			tree interface {
+				Min() (timeItem, bool)
+			}
+			keep time.Duration
+		}{{qi.done, cfg.DoneRetention}, {qi.dead, cfg.DeadRetention}} {
+			if t.keep <= 0 {
+				continue
+			}
+			cutoff := now.Add(-t.keep).UnixNano()
+			for {
+				it, ok := t.tree.Min()
+				if !ok || it.at > cutoff {
+					break
+				}
+				tx.Delete(jobSpace + it.id) // removes it from the tree
+				tx.Delete(payloadSpace + it.id)
+			}
+		}
+	}
+}
+
+// requeueClaimedTx makes every job left claimed by a dead process claimable
+// again (or dead, at its attempt limit). Run once at Open.
+func (l *local) requeueClaimed(ctx context.Context) error {
+	now := l.now()
+	return l.eng.Update(ctx, func(tx *engine.Tx) error {
+		var ids []string
+		for _, qi := range l.ix.queues {
+			for id := range qi.claimed {
+				ids = append(ids, id)
+			}
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			v, ok := tx.Get(jobSpace + id)
+			if !ok {
+				continue
+			}
+			rec, err := decodeJob(v)
+			if err != nil {
+				return err
+			}
+			rec.CancelReq = false
+			if rec.Attempts >= rec.MaxAttempts {
+				l.deadTx(tx, id, rec, "worker stopped without settling (last attempt)", now)
+				continue
+			}
+			rec.addHistory(now, "worker stopped without settling")
+			rec.State, rec.RunAt, rec.UpdatedAt = statePending, now.UnixNano(), now.UnixNano()
+			tx.Put(jobSpace+id, encodeJob(rec))
+		}
+		return nil
+	})
+}
+
+func (l *local) reaperLoop() {
+	defer l.wg.Done()
+	every := l.opts.lease / 4
+	for _, c := range l.opts.queues {
+		if c.Lease > 0 {
+			every = min(every, c.Lease/4)
+		}
+	}
+	every = min(max(every, 5*time.Millisecond), time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-l.stop:
+			return
+		}
+		if err := l.reap(context.Background()); err != nil {
+			return // the engine has failed or closed
+		}
+	}
+}
+
+// Stats describe one queue.
+type Stats struct {
+	Pending, Scheduled, Claimed, Dead int64
+	// Done counts acknowledged jobs kept by the done retention.
+	Done int64
+	// OldestPendingAge is how long the oldest claimable job has waited; 0
+	// when none is pending.
+	OldestPendingAge time.Duration
+}
+
+func (l *local) stats(ctx context.Context, queue string) (Stats, error) {
+	var s Stats
+	now := l.now()
+	err := l.eng.View(ctx, func(r *engine.Reader) error {
+		qi := l.ix.queues[queue]
+		if qi == nil {
+			return nil
+		}
+		qi.promote(now.UnixNano())
+		s = Stats{
+			Pending: int64(qi.ready.Len()), Scheduled: int64(qi.sched.Len()),
+			Claimed: int64(len(qi.claimed)), Dead: int64(qi.dead.Len()), Done: int64(qi.done.Len()),
+		}
+		// The oldest pending job is the lowest order among the heads of
+		// each priority.
+		var oldest *readyItem
+		pivot, first := readyItem{}, true
+		for {
+			var head *readyItem
+			visit := func(it readyItem) bool { head = &it; return false }
+			if first {
+				qi.ready.Ascend(visit)
+				first = false
+			} else {
+				qi.ready.AscendGreaterOrEqual(pivot, visit)
+			}
+			if head == nil {
+				break
+			}
+			if oldest == nil || head.order < oldest.order {
+				oldest = head
+			}
+			if head.prio == -1<<31 {
+				break
+			}
+			pivot = readyItem{prio: head.prio - 1, order: 0}
+		}
+		if oldest != nil {
+			if v, ok := r.Get(jobSpace + oldest.id); ok {
+				if rec, err := decodeJob(v); err == nil {
+					s.OldestPendingAge = max(now.Sub(unixNano(max(rec.EnqueuedAt, rec.RunAt))), 0)
+				}
+			}
+		}
+		return nil
+	})
+	return s, err
+}
+
+func (l *local) queues(ctx context.Context) ([]string, error) {
+	var names []string
+	err := l.eng.View(ctx, func(*engine.Reader) error {
+		for name := range l.ix.queues {
+			names = append(names, name)
+		}
+		return nil
+	})
+	sort.Strings(names)
+	return names, err
+}
+
+func (l *local) getJob(ctx context.Context, id string) (*Job, error) {
+	for attempt := 0; ; attempt++ {
+		var rec *jobRec
+		var enc []byte
+		err := l.eng.View(ctx, func(r *engine.Reader) error {
+			v, ok := r.Get(jobSpace + id)
+			if !ok {
+				return ErrJobNotFound
+			}
+			var err error
+			rec, err = decodeJob(v)
+			enc, _ = r.Get(payloadSpace + id)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		j := rec.toJob(id, l.now())
+		if enc != nil {
+			j.Payload, err = l.resolve(ctx, enc)
+			if errors.Is(err, objstore.ErrNotFound) && attempt < 5 {
+				continue
+			}
+		}
+		return j, err
+	}
+}
+
+// deadJobs lists a queue's dead jobs, oldest death first, a page at a time.
+// The cursor is opaque ("<unix ns>:<id>" of the last item returned).
+func (l *local) deadJobs(ctx context.Context, queue, after string, limit int) ([]*Job, string, error) {
+	pivot := timeItem{}
+	if after != "" {
+		at, id, ok := strings.Cut(after, ":")
+		n, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil {
+			return nil, "", fmt.Errorf("%w: bad page cursor %q", ErrInvalidCursor, after)
+		}
+		pivot = timeItem{at: n, id: id + "\x00"} // strictly after (n, id)
+	}
+	var items []timeItem
+	more := false
+	err := l.eng.View(ctx, func(*engine.Reader) error {
+		qi := l.ix.queues[queue]
+		if qi == nil {
+			return nil
+		}
+		qi.dead.AscendGreaterOrEqual(pivot, func(it timeItem) bool {
+			if len(items) == limit {
+				more = true
+				return false
+			}
+			items = append(items, it)
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	jobs := make([]*Job, 0, len(items))
+	for _, it := range items {
+		j, err := l.getJob(ctx, it.id)
+		if errors.Is(err, ErrJobNotFound) {
+			continue // requeued or expired meanwhile
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		jobs = append(jobs, j)
+	}
+	next := ""
+	if more {
+		last := items[len(items)-1]
+		next = fmt.Sprintf("%d:%s", last.at, last.id)
+	}
+	return jobs, next, nil
+}
+
+// requeueDead makes a dead job pending again with a fresh attempt budget.
+func (l *local) requeueDead(ctx context.Context, id string) error {
+	now := l.now()
+	return l.eng.Update(ctx, func(tx *engine.Tx) error {
+		v, ok := tx.Get(jobSpace + id)
+		if !ok {
+			return ErrJobNotFound
+		}
+		rec, err := decodeJob(v)
+		if err != nil {
+			return err
+		}
+		if rec.State != stateDead {
+			return fmt.Errorf("%w: job %s", ErrNotDead, id)
+		}
+		if _, ok := tx.Get(payloadSpace + id); !ok {
+			tx.Put(payloadSpace+id, engine.Inline(nil))
+		}
+		rec.State, rec.Attempts, rec.RunAt, rec.UpdatedAt = statePending, 0, now.UnixNano(), now.UnixNano()
+		tx.Put(jobSpace+id, encodeJob(rec))
+		return nil
+	})
+}

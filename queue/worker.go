@@ -1,0 +1,175 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Handler processes one claimed job. Returning nil acknowledges it; an error
+// is a failed attempt (retried with backoff, dead-lettered at the attempt
+// limit), unless wrapped with Permanent, which dead-letters at once. The ctx
+// is cancelled when the claim is lost, the job is cancelled, or the drain
+// timeout of a stopping worker passes; context.Cause says which.
+type Handler func(ctx context.Context, job *Job) error
+
+// Permanent marks a handler error as not worth retrying: the job is
+// dead-lettered at once.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// ErrDrainTimeout is the context cause a handler sees when a stopping
+// worker's drain timeout passes.
+var ErrDrainTimeout = errors.New("queue: worker drain timed out")
+
+// WorkOptions configure Work.
+type WorkOptions struct {
+	// Concurrency is how many jobs run at once. Defaults to 1.
+	Concurrency int
+	// DrainTimeout bounds how long Work waits for running jobs after its ctx
+	// is done; then their contexts are cancelled (cause ErrDrainTimeout) and
+	// their claims released for another attempt. 0: wait for them.
+	DrainTimeout time.Duration
+}
+
+// Work runs h over the named queue until ctx is done, then stops claiming,
+// waits for running jobs (see WorkOptions.DrainTimeout) and returns nil. It
+// returns early with an error only if the store fails (ErrFenced, ...).
+// Leases of long jobs are renewed automatically; a panic in h is a failed
+// attempt whose error carries the panic message.
+func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOptions) error {
+	n := max(opts.Concurrency, 1)
+	slots := make(chan struct{}, n)
+	for i := 0; i < n; i++ {
+		slots <- struct{}{}
+	}
+	// Jobs run on a context that outlives ctx until the drain ends.
+	jobBase, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopJobs(context.Canceled)
+	var wg sync.WaitGroup
+	var runErr error
+	for ctx.Err() == nil {
+		select {
+		case <-slots:
+		case <-ctx.Done():
+			continue
+		}
+		free := 1
+	fill:
+		for free < n {
+			select {
+			case <-slots:
+				free++
+			default:
+				break fill
+			}
+		}
+		jobs, err := q.ClaimWait(ctx, queue, free)
+		if err != nil {
+			for i := 0; i < free; i++ {
+				slots <- struct{}{}
+			}
+			if ctx.Err() == nil {
+				runErr = err
+				break
+			}
+			continue
+		}
+		for i := len(jobs); i < free; i++ {
+			slots <- struct{}{}
+		}
+		for _, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { slots <- struct{}{} }()
+				q.runJob(jobBase, j, h)
+			}()
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	if opts.DrainTimeout > 0 {
+		t := time.NewTimer(opts.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			stopJobs(ErrDrainTimeout)
+			<-done
+		}
+	} else {
+		<-done
+	}
+	return runErr
+}
+
+// runJob runs one job with lease renewal and settles it.
+func (q *Queue) runJob(base context.Context, j *Job, h Handler) {
+	jctx, stop := q.ClaimContext(base, j)
+	defer stop()
+	lease := q.opts.config(j.Queue).Lease
+	renewDone := make(chan struct{})
+	go func() {
+		t := time.NewTicker(max(lease/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if q.Renew(j) != nil {
+					return // lost: ClaimContext cancels the handler
+				}
+			case <-renewDone:
+				return
+			}
+		}
+	}()
+	err := callHandler(jctx, j, h)
+	close(renewDone)
+	settle := context.WithoutCancel(base)
+	cause := context.Cause(jctx)
+	switch {
+	case IsClaimLost(cause):
+		return // the reaper or a settle elsewhere owns the job now
+	case errors.Is(cause, ErrJobCancelled) || j.CancelRequested:
+		err = q.Ack(settle, j) // cancelled: the job is finished
+	case errors.Is(cause, ErrDrainTimeout):
+		err = q.Nack(settle, j, ErrDrainTimeout, time.Nanosecond)
+	case err == nil:
+		err = q.Ack(settle, j)
+	case IsPermanent(err):
+		err = q.DeadLetter(settle, j, err.Error())
+	default:
+		err = q.Nack(settle, j, err, 0)
+	}
+	if err != nil && !IsClaimLost(err) {
+		q.opts.logf("stepwell: settling job %s failed: %v", j.ID, err)
+	}
+}
+
+func callHandler(ctx context.Context, j *Job, h Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h(ctx, j)
+}
