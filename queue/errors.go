@@ -27,6 +27,9 @@ var (
 	// ErrInvalidURL: the store URL is malformed, relative, or of an unknown
 	// scheme. Not retryable.
 	ErrInvalidURL = objstore.ErrInvalidURL
+	// ErrReadOnly: a write through a Queue opened WithReadOnly. Not
+	// retryable on that Queue.
+	ErrReadOnly = fmt.Errorf("queue: %w", engine.ErrReadOnly)
 	// ErrKeyNotFound: Get found no value for the key.
 	ErrKeyNotFound = errors.New("queue: key not found")
 	// ErrEmptyKey: a KV key was empty. Not retryable.
@@ -84,8 +87,10 @@ func mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrStoreLocked), errors.Is(err, ErrFenced), errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrStoreLocked), errors.Is(err, ErrFenced), errors.Is(err, ErrClosed), errors.Is(err, ErrReadOnly):
 		return err
+	case errors.Is(err, engine.ErrReadOnly):
+		return ErrReadOnly
 	case errors.Is(err, engine.ErrLocked):
 		return fmt.Errorf("%w (%v)", ErrStoreLocked, err)
 	case errors.Is(err, engine.ErrFenced):

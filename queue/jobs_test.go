@@ -408,3 +408,50 @@ func TestDeadJobsPaging(t *testing.T) {
 		t.Fatalf("bad cursor: %v", err)
 	}
 }
+
+func TestReadOnlyReader(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openT(t, url, WithSnapshotThreshold(1<<20, 5))
+	w.Put(t0ctx, []byte("k"), []byte("1"))
+	mustEnqueue(t, w, "q", "a", EnqueueOptions{})
+	before := w.StorageStats()
+	r := openT(t, url, WithReadOnly())
+	if v, err := r.Get(t0ctx, []byte("k")); err != nil || string(v) != "1" {
+		t.Fatalf("reader Get = %q, %v", v, err)
+	}
+	if s, _ := r.Stats(t0ctx, "q"); s.Pending != 1 {
+		t.Fatalf("reader stats: %+v", s)
+	}
+	if err := r.Put(t0ctx, []byte("k"), []byte("2")); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("reader Put = %v, want ErrReadOnly", err)
+	}
+	if _, err := r.Claim(t0ctx, "q"); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("reader Claim = %v, want ErrReadOnly", err)
+	}
+	// The writer is not fenced by the reader and keeps going; enough
+	// commits that snapshots collect WAL objects the reader has not seen.
+	for i := 0; i < 30; i++ {
+		if err := w.Put(t0ctx, []byte(fmt.Sprint("n", i)), []byte("v")); err != nil {
+			t.Fatalf("writer after a reader opened: %v", err)
+		}
+	}
+	if w.StorageStats().Snapshots == before.Snapshots {
+		t.Fatal("test setup: no snapshot was written")
+	}
+	if _, err := r.Get(t0ctx, []byte("n29")); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("reader saw a write before Refresh: %v", err)
+	}
+	if err := r.Refresh(t0ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r.Get(t0ctx, []byte("n29")); err != nil || string(v) != "v" {
+		t.Fatalf("after Refresh Get = %q, %v", v, err)
+	}
+	w.Put(t0ctx, []byte("n30"), []byte("v"))
+	if err := r.Refresh(t0ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Get(t0ctx, []byte("n30")); err != nil {
+		t.Fatalf("incremental Refresh: %v", err)
+	}
+}

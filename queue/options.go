@@ -25,6 +25,7 @@ type options struct {
 	queues        map[string]QueueConfig
 	pollInterval  time.Duration
 	now           func() time.Time // injected clock (tests)
+	readOnly      bool
 }
 
 func defaultOptions() options {
@@ -162,6 +163,14 @@ func WithRetryBackoff(base, max time.Duration) Option {
 // stores, whose lock dies with its process.
 func WithTakeover() Option {
 	return func(o *options) error { o.takeover = true; return nil }
+}
+
+// WithReadOnly opens the store as a reader: it loads the state without
+// becoming the writer, writes nothing, and so never fences or blocks the
+// live writer (use it for the CLI and dashboards). Reads see the store as
+// of Open or the last Refresh; every write fails with ErrReadOnly.
+func WithReadOnly() Option {
+	return func(o *options) error { o.readOnly = true; return nil }
 }
 
 // WithHeartbeat sets how often a writer on a bucket store rewrites its owner

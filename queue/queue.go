@@ -42,6 +42,7 @@ type backend interface {
 	getJob(ctx context.Context, id string) (*Job, error)
 	deadJobs(ctx context.Context, queue, after string, limit int) ([]*Job, string, error)
 	requeueDead(ctx context.Context, id string) error
+	refresh(ctx context.Context) error
 	storageStats() StorageStats
 	err() error
 	close(ctx context.Context) error
@@ -91,6 +92,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.readOnly {
+		be, err := openLocal(ctx, rawURL, o)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		return &Queue{url: rawURL, opts: o, be: be, sh: &shared{be: be, refs: 1}}, nil
+	}
 	registry.Lock()
 	defer registry.Unlock()
 	if sh := registry.m[key]; sh != nil && sh.be.err() == nil && !o.takeover {
@@ -138,6 +146,15 @@ func (q *Queue) checkOpen() error {
 		return ErrClosed
 	}
 	return nil
+}
+
+// Refresh brings a Queue opened WithReadOnly up to date with what the
+// writer has committed since. On a writable Queue it does nothing.
+func (q *Queue) Refresh(ctx context.Context) error {
+	if err := q.checkOpen(); err != nil {
+		return err
+	}
+	return mapErr(q.be.refresh(ctx))
 }
 
 // Err returns why the store stopped working (ErrFenced, a WriteError), or nil
@@ -191,6 +208,15 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 	l := &local{counting: counting, opts: o, now: o.now, ix: newJobIndex(o.now),
 		leases: map[string]*lease{}, stop: make(chan struct{})}
 	l.nextToken.Store(uint64(time.Now().UnixNano()))
+	if o.readOnly {
+		eng, err := engine.OpenReadOnly(ctx, engine.Options{Bucket: counting, Logger: o.logger, Indexer: l.ix})
+		if err != nil {
+			_ = bucket.Close()
+			return nil, err
+		}
+		l.eng = eng
+		return l, nil
+	}
 	heartbeat := o.heartbeat
 	if u.Scheme == "mem" {
 		heartbeat = 0 // a memory store cannot be shared between processes
@@ -225,9 +251,18 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 
 func (l *local) err() error { return l.eng.Err() }
 
+func (l *local) refresh(ctx context.Context) error {
+	if !l.opts.readOnly {
+		return nil
+	}
+	return l.eng.Refresh(ctx)
+}
+
 func (l *local) close(ctx context.Context) error {
-	close(l.stop)
-	l.wg.Wait()
+	if !l.opts.readOnly {
+		close(l.stop)
+		l.wg.Wait()
+	}
 	err := l.eng.Close(ctx)
 	if errors.Is(err, engine.ErrClosed) {
 		return nil

@@ -128,6 +128,9 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func() 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if e.readOnly {
+		return nil, ErrReadOnly
+	}
 	e.mu.Lock()
 	if err := e.usableLocked(); err != nil {
 		e.mu.Unlock()

@@ -99,16 +99,17 @@ func newBatch() *batch { return &batch{done: make(chan struct{})} }
 // correctness argument.
 type Engine struct {
 	// Immutable after Open.
-	bucket objstore.Bucket
-	opts   Options
-	writer string // random identity of this open
-	epoch  uint64 // sequence number of this writer's open marker
-	log    *slog.Logger
-	bgCtx  context.Context
-	bgStop context.CancelFunc
-	kick   chan struct{} // wakes the committer; buffered 1
-	bg     sync.WaitGroup
-	loopWG sync.WaitGroup // the committer alone
+	bucket   objstore.Bucket
+	opts     Options
+	writer   string // random identity of this open
+	epoch    uint64 // sequence number of this writer's open marker
+	readOnly bool   // opened by OpenReadOnly: never writes
+	log      *slog.Logger
+	bgCtx    context.Context
+	bgStop   context.CancelFunc
+	kick     chan struct{} // wakes the committer; buffered 1
+	bg       sync.WaitGroup
+	loopWG   sync.WaitGroup // the committer alone
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -262,6 +263,9 @@ func (e *Engine) fail(err error) {
 // store free (bucket stores) and closes the bucket. It is safe to call more
 // than once.
 func (e *Engine) Close(ctx context.Context) error {
+	if e.readOnly {
+		return e.closeReadOnly()
+	}
 	e.mu.Lock()
 	if e.closing {
 		e.mu.Unlock()

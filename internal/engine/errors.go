@@ -15,6 +15,8 @@ var (
 	ErrLocked = errors.New("store is locked by another writer")
 	// ErrClosed means the engine was closed.
 	ErrClosed = errors.New("store is closed")
+	// ErrReadOnly means a write was attempted through a read-only engine.
+	ErrReadOnly = errors.New("store is open read-only")
 )
 
 // CorruptionError reports an object that failed validation. Never retryable:

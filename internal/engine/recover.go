@@ -85,19 +85,32 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	walSet := make(map[uint64]int64, len(walObjs))
+	var top uint64
+	for _, o := range walObjs {
+		if s, ok := parseSeqKey("wal/", o.Key); ok {
+			walSet[s] = o.Size
+			top = max(top, s)
+		}
+	}
+	for _, o := range snapObjs {
+		if s, ok := parseSeqKey("snap/", o.Key); ok {
+			top = max(top, s)
+		}
+	}
+	// A writer replays up to its marker; a reader up to the newest object
+	// listed (writers never leave gaps, so everything below it exists).
+	upper := e.epoch
+	if e.readOnly {
+		upper = top + 1
+	}
 	var snaps []uint64
 	for _, o := range snapObjs {
-		if s, ok := parseSeqKey("snap/", o.Key); ok && s < e.epoch {
+		if s, ok := parseSeqKey("snap/", o.Key); ok && s < upper {
 			snaps = append(snaps, s)
 		}
 	}
 	slices.Sort(snaps)
-	walSet := make(map[uint64]int64, len(walObjs))
-	for _, o := range walObjs {
-		if s, ok := parseSeqKey("wal/", o.Key); ok {
-			walSet[s] = o.Size
-		}
-	}
 
 	var base uint64
 	var snapErr error // the newest snapshot's corruption, if we fell back
@@ -127,7 +140,7 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 	}
 
 	// The WAL after the snapshot must be contiguous up to the marker.
-	for seq := base + 1; seq < e.epoch; seq++ {
+	for seq := base + 1; seq < upper; seq++ {
 		if _, ok := walSet[seq]; !ok {
 			if snapErr != nil {
 				return fmt.Errorf("%w (and the WAL it superseded is gone: %s missing)", snapErr, walKey(seq))
@@ -137,13 +150,13 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			} else if newer {
 				return errRaced
 			}
-			return &CorruptionError{Key: walKey(seq), Err: fmt.Errorf("%w: WAL object missing (the log has a gap before %s)", format.ErrCorrupt, walKey(e.epoch))}
+			return &CorruptionError{Key: walKey(seq), Err: fmt.Errorf("%w: WAL object missing (the log has a gap before %s)", format.ErrCorrupt, walKey(upper))}
 		}
 	}
 	var walBytes int64
 	const window = 64
-	for lo := base + 1; lo < e.epoch; lo += window {
-		hi := min(lo+window, e.epoch)
+	for lo := base + 1; lo < upper; lo += window {
+		hi := min(lo+window, upper)
 		batches := make([]*format.Batch, hi-lo)
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(16)
@@ -165,8 +178,9 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 		}
 	}
 	e.walBytes = walBytes
-	e.walObjects = int(e.epoch - base - 1)
+	e.walObjects = int(upper - base - 1)
 	e.stats.RecoveredWAL = e.walObjects
+	e.durable = upper - 1
 	return nil
 }
 
@@ -176,7 +190,7 @@ func (e *Engine) newerSnapshot(ctx context.Context, than uint64) (bool, error) {
 		return false, err
 	}
 	for _, o := range objs {
-		if s, ok := parseSeqKey("snap/", o.Key); ok && s > than && s < e.epoch {
+		if s, ok := parseSeqKey("snap/", o.Key); ok && s > than && (e.readOnly || s < e.epoch) {
 			return true, nil
 		}
 	}
