@@ -239,7 +239,7 @@ func (e *Engine) commitLoop() {
 		e.mu.Unlock()
 		if snap != nil {
 			e.bg.Add(1)
-			go e.writeSnapshot(b, snap)
+			go func() { _ = e.writeSnapshot(b, snap) }()
 		}
 
 		data, err := format.EncodeBatch(&format.Batch{

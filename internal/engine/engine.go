@@ -168,6 +168,10 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.loopWG.Add(1)
 	go e.commitLoop()
+	if err := e.pruneEpochs(ctx); err != nil {
+		e.Kill()
+		return nil, err
+	}
 	if e.opts.Heartbeat > 0 {
 		e.bg.Add(1)
 		go e.heartbeatLoop()
@@ -198,6 +202,8 @@ func (e *Engine) open1(ctx context.Context) error {
 	if err := e.recover(ctx); err != nil {
 		return err
 	}
+	// Recovery replays up to the marker; apply the marker's own mutation.
+	e.applyRecovered(markerMutation(epoch, e.writer))
 	e.nextSeq = epoch + 1
 	e.durable = epoch
 	e.stats.Batches = 1

@@ -59,6 +59,9 @@ func dump(t *testing.T, e *Engine) map[string]string {
 	m := map[string]string{}
 	if err := e.View(context.Background(), func(r *Reader) error {
 		r.Ascend("", "", func(k string, v []byte) bool {
+			if strings.HasPrefix(k, epochPrefix) {
+				return true // engine bookkeeping
+			}
 			d, err := Decode(v)
 			if err != nil {
 				t.Errorf("key %q: %v", k, err)
@@ -137,7 +140,12 @@ func (m *mirror) Apply(key string, old, new []byte) {
 func rawState(t *testing.T, e *Engine) map[string]string {
 	m := map[string]string{}
 	e.View(context.Background(), func(r *Reader) error {
-		r.Ascend("", "", func(k string, v []byte) bool { m[k] = string(v); return true })
+		r.Ascend("", "", func(k string, v []byte) bool {
+			if !strings.HasPrefix(k, epochPrefix) {
+				m[k] = string(v)
+			}
+			return true
+		})
 		return nil
 	})
 	return m
@@ -171,6 +179,11 @@ func TestRollbackAndIndexer(t *testing.T) {
 		}
 	}
 	state := rawState(t, e)
+	for k := range ix.m {
+		if strings.HasPrefix(k, epochPrefix) {
+			delete(ix.m, k)
+		}
+	}
 	if !maps.Equal(ix.m, state) {
 		t.Fatalf("indexer mirror diverged from the tree")
 	}
@@ -180,6 +193,11 @@ func TestRollbackAndIndexer(t *testing.T) {
 	ix2 := &mirror{}
 	e2 := mustOpen(t, Options{Bucket: reopen(), Indexer: ix2})
 	defer e2.Close(ctx)
+	for k := range ix2.m {
+		if strings.HasPrefix(k, epochPrefix) {
+			delete(ix2.m, k)
+		}
+	}
 	if !maps.Equal(ix2.m, state) || !maps.Equal(rawState(t, e2), state) {
 		t.Fatalf("state after replay differs")
 	}
@@ -215,6 +233,19 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// waitSnapshot waits for the background snapshot writer (Close would
+// cancel one in progress).
+func waitSnapshot(t *testing.T, e *Engine, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().Snapshots < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot after 10s (have %d, want %d)", e.Stats().Snapshots, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func countKeys(t *testing.T, b objstore.Bucket, prefix string) int {
 	objs, err := b.List(context.Background(), prefix)
 	if err != nil {
@@ -233,6 +264,15 @@ func TestSnapshotAndCollection(t *testing.T) {
 		v := fmt.Sprint(i)
 		put(t, e, k, v)
 		want[k] = v
+		if i%20 == 19 {
+			waitSnapshot(t, e, uint64(i/20+1))
+		}
+	}
+	// Snapshot the final state, so that collection leaves no WAL behind.
+	put(t, e, "last", "x")
+	want["last"] = "x"
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -244,15 +284,16 @@ func TestSnapshotAndCollection(t *testing.T) {
 	if n := countKeys(t, probe, "snap/"); n != 1 {
 		t.Errorf("%d snapshots left after collection, want 1", n)
 	}
-	if n := countKeys(t, probe, "wal/"); n > 12 {
-		t.Errorf("%d WAL objects left; collection did not delete superseded ones", n)
+	// Only the open marker stays (see TestStaleWriterCannotWriteIntoCollectedWAL).
+	if n := countKeys(t, probe, "wal/"); n != 1 {
+		t.Errorf("%d WAL objects left, want only the open marker", n)
 	}
 	e2 := mustOpen(t, Options{Bucket: probe})
 	defer e2.Close(ctx)
 	if got := dump(t, e2); !maps.Equal(got, want) {
 		t.Fatalf("state after reopen from snapshot differs: got %d keys want %d", len(got), len(want))
 	}
-	if e2.Stats().RecoveredWAL > 12 {
+	if e2.Stats().RecoveredWAL != 0 {
 		t.Errorf("replayed %d WAL objects; the snapshot was not used", e2.Stats().RecoveredWAL)
 	}
 }
@@ -343,6 +384,7 @@ func TestCorruptSnapshot(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		put(t, e, fmt.Sprint("k", i), "v")
 	}
+	waitSnapshot(t, e, 1)
 	e.Close(ctx)
 	probe := reopen()
 	snaps, _ := probe.List(ctx, "snap/")
@@ -426,4 +468,54 @@ func TestTakeoverFencesIdleWriterByHeartbeat(t *testing.T) {
 	// The new writer keeps working and was not itself fenced.
 	time.Sleep(5 * hb)
 	put(t, c, "k", "v")
+}
+
+// A replaced writer may be stalled just before writing its next sequence,
+// which is the new writer's open marker. Even after the new writer has
+// snapshotted and collected the WAL below, that write must still fail:
+// collection keeps marker objects.
+func TestStaleWriterCannotWriteIntoCollectedWAL(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	a := mustOpen(t, Options{Bucket: b})
+	put(t, a, "a", "1")
+	staleNext := a.nextSeq // the sequence a would write next
+	newer := mustOpen(t, Options{Bucket: reopen(), Takeover: true})
+	defer newer.Close(ctx)
+	if newer.Epoch() != staleNext {
+		t.Fatalf("new marker at %d, stale writer's next is %d", newer.Epoch(), staleNext)
+	}
+	for i := 0; i < 10; i++ {
+		put(t, newer, fmt.Sprint("n", i), "v")
+	}
+	if err := newer.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := format.EncodeBatch(&format.Batch{Seq: staleNext, Writer: a.Writer(), Epoch: a.Epoch(),
+		Muts: []format.Mutation{{Op: format.OpPut, Key: "lost", Value: Inline([]byte("x"))}}})
+	if err := a.writeCreateOnly(ctx, walKey(staleNext), stale); !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale writer's write into collected WAL = %v, want ErrFenced", err)
+	}
+	a.Kill()
+}
+
+func TestEpochsPruned(t *testing.T) {
+	ctx := context.Background()
+	_, reopen := memBucket(t)
+	for i := 0; i < keepEpochs+3; i++ {
+		e := mustOpen(t, Options{Bucket: reopen()})
+		if err := e.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := mustOpen(t, Options{Bucket: reopen()})
+	defer e.Close(ctx)
+	n := 0
+	e.View(ctx, func(r *Reader) error {
+		r.Ascend(epochPrefix, "", func(string, []byte) bool { n++; return true })
+		return nil
+	})
+	if n != keepEpochs {
+		t.Fatalf("%d epoch keys kept, want %d", n, keepEpochs)
+	}
 }

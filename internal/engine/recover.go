@@ -29,6 +29,7 @@ func (e *Engine) writeMarker(ctx context.Context) (uint64, error) {
 		seq := top + 1
 		data, err := format.EncodeBatch(&format.Batch{
 			Seq: seq, Writer: e.writer, Epoch: seq, UnixNano: time.Now().UnixNano(), Marker: true,
+			Muts: []format.Mutation{markerMutation(seq, e.writer)},
 		})
 		if err != nil {
 			return 0, err
@@ -46,6 +47,22 @@ func (e *Engine) writeMarker(ctx context.Context) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: another writer keeps appending to the WAL", ErrLocked)
+}
+
+// Epoch keys record, in the state, the sequence of every writer's open
+// marker. Collection never deletes a marker's WAL object while its epoch key
+// exists: a replaced writer may still be about to write exactly that
+// sequence (its next one), and only the marker object standing there makes
+// that write fail. The newest keepEpochs markers are kept.
+const (
+	epochPrefix = "e/"
+	keepEpochs  = 64
+)
+
+func epochKey(seq uint64) string { return fmt.Sprintf("%s%020d", epochPrefix, seq) }
+
+func markerMutation(seq uint64, writer string) format.Mutation {
+	return format.Mutation{Op: format.OpPut, Key: epochKey(seq), Value: Inline([]byte(writer))}
 }
 
 // topSeq returns the highest sequence named by any WAL object or snapshot.

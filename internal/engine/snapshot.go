@@ -36,12 +36,39 @@ func (e *Engine) maybeSnapshotLocked(b *batch) *btree.BTreeG[item] {
 	return e.tree.Clone()
 }
 
-// ForceSnapshot makes the next sealed batch trigger a snapshot. For tests and
-// operators.
-func (e *Engine) ForceSnapshot() {
-	e.mu.Lock()
-	e.walObjects = e.opts.SnapshotMaxObjects
-	e.mu.Unlock()
+// Snapshot writes a snapshot of the current durable state now and collects
+// what it supersedes, returning once both are done. For operators and tests.
+func (e *Engine) Snapshot(ctx context.Context) error {
+	if e.readOnly {
+		return ErrReadOnly
+	}
+	for {
+		e.mu.Lock()
+		if err := e.usableLocked(); err != nil {
+			e.mu.Unlock()
+			return err
+		}
+		pending := e.pendingLocked()
+		if e.snapActive || pending != nil {
+			e.mu.Unlock()
+			if pending != nil {
+				if err := waitBatch(ctx, pending); err != nil {
+					return err
+				}
+			} else if err := sleepBackoff(ctx, 0); err != nil {
+				return err
+			}
+			continue
+		}
+		// Quiescent: the tree is exactly the durable state.
+		e.snapActive = true
+		tree, seq := e.tree.Clone(), e.durable
+		e.mu.Unlock()
+		e.bg.Add(1)
+		done := &batch{seq: seq, done: make(chan struct{})}
+		close(done.done)
+		return e.writeSnapshot(done, tree)
+	}
 }
 
 // writeSnapshot writes snap/<b.seq> from tree once b is durable, then deletes
@@ -51,7 +78,7 @@ func (e *Engine) ForceSnapshot() {
 // only after it exists are older objects deleted; a crash at any point
 // leaves either the old snapshot with its full WAL tail, or the new snapshot
 // (plus leftovers that recovery ignores and the next collection deletes).
-func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) {
+func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 	defer e.bg.Done()
 	ok := false
 	var walBytes int64
@@ -73,7 +100,7 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) {
 
 	ctx := e.bgCtx
 	if err := waitBatch(ctx, b); err != nil {
-		return
+		return err
 	}
 	key := snapKey(b.seq)
 	size, err := e.encodeSnapshot(ctx, key, b.seq, tree)
@@ -81,7 +108,7 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) {
 		if ctx.Err() == nil {
 			e.log.Error("stepwell: writing snapshot failed; will retry", "key", key, "err", err)
 		}
-		return
+		return err
 	}
 	ok = true
 	e.mu.Lock()
@@ -89,6 +116,7 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) {
 	e.stats.Snapshots++
 	e.mu.Unlock()
 	e.collect(ctx, b.seq)
+	return nil
 }
 
 func (e *Engine) encodeSnapshot(ctx context.Context, key string, seq uint64, tree *btree.BTreeG[item]) (int64, error) {
@@ -137,7 +165,7 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 		for s := from + 1; s <= seq; s++ {
 			doomed = append(doomed, walKey(s))
 		}
-		doomed = append(doomed, snapKey(prevSnap))
+		doomed = append(e.withoutMarkers(doomed), snapKey(prevSnap))
 		e.deleteKeys(ctx, doomed)
 		return
 	}
@@ -160,7 +188,39 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 			}
 		}
 	}
-	e.deleteKeys(ctx, doomed)
+	e.deleteKeys(ctx, e.withoutMarkers(doomed))
+}
+
+// withoutMarkers drops the WAL keys of open markers that must be kept (see
+// epochPrefix).
+func (e *Engine) withoutMarkers(keys []string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := keys[:0]
+	for _, k := range keys {
+		if s, ok := parseSeqKey("wal/", k); ok && e.tree.Has(item{key: epochKey(s)}) {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// pruneEpochs forgets all but the newest keepEpochs open markers, letting
+// collection delete their WAL objects.
+func (e *Engine) pruneEpochs(ctx context.Context) error {
+	return e.Update(ctx, func(tx *Tx) error {
+		var keys []string
+		tx.Ascend(epochPrefix, "", func(k string, _ []byte) bool {
+			keys = append(keys, k)
+			return true
+		})
+		for len(keys) > keepEpochs {
+			tx.Delete(keys[0])
+			keys = keys[1:]
+		}
+		return nil
+	})
 }
 
 func (e *Engine) deleteKeys(ctx context.Context, keys []string) {
