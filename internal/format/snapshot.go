@@ -14,7 +14,7 @@ import (
 // SnapshotMeta is the first frame of a snapshot.
 type SnapshotMeta struct {
 	_msgpack struct{} `msgpack:",as_array"`
-	Seq      uint64 // the state includes every batch up to and including Seq
+	Seq      uint64   // the state includes every batch up to and including Seq
 	Writer   string
 	Epoch    uint64
 	UnixNano int64
@@ -30,7 +30,7 @@ type Entry struct {
 // SnapshotEnd is the last frame of a snapshot.
 type SnapshotEnd struct {
 	_msgpack struct{} `msgpack:",as_array"`
-	End      bool // always true; distinguishes the end frame from an entry frame
+	End      bool     // always true; distinguishes the end frame from an entry frame
 	Count    uint64
 }
 
