@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -80,9 +81,12 @@ func (qi *queueIndex) wake() {
 }
 
 type jobIndex struct {
-	now      func() time.Time
-	queues   map[string]*queueIndex
-	dedup    map[string]string // queue + "\x00" + key -> job id, while pending
+	now    func() time.Time
+	queues map[string]*queueIndex
+	// dedup maps queue + "\x00" + key to the pending jobs holding it, oldest
+	// first. Usually one; several when a job with the key is enqueued while
+	// another is claimed and that one is then retried or requeued.
+	dedup    map[string][]string
 	maxOrder uint64
 	// corrupt records the first undecodable job record seen (reported by
 	// Open; the engine's checksums make this a bug, not bit rot).
@@ -97,7 +101,7 @@ func newJobIndex(now func() time.Time) *jobIndex {
 
 func (ix *jobIndex) Reset() {
 	ix.queues = map[string]*queueIndex{}
-	ix.dedup = map[string]string{}
+	ix.dedup = map[string][]string{}
 	ix.maxOrder = 0
 	ix.corrupt = nil
 }
@@ -146,7 +150,8 @@ func (ix *jobIndex) add(id string, r *jobRec) {
 		}
 		qi.wake()
 		if r.DedupKey != "" {
-			ix.dedup[dedupKey(r.Queue, r.DedupKey)] = id
+			k := dedupKey(r.Queue, r.DedupKey)
+			ix.dedup[k] = append(ix.dedup[k], id)
 		}
 	case stateClaimed:
 		qi.claimed[id] = struct{}{}
@@ -166,8 +171,14 @@ func (ix *jobIndex) remove(id string, r *jobRec) {
 		if _, ok := qi.ready.Delete(readyItem{prio: r.Priority, order: r.Order}); !ok {
 			qi.sched.Delete(schedItem{runAt: r.RunAt, order: r.Order})
 		}
-		if r.DedupKey != "" && ix.dedup[dedupKey(r.Queue, r.DedupKey)] == id {
-			delete(ix.dedup, dedupKey(r.Queue, r.DedupKey))
+		if r.DedupKey != "" {
+			k := dedupKey(r.Queue, r.DedupKey)
+			ids := slices.DeleteFunc(ix.dedup[k], func(x string) bool { return x == id })
+			if len(ids) == 0 {
+				delete(ix.dedup, k)
+			} else {
+				ix.dedup[k] = ids
+			}
 		}
 	case stateClaimed:
 		delete(qi.claimed, id)

@@ -435,6 +435,10 @@ func TestReadOnlyReader(t *testing.T) {
 			t.Fatalf("writer after a reader opened: %v", err)
 		}
 	}
+	// Snapshot now: collection then deletes WAL objects the reader has not read.
+	if err := w.be.(*local).eng.Snapshot(t0ctx); err != nil {
+		t.Fatal(err)
+	}
 	if w.StorageStats().Snapshots == before.Snapshots {
 		t.Fatal("test setup: no snapshot was written")
 	}

@@ -76,6 +76,19 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 				var f func()
 				f, err = l.settleTx(tx, op, o, now)
 				after = append(after, f)
+			case opRequireJob:
+				v, ok := tx.Get(jobSpace + op.JobID)
+				var st State
+				if ok {
+					rec, err := decodeJob(v)
+					if err != nil {
+						return err
+					}
+					st = rec.toJob(op.JobID, now).State
+				}
+				if !ok || op.MaxAttempts&(1<<st) == 0 {
+					return &ConditionFailedError{Key: []byte(jobSpace + op.JobID)}
+				}
 			case opCancelJob:
 				var c CancelOutcome
 				var f func()
@@ -147,8 +160,8 @@ func resolveTime(t int64, now time.Time) int64 {
 // REQUIRES: inside an engine transaction.
 func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o options, now time.Time) EnqueueResult {
 	if op.DedupKey != "" {
-		if existing, ok := l.ix.dedup[dedupKey(op.Queue, op.DedupKey)]; ok {
-			return EnqueueResult{JobID: existing, Duplicate: true}
+		if holders := l.ix.dedup[dedupKey(op.Queue, op.DedupKey)]; len(holders) > 0 {
+			return EnqueueResult{JobID: holders[0], Duplicate: true}
 		}
 	}
 	cfg := o.config(op.Queue)

@@ -24,6 +24,7 @@ const (
 	opNack
 	opDeadLetter
 	opCancelJob
+	opRequireJob
 )
 
 // txnOp is the serializable form of one transaction operation: a remote
@@ -129,6 +130,19 @@ func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
 // in TxnResult.Cancelled, in order.
 func (t *Txn) CancelJob(id string) *Txn {
 	t.ops = append(t.ops, txnOp{Kind: opCancelJob, JobID: id})
+	return t
+}
+
+// RequireJobState makes the transaction fail with a *ConditionFailedError
+// (changing nothing) unless the job exists and is in one of the given
+// states. It lets a transaction act on what it read of a job, such as
+// removing a pending step, without racing a claim.
+func (t *Txn) RequireJobState(id string, states ...State) *Txn {
+	var mask uint32
+	for _, s := range states {
+		mask |= 1 << s
+	}
+	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, MaxAttempts: mask})
 	return t
 }
 

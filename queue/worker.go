@@ -48,6 +48,12 @@ type WorkOptions struct {
 	// is done; then their contexts are cancelled (cause ErrDrainTimeout) and
 	// their claims released for another attempt. 0: wait for them.
 	DrainTimeout time.Duration
+	// ManualSettle leaves settlement to the handler, which commits its own
+	// transaction (Ack, Nack, DeadLetter with other changes). Work then
+	// settles only a job whose handler panicked (Nack) or was stopped by the
+	// drain timeout (released for another attempt), if the handler has not
+	// settled it. Defaults to false.
+	ManualSettle bool
 }
 
 // Work runs h over the named queue until ctx is done, then stops claiming,
@@ -101,7 +107,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 			go func() {
 				defer wg.Done()
 				defer func() { slots <- struct{}{} }()
-				q.runJob(jobBase, j, h)
+				q.runJob(jobBase, j, h, opts.ManualSettle)
 			}()
 		}
 	}
@@ -123,7 +129,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 }
 
 // runJob runs one job with lease renewal and settles it.
-func (q *Queue) runJob(base context.Context, j *Job, h Handler) {
+func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
 	jctx, stop := q.ClaimContext(base, j)
 	defer stop()
 	lease := q.opts.config(j.Queue).Lease
@@ -146,9 +152,16 @@ func (q *Queue) runJob(base context.Context, j *Job, h Handler) {
 	close(renewDone)
 	settle := context.WithoutCancel(base)
 	cause := context.Cause(jctx)
+	var panicked *panicError
 	switch {
 	case IsClaimLost(cause):
 		return // the reaper or a settle elsewhere owns the job now
+	case manual && errors.Is(cause, ErrDrainTimeout):
+		err = q.Nack(settle, j, ErrDrainTimeout, time.Nanosecond)
+	case manual && errors.As(err, &panicked):
+		err = q.Nack(settle, j, err, 0)
+	case manual:
+		return
 	case errors.Is(cause, ErrJobCancelled) || j.CancelRequested:
 		err = q.Ack(settle, j) // cancelled: the job is finished
 	case errors.Is(cause, ErrDrainTimeout):
@@ -165,10 +178,18 @@ func (q *Queue) runJob(base context.Context, j *Job, h Handler) {
 	}
 }
 
+// panicError is a recovered handler panic.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n%s", e.value, e.stack) }
+
 func callHandler(ctx context.Context, j *Job, h Handler) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+			err = &panicError{value: r, stack: debug.Stack()}
 		}
 	}()
 	return h(ctx, j)

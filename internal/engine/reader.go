@@ -54,7 +54,15 @@ func (e *Engine) Refresh(ctx context.Context) error {
 		}
 	}
 	slices.Sort(seqs)
-	contiguous := len(seqs) == 0 || seqs[0] == from
+	if len(seqs) == 0 {
+		// Nothing new in the WAL, unless collection deleted it all after a
+		// snapshot newer than our state.
+		newer, err := e.newerSnapshot(ctx, from-1)
+		if err != nil || !newer {
+			return err
+		}
+	}
+	contiguous := len(seqs) > 0 && seqs[0] == from
 	for i := 1; contiguous && i < len(seqs); i++ {
 		contiguous = seqs[i] == seqs[i-1]+1
 	}

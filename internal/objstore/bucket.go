@@ -1,0 +1,100 @@
+package objstore
+
+import (
+	"context"
+	"io"
+)
+
+// Bucket is the narrow object-store interface the engine is written against.
+// Every implementation must make Put and NewWriter objects appear atomically
+// (a reader sees the whole object or none of it), and must make IfNotExist
+// writes atomic against concurrent writers, in this process and in others.
+//
+// Keys are slash-separated relative names ("wal/00000000000000000001"); see
+// the package documentation for the exact rules. A Bucket opened with a
+// prefix applies it transparently: keys passed to and returned from a Bucket
+// never include the prefix.
+//
+// A Bucket is safe for concurrent use by multiple goroutines. Every error it
+// returns is an *OpError naming the operation and key, and wraps one of the
+// package's sentinel errors where one applies; see IsRetryable for which
+// failures a retry can fix.
+type Bucket interface {
+	// Get returns the whole object. A missing key is ErrNotFound.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// NewReader streams an object. A missing key is ErrNotFound.
+	NewReader(ctx context.Context, key string) (io.ReadCloser, error)
+	// Put writes an object in one request. With ifNotExist set the write
+	// fails with ErrExists if the key already exists, atomically.
+	Put(ctx context.Context, key string, data []byte, ifNotExist bool) error
+	// NewWriter streams an object that becomes visible atomically when
+	// Close returns nil. Abort discards it. With ifNotExist set, Close fails
+	// with ErrExists if the key already exists.
+	NewWriter(ctx context.Context, key string, ifNotExist bool) (Writer, error)
+	// Delete removes an object. Deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// List returns every object whose key starts with prefix, sorted by key.
+	List(ctx context.Context, prefix string) ([]ObjectInfo, error)
+	// Close releases the bucket (and any lock it holds). Operations after
+	// Close fail with ErrClosed; a second Close returns nil.
+	Close() error
+}
+
+// Writer is a streaming upload; see Bucket.NewWriter. A Writer is not safe
+// for concurrent use.
+type Writer interface {
+	io.Writer
+	// Close commits the object. After an error nothing may be assumed
+	// about whether the object was written, unless the error is ErrExists
+	// (see IsRetryable and the package documentation on ambiguous writes).
+	Close() error
+	// Abort discards the upload; the object is not created. Abort after
+	// Close (successful or not) does nothing and returns nil, so
+	// `defer w.Abort()` is a safe pattern.
+	Abort() error
+}
+
+// ObjectInfo describes one listed object.
+type ObjectInfo struct {
+	// Key is the object's key, without the bucket's prefix.
+	Key string
+	// Size is the object's length in bytes.
+	Size int64
+}
+
+// Locker is implemented by buckets that can hold an exclusive,
+// process-lifetime lock on the store (the local-disk driver: flock on the
+// store directory). The engine uses it instead of a heartbeat object.
+//
+// Wrappers (Counting, the objstoretest fault injector) do not implement
+// Locker themselves; find the lock of a possibly wrapped bucket with
+// AsLocker, never with a type assertion.
+type Locker interface {
+	// Lock takes the lock without blocking. If another process (or another
+	// Bucket in this process) holds it, Lock returns ErrLocked. The lock is
+	// released by Close and when the process dies. Calling Lock again on a
+	// Bucket that already holds the lock returns nil.
+	Lock() error
+}
+
+// AsLocker returns the Locker of b, looking through wrappers: a Bucket that
+// wraps another exposes it with a method
+//
+//	Unwrap() Bucket
+//
+// and AsLocker follows that chain until it finds a Bucket that implements
+// Locker. It reports false if no Bucket in the chain does (memory and cloud
+// buckets).
+func AsLocker(b Bucket) (Locker, bool) {
+	for b != nil {
+		if l, ok := b.(Locker); ok {
+			return l, true
+		}
+		u, ok := b.(interface{ Unwrap() Bucket })
+		if !ok {
+			return nil, false
+		}
+		b = u.Unwrap()
+	}
+	return nil, false
+}

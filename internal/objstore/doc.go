@@ -1,0 +1,132 @@
+// Package objstore is the narrow object-store layer the storage engine is
+// written against: get, put (optionally create-only), streaming read and
+// write, delete and list, over a bucket named by a URL. It exists so that
+// the engine depends on seven methods with exact semantics instead of on a
+// cloud SDK, and so that local disk gets a driver that is really durable.
+//
+// # URLs
+//
+// Open and Canonical accept:
+//
+//	mem://NAME[?prefix=P/]
+//	file:///ABSOLUTE/DIR        (also file://localhost/ABSOLUTE/DIR, file:/ABSOLUTE/DIR)
+//	s3://BUCKET[?prefix=P/&region=R&endpoint=URL&use_path_style=true...]
+//	gs://BUCKET[?prefix=P/...]
+//	azblob://CONTAINER[?prefix=P/...]
+//
+// mem:// stores live in process memory (gocloud memblob) in a registry by
+// NAME: every Open of a NAME sees the same objects, also after another
+// handle was closed, until the process exits. NAME is required. They do
+// not implement Locker.
+//
+// file:// stores are directories on a local file system, written by this
+// package's own driver (below). The path must be absolute; file://rel/dir
+// (which names host "rel"), file:rel and query parameters are rejected.
+// The directory is created if missing. Linux and macOS only.
+//
+// s3://, gs:// and azblob:// go through gocloud.dev/blob's URL openers
+// (v0.47) and accept their query parameters; parameters outside these
+// lists are rejected:
+//
+//   - all: prefix (a key prefix, which must end in '/'; keys passed to and
+//     from the Bucket never include it).
+//   - s3: region, endpoint, use_path_style (or s3ForcePathStyle),
+//     disable_https, profile, anonymous, role, hostname_immutable,
+//     dualstack, fips, accelerate, rate_limiter_capacity, ssetype,
+//     kmskeyid, request_checksum_calculation,
+//     response_checksum_validation, awssdk. Credentials come from the
+//     usual AWS environment and files. For MinIO and other S3-compatible
+//     servers: s3://BUCKET?endpoint=http://127.0.0.1:9000&region=us-east-1&use_path_style=true.
+//   - gs: anonymous, access_id, private_key_path, universe_domain, grpc,
+//     zonal. Credentials are Application Default Credentials; with
+//     STORAGE_EMULATOR_HOST set, the emulator is used without credentials.
+//   - azblob: storage_account, domain, protocol, cdn, localemu.
+//     Credentials come from the AZURE_STORAGE_* environment variables.
+//
+// A path in a cloud URL (s3://bucket/dir) is rejected rather than ignored:
+// use prefix=dir/. Any URL problem is an error wrapping ErrInvalidURL.
+//
+// # Keys
+//
+// Keys are slash-separated relative names of at most 900 bytes of valid
+// UTF-8, without control characters or backslashes, whose segments are
+// non-empty, at most 255 bytes, and neither "." nor "..". Keys starting
+// with '.' are reserved for drivers (the file driver keeps its lock and
+// temporary files there). Any operation on a key breaking these rules fails
+// with ErrInvalidKey, on every driver, so that code tested on mem:// works
+// on file://. List takes any prefix.
+//
+// # Guarantees
+//
+// On every driver:
+//
+//   - Put and Writer.Close make an object appear atomically: readers and
+//     List see the old state or the whole new object.
+//   - A create-only write (ifNotExist) is atomic against every other
+//     writer, in this process and in others: of several racing create-only
+//     writes of one key exactly one succeeds, the rest get ErrExists and
+//     change nothing. This is what the engine's fencing rests on.
+//   - A successful Put, Writer.Close or Delete is durable: it survives a
+//     crash of the process or the machine (mem:// stores survive neither).
+//   - Reads and List after a successful write see it (S3, GCS and Azure
+//     are strongly consistent for this).
+//
+// # Ambiguous writes
+//
+// When Put or Writer.Close fails with a retryable error (IsRetryable), the
+// object may or may not have been written: the request may have reached the
+// service and only its answer been lost. The same holds for context
+// cancellation during a write. Cloud SDKs also retry internally, so a
+// create-only write can fail with ErrExists because its own earlier attempt
+// succeeded. A caller that must know reads the object back and compares it
+// with what it sent.
+//
+// # The file driver
+//
+// gocloud's fileblob neither fsyncs nor makes create-only writes atomic
+// across processes, so file:// stores use this package's driver. The store
+// directory holds:
+//
+//	<dir>/.lock      flock(2) target of Lock; holds the pid of the last holder
+//	<dir>/.tmp/      staging files of writes in progress
+//	<dir>/KEY        one regular file per object ("wal/0001" -> <dir>/wal/0001)
+//
+// A write creates a file in .tmp, writes and fsyncs it, then publishes it:
+// a create-only write with link(2), which fails with EEXIST if the name
+// exists (ErrExists), atomically across processes, and then unlinks the
+// temporary name; any other write with rename(2), which atomically
+// replaces. Finally it fsyncs the object's directory, making the new name
+// durable. Directories for key prefixes ("wal/") are created on demand and
+// fsynced into their parents. Delete is unlink(2) followed by an fsync of
+// the directory. Directories are never removed.
+//
+// Lock takes flock(LOCK_EX|LOCK_NB) on .lock. The lock belongs to the open
+// file, so it excludes other processes and other Buckets of this process
+// alike (ErrLocked); Close releases it, and so does process death. Having
+// taken the lock, Lock deletes everything in .tmp: staging files of
+// writers that crashed.
+//
+// Caveats: a key and a key prefix ending at a '/' cannot coexist ("a" and
+// "a/b": "a" would have to be a file and a directory); the second write
+// fails with ErrInvalidKey. flock is unreliable on network file systems
+// (NFS, SMB); use a local file system. Files are created with mode 0600
+// and directories 0700. Only the lock holder should write: a Lock in
+// another process deletes the staging files of writes in progress, which
+// then fail (without writing anything).
+//
+// # Cloud caveats
+//
+// gocloud's GCS driver reports HTTP 403 as NotFound (GCS answers 403 for
+// objects in buckets the caller cannot list), so a permission problem on
+// GCS surfaces as ErrNotFound. S3 answers 409 ConditionalRequestConflict
+// to create-only writes racing on one key; that is retryable, and a retry
+// gets ErrExists or succeeds. A large streamed write may be a multipart
+// upload; it is still atomic and still create-only.
+//
+// # Wrappers
+//
+// Counting counts requests by kind (for cost accounting and request-count
+// tests). Package objstoretest has a fault-injecting wrapper and the
+// conformance suite every driver passes. Wrappers expose the bucket they
+// wrap with an Unwrap() Bucket method; AsLocker looks through them.
+package objstore

@@ -1,0 +1,472 @@
+package objstore
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Names inside a file store's directory. Keys cannot start with '.', so
+// these never collide with objects. Not to be changed: they are part of the
+// on-disk layout.
+const (
+	fileTmpDir   = ".tmp"  // staging area for objects being written
+	fileLockName = ".lock" // flock(2) target of Lock
+)
+
+// File modes for what the driver creates (before the umask).
+const (
+	fileDirMode  fs.FileMode = 0o700
+	fileLockMode fs.FileMode = 0o600
+)
+
+// fileBucket is the durable local-disk driver; see the package
+// documentation for its protocol and guarantees.
+type fileBucket struct {
+	// Immutable.
+	root string // cleaned absolute directory
+	tmp  string // root/.tmp
+
+	closed atomic.Bool
+
+	mu       sync.Mutex
+	lockFile *os.File // guarded by mu; non-nil while the lock is held
+}
+
+// openFile opens (creating if needed) the store directory.
+func openFile(loc *location) (Bucket, error) {
+	if !fileSupported {
+		return nil, opErr("open", loc.display, fmt.Errorf("file stores: %w on this platform", errors.ErrUnsupported))
+	}
+	f := &fileBucket{root: loc.name, tmp: filepath.Join(loc.name, fileTmpDir)}
+	if err := mkdirAllSync(f.tmp); err != nil {
+		return nil, opErr("open", loc.display, err)
+	}
+	return f, nil
+}
+
+// path maps a valid key to its file.
+func (f *fileBucket) path(key string) string {
+	return filepath.Join(f.root, filepath.FromSlash(key))
+}
+
+// check rejects use after Close, invalid keys and done contexts.
+func (f *fileBucket) check(ctx context.Context, op, key string) error {
+	if f.closed.Load() {
+		return opErr(op, key, ErrClosed)
+	}
+	if err := validateKey(key); err != nil {
+		return opErr(op, key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return opErr(op, key, err)
+	}
+	return nil
+}
+
+// notFound reports whether err from opening or reading key's path means
+// there is no object with that key.
+func notFound(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || isNotDir(err) || isDirErr(err)
+}
+
+// Get implements Bucket.
+func (f *fileBucket) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := f.check(ctx, "get", key); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(f.path(key))
+	if err != nil {
+		if notFound(err) {
+			err = ErrNotFound
+		}
+		return nil, opErr("get", key, err)
+	}
+	return data, nil
+}
+
+// NewReader implements Bucket.
+func (f *fileBucket) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := f.check(ctx, "get", key); err != nil {
+		return nil, err
+	}
+	file, err := os.Open(f.path(key))
+	if err == nil {
+		var fi fs.FileInfo
+		if fi, err = file.Stat(); err == nil && !fi.Mode().IsRegular() {
+			err = fs.ErrNotExist
+		}
+		if err != nil {
+			file.Close()
+		}
+	}
+	if err != nil {
+		if notFound(err) {
+			err = ErrNotFound
+		}
+		return nil, opErr("get", key, err)
+	}
+	return file, nil
+}
+
+// Put implements Bucket.
+func (f *fileBucket) Put(ctx context.Context, key string, data []byte, ifNotExist bool) error {
+	if err := f.check(ctx, "put", key); err != nil {
+		return err
+	}
+	tmp, err := f.createTemp()
+	if err != nil {
+		return opErr("put", key, err)
+	}
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = f.commit(tmp.Name(), key, ifNotExist)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return opErr("put", key, err)
+	}
+	return nil
+}
+
+// NewWriter implements Bucket. Data is staged in a temporary file and
+// committed like Put by Close.
+func (f *fileBucket) NewWriter(ctx context.Context, key string, ifNotExist bool) (Writer, error) {
+	if err := f.check(ctx, "put", key); err != nil {
+		return nil, err
+	}
+	tmp, err := f.createTemp()
+	if err != nil {
+		return nil, opErr("put", key, err)
+	}
+	return &fileWriter{
+		f: f, ctx: ctx, key: key, ifNotExist: ifNotExist,
+		tmp: tmp, buf: bufio.NewWriterSize(tmp, 64<<10),
+	}, nil
+}
+
+// createTemp creates a staging file in the temp directory, recreating the
+// directory if something removed it.
+func (f *fileBucket) createTemp() (*os.File, error) {
+	tmp, err := os.CreateTemp(f.tmp, "obj-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = mkdirAllSync(f.tmp); err == nil {
+			tmp, err = os.CreateTemp(f.tmp, "obj-*")
+		}
+	}
+	return tmp, err
+}
+
+// commit moves the synced temporary file tmp to key's path and syncs the
+// directory. Create-only commits use link(2), which fails if the name
+// exists, atomically across processes; others use rename(2), which
+// atomically replaces. Missing parent directories are created (and synced
+// into their parents) when the first attempt finds them absent. On success
+// tmp no longer exists.
+func (f *fileBucket) commit(tmp, key string, ifNotExist bool) error {
+	final := f.path(key)
+	dir := filepath.Dir(final)
+	place := func() error {
+		if ifNotExist {
+			return os.Link(tmp, final)
+		}
+		return os.Rename(tmp, final)
+	}
+	err := place()
+	if errors.Is(err, fs.ErrNotExist) || isNotDir(err) {
+		if mkErr := mkdirAllSync(dir); mkErr != nil {
+			if isNotDir(mkErr) || errors.Is(mkErr, fs.ErrExist) {
+				return fmt.Errorf("%w: a parent of %q is an object (file driver limitation)", ErrInvalidKey, key)
+			}
+			return mkErr
+		}
+		err = place()
+	}
+	if ifNotExist && err == nil {
+		// The object is committed; a leftover temp name is harmless and
+		// removed at the next Lock.
+		os.Remove(tmp)
+	}
+	if err != nil {
+		if fi, serr := os.Lstat(final); serr == nil && fi.IsDir() {
+			return fmt.Errorf("%w: %q is a directory of other keys (file driver limitation)", ErrInvalidKey, key)
+		}
+		if ifNotExist && errors.Is(err, fs.ErrExist) {
+			return ErrExists
+		}
+		return err
+	}
+	return syncDir(dir)
+}
+
+// Delete implements Bucket. The removal is durable when Delete returns.
+func (f *fileBucket) Delete(ctx context.Context, key string) error {
+	if err := f.check(ctx, "delete", key); err != nil {
+		return err
+	}
+	p := f.path(key)
+	if err := unlinkFile(p); err != nil {
+		if notFound(err) {
+			return nil
+		}
+		if fi, serr := os.Lstat(p); serr == nil && fi.IsDir() {
+			return nil // a directory of other keys, not an object
+		}
+		return opErr("delete", key, err)
+	}
+	if err := syncDir(filepath.Dir(p)); err != nil {
+		return opErr("delete", key, err)
+	}
+	return nil
+}
+
+// List implements Bucket. It walks only the directory named by prefix's
+// part up to its last '/', and skips the driver's own files.
+func (f *fileBucket) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
+	if f.closed.Load() {
+		return nil, opErr("list", prefix, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("list", prefix, err)
+	}
+	dirPart := prefix[:strings.LastIndexByte(prefix, '/')+1]
+	if dirPart != "" && validateKey(strings.TrimSuffix(dirPart, "/")) != nil {
+		return nil, nil // no valid key has this prefix
+	}
+	start := filepath.Join(f.root, filepath.FromSlash(dirPart))
+	var out []ObjectInfo
+	n := 0
+	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+		if n++; n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			if notFound(err) {
+				// The start directory is absent, or an entry vanished
+				// under a concurrent Delete.
+				return nil
+			}
+			return err
+		}
+		if p == f.root {
+			return nil
+		}
+		rel, err := filepath.Rel(f.root, p)
+		if err != nil {
+			return err
+		}
+		key := filepath.ToSlash(rel)
+		if key[0] == '.' {
+			// The driver's own files, and anything else no key can name.
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			// Descend only where keys with the prefix can be.
+			if !strings.HasPrefix(key+"/", prefix) && !strings.HasPrefix(prefix, key+"/") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() || !strings.HasPrefix(key, prefix) {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if notFound(err) {
+				return nil
+			}
+			return err
+		}
+		out = append(out, ObjectInfo{Key: key, Size: info.Size()})
+		return nil
+	})
+	if err != nil {
+		return nil, opErr("list", prefix, err)
+	}
+	// The walk's order is by name within each directory, which is not key
+	// order ("a.b" < "a/c", but directory "a" is walked before "a.b").
+	slices.SortFunc(out, func(a, b ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// Close implements Bucket. It releases the lock if held.
+func (f *fileBucket) Close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lockFile != nil {
+		err := f.lockFile.Close()
+		f.lockFile = nil
+		if err != nil {
+			return opErr("close", "", err)
+		}
+	}
+	return nil
+}
+
+// Lock implements Locker with flock(2) on the store's lock file. Having
+// taken the lock, it removes temporary files left by crashed writers: the
+// lock holder is the store's only writer.
+func (f *fileBucket) Lock() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed.Load() {
+		return opErr("lock", "", ErrClosed)
+	}
+	if f.lockFile != nil {
+		return nil
+	}
+	name := filepath.Join(f.root, fileLockName)
+	lf, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, fileLockMode)
+	if err != nil {
+		return opErr("lock", "", err)
+	}
+	if err := lockFile(lf); err != nil {
+		if errors.Is(err, ErrLocked) {
+			holder := make([]byte, 32)
+			n, _ := lf.ReadAt(holder, 0)
+			err = fmt.Errorf("%w: %s (pid of last holder: %s)", ErrLocked, name, strings.TrimSpace(string(holder[:n])))
+		}
+		lf.Close()
+		return opErr("lock", "", err)
+	}
+	// The pid is for the error message of the next contender only.
+	if err := lf.Truncate(0); err == nil {
+		lf.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	}
+	f.lockFile = lf
+	f.removeStaleTemps()
+	return nil
+}
+
+// removeStaleTemps empties the temp directory.
+// REQUIRES: the lock is held (so no other writer is staging files).
+func (f *fileBucket) removeStaleTemps() {
+	entries, err := os.ReadDir(f.tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		os.RemoveAll(filepath.Join(f.tmp, e.Name()))
+	}
+}
+
+// fileWriter streams into a temporary file; Close commits it.
+type fileWriter struct {
+	f          *fileBucket
+	ctx        context.Context
+	key        string
+	ifNotExist bool
+	tmp        *os.File
+	buf        *bufio.Writer
+	done       bool // Close or Abort was called
+	err        error
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	if w.done {
+		return 0, opErr("write", w.key, ErrClosed)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.buf.Write(p)
+	if err != nil {
+		w.err = opErr("write", w.key, err)
+		return n, w.err
+	}
+	return n, nil
+}
+
+func (w *fileWriter) Close() error {
+	if w.done {
+		return opErr("put", w.key, ErrClosed)
+	}
+	w.done = true
+	err := w.err
+	if err == nil {
+		err = w.ctx.Err()
+	}
+	if err == nil {
+		err = w.buf.Flush()
+	}
+	if err == nil {
+		err = w.tmp.Sync()
+	}
+	if cerr := w.tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && w.f.closed.Load() {
+		err = ErrClosed
+	}
+	if err == nil {
+		err = w.f.commit(w.tmp.Name(), w.key, w.ifNotExist)
+	}
+	if err != nil {
+		os.Remove(w.tmp.Name())
+		return opErr("put", w.key, err)
+	}
+	return nil
+}
+
+func (w *fileWriter) Abort() error {
+	if w.done {
+		return nil
+	}
+	w.done = true
+	w.tmp.Close()
+	os.Remove(w.tmp.Name())
+	return nil
+}
+
+// mkdirAllSync creates dir and any missing parents, syncing each parent
+// in which it created an entry, so that the new directories survive a
+// crash.
+func mkdirAllSync(dir string) error {
+	fi, err := os.Stat(dir)
+	if err == nil {
+		if !fi.IsDir() {
+			return &fs.PathError{Op: "mkdir", Path: dir, Err: errNotDir}
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirAllSync(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, fileDirMode); err != nil {
+		// Created concurrently? Then sync the parent too: the creator may
+		// not have yet.
+		if fi, serr := os.Stat(dir); !errors.Is(err, fs.ErrExist) || serr != nil || !fi.IsDir() {
+			return err
+		}
+	}
+	return syncDir(parent)
+}

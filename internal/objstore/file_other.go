@@ -1,0 +1,21 @@
+//go:build !linux && !darwin
+
+package objstore
+
+import (
+	"errors"
+	"os"
+)
+
+// fileSupported reports whether this platform has the file driver. The
+// driver needs link(2), flock(2) and directory fsync; openFile fails with
+// errors.ErrUnsupported elsewhere, and the functions below are never called.
+const fileSupported = false
+
+var errNotDir = errors.ErrUnsupported
+
+func syncDir(string) error    { return errors.ErrUnsupported }
+func unlinkFile(string) error { return errors.ErrUnsupported }
+func lockFile(*os.File) error { return errors.ErrUnsupported }
+func isNotDir(error) bool     { return false }
+func isDirErr(error) bool     { return false }
