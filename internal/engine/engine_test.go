@@ -264,10 +264,9 @@ func TestSnapshotAndCollection(t *testing.T) {
 		v := fmt.Sprint(i)
 		put(t, e, k, v)
 		want[k] = v
-		if i%20 == 19 {
-			waitSnapshot(t, e, uint64(i/20+1))
-		}
 	}
+	// Background snapshots are triggered every 10 objects.
+	waitSnapshot(t, e, 1)
 	// Snapshot the final state, so that collection leaves no WAL behind.
 	put(t, e, "last", "x")
 	want["last"] = "x"
@@ -380,11 +379,13 @@ func TestWALGapIsCorruption(t *testing.T) {
 func TestCorruptSnapshot(t *testing.T) {
 	ctx := context.Background()
 	b, reopen := memBucket(t)
-	e := mustOpen(t, Options{Bucket: b, SnapshotMaxObjects: 5})
+	e := mustOpen(t, Options{Bucket: b})
 	for i := 0; i < 20; i++ {
 		put(t, e, fmt.Sprint("k", i), "v")
 	}
-	waitSnapshot(t, e, 1)
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
 	e.Close(ctx)
 	probe := reopen()
 	snaps, _ := probe.List(ctx, "snap/")
