@@ -1,0 +1,52 @@
+// Package steprunner is the user's side of a Stepwell step: the Step a
+// Runner receives, the Outcome it returns, and how errors are classified.
+//
+// # Basics
+//
+// A run is a chain of steps. The runtime delivers each step as a job from a
+// durable queue and calls Runner.RunStep with it. Step 0 receives the run's
+// input; step n>0 receives the payload that step n-1 passed to Continue.
+// RunStep answers with exactly one of:
+//
+//	Continue(p)          the next step (n+1) runs with payload p, now
+//	ContinueAfter(p, d)  the next step runs with payload p, d from now
+//	Succeed(r)           the run ends Succeeded with result r
+//	Fail(reason)         the run ends Failed with reason; not retried
+//	Cancel(reason)       the run ends Cancelled with reason
+//
+// or a non-nil error:
+//
+//	err                  transient: the step is retried with backoff until
+//	                     Step.MaxAttempts, then the run ends Failed
+//	Permanent(err)       the step is dead-lettered at once; the run ends Failed
+//
+// When RunStep returns a non-nil error its Outcome is ignored. The zero
+// Outcome (Kind() == 0) is not a valid answer: returning it with a nil error
+// is a bug in the Runner, and the runtime treats it as a failed attempt.
+//
+// # Delivery semantics
+//
+// Steps are delivered at least once. A step's settlement (ack, enqueue of the
+// next step, run-record update) is one atomic transaction, so a step that
+// returned is never half-settled; but a process may crash after RunStep
+// returned and before the settlement committed, and a step whose lease was
+// lost may be running elsewhere. RunStep must therefore be idempotent for a
+// given (Step.RunID, Step.Number), or make its side effects idempotent, for
+// example by keying them on those two values. Step.Attempt counts deliveries
+// of the step, starting at 1.
+//
+// # Cancellation
+//
+// The ctx passed to RunStep is cancelled when the run is cancelled from
+// outside (Runtime.Cancel), when the step's lease is lost, and at the end of
+// a shutdown drain. context.Cause(ctx) tells which: ErrRunCancelled,
+// ErrLeaseLost or ErrShutdown (compare with errors.Is). A Runner should
+// return promptly once ctx is done; see each error for what happens to what
+// it returns.
+//
+// # Ownership of byte slices
+//
+// Outcome constructors keep the slice they are given without copying it; do
+// not modify it after returning the Outcome. Treat Step.Payload and
+// Step.Headers as read-only.
+package steprunner

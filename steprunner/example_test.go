@@ -1,0 +1,92 @@
+package steprunner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/stepwell/stepwell/steprunner"
+)
+
+// A runner that counts down: each step continues with the counter minus
+// one, and the run succeeds when it reaches zero. Bad input fails for good.
+func ExampleRunnerFunc() {
+	countdown := steprunner.RunnerFunc(func(ctx context.Context, step *steprunner.Step) (steprunner.Outcome, error) {
+		n, err := strconv.Atoi(string(step.Payload))
+		if err != nil {
+			// Retrying cannot fix the input: dead-letter the step.
+			return steprunner.Outcome{}, steprunner.Permanent(fmt.Errorf("bad counter: %w", err))
+		}
+		if n == 0 {
+			return steprunner.Succeed([]byte("liftoff")), nil
+		}
+		return steprunner.ContinueAfter([]byte(strconv.Itoa(n-1)), time.Second), nil
+	})
+
+	// What the runtime would do, without the runtime.
+	step := &steprunner.Step{RunID: "launch-1", Payload: []byte("2"), Attempt: 1, MaxAttempts: 3}
+	for {
+		o, err := countdown.RunStep(context.Background(), step)
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+		fmt.Printf("step %d: %v\n", step.Number, o)
+		if o.Kind() != steprunner.KindContinue {
+			fmt.Printf("result: %s\n", o.Result())
+			return
+		}
+		step = &steprunner.Step{RunID: step.RunID, Number: step.Number + 1, Payload: o.Payload(), Attempt: 1, MaxAttempts: 3}
+	}
+	// Output:
+	// step 0: continue(1 bytes, after 1s)
+	// step 1: continue(1 bytes, after 1s)
+	// step 2: succeed(7 bytes)
+	// result: liftoff
+}
+
+func ExamplePermanent() {
+	err := fmt.Errorf("charge card: %w", steprunner.Permanent(errors.New("card declined")))
+	fmt.Println(err)
+	fmt.Println("permanent:", steprunner.IsPermanent(err))
+	fmt.Println("permanent:", steprunner.IsPermanent(errors.New("connection reset")))
+	// Output:
+	// charge card: card declined
+	// permanent: true
+	// permanent: false
+}
+
+// A long step watches ctx and tells apart why it was stopped.
+func Example_cancellation() {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(steprunner.ErrRunCancelled) // what the runtime does on Runtime.Cancel
+
+	<-ctx.Done()
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, steprunner.ErrRunCancelled):
+		fmt.Println("cancelled from outside")
+	case errors.Is(cause, steprunner.ErrLeaseLost), errors.Is(cause, steprunner.ErrShutdown):
+		fmt.Println("will be redelivered")
+	}
+	// Output: cancelled from outside
+}
+
+func ExampleOutcome_Kind() {
+	for _, o := range []steprunner.Outcome{
+		steprunner.Continue([]byte("p")),
+		steprunner.Succeed(nil),
+		steprunner.Fail("out of stock"),
+		steprunner.Cancel("customer withdrew"),
+		{},
+	} {
+		fmt.Printf("%-8v %q\n", o.Kind(), o.Reason())
+	}
+	// Output:
+	// continue ""
+	// succeed  ""
+	// fail     "out of stock"
+	// cancel   "customer withdrew"
+	// invalid  ""
+}

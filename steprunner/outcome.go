@@ -1,0 +1,135 @@
+package steprunner
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// OutcomeKind says what an Outcome asks the runtime to do. The zero value is
+// invalid.
+type OutcomeKind uint8
+
+// Outcome kinds.
+const (
+	// KindContinue: run the next step (Continue, ContinueAfter).
+	KindContinue OutcomeKind = iota + 1
+	// KindSucceed: end the run Succeeded (Succeed).
+	KindSucceed
+	// KindFail: end the run Failed (Fail).
+	KindFail
+	// KindCancel: end the run Cancelled (Cancel).
+	KindCancel
+)
+
+// String returns "continue", "succeed", "fail" or "cancel", and
+// "invalid" for the zero value or "OutcomeKind(n)" for anything else.
+func (k OutcomeKind) String() string {
+	switch k {
+	case 0:
+		return "invalid"
+	case KindContinue:
+		return "continue"
+	case KindSucceed:
+		return "succeed"
+	case KindFail:
+		return "fail"
+	case KindCancel:
+		return "cancel"
+	}
+	return "OutcomeKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Outcome is what a step asks the runtime to do next. Build one with
+// Continue, ContinueAfter, Succeed, Fail or Cancel; the zero Outcome is
+// invalid (see IsZero). Outcome is a small immutable value: copy it freely.
+type Outcome struct {
+	kind   OutcomeKind
+	data   []byte // Continue payload or Succeed result
+	delay  time.Duration
+	reason string
+}
+
+// Continue asks the runtime to run the next step now, with payload as its
+// Step.Payload. The Outcome keeps payload without copying it.
+func Continue(payload []byte) Outcome {
+	return Outcome{kind: KindContinue, data: payload}
+}
+
+// ContinueAfter asks the runtime to run the next step with payload, no
+// sooner than delay from now (measured when the runtime settles the step).
+// A negative delay is treated as 0, which is the same as Continue. The
+// Outcome keeps payload without copying it.
+func ContinueAfter(payload []byte, delay time.Duration) Outcome {
+	return Outcome{kind: KindContinue, data: payload, delay: max(delay, 0)}
+}
+
+// Succeed ends the run Succeeded; result becomes terminal.Outcome.Result
+// (nil stays nil). The Outcome keeps result without copying it.
+func Succeed(result []byte) Outcome {
+	return Outcome{kind: KindSucceed, data: result}
+}
+
+// Fail ends the run Failed with reason as terminal.Outcome.Error. The step
+// is acknowledged, not dead-lettered, and not retried.
+func Fail(reason string) Outcome {
+	return Outcome{kind: KindFail, reason: reason}
+}
+
+// Cancel ends the run Cancelled with reason as terminal.Outcome.Error. It
+// takes precedence over a concurrent external cancel, whose reason is "".
+func Cancel(reason string) Outcome {
+	return Outcome{kind: KindCancel, reason: reason}
+}
+
+// Kind returns the kind of o; 0 (invalid) for the zero Outcome.
+func (o Outcome) Kind() OutcomeKind { return o.kind }
+
+// IsZero reports whether o is the zero (invalid) Outcome.
+func (o Outcome) IsZero() bool { return o.kind == 0 }
+
+// Payload returns the next step's payload for a Continue outcome, and nil
+// for every other kind.
+func (o Outcome) Payload() []byte {
+	if o.kind != KindContinue {
+		return nil
+	}
+	return o.data
+}
+
+// Result returns the run's result for a Succeed outcome, and nil for every
+// other kind.
+func (o Outcome) Result() []byte {
+	if o.kind != KindSucceed {
+		return nil
+	}
+	return o.data
+}
+
+// Delay returns how long after settlement the next step becomes due: the
+// ContinueAfter delay (never negative), and 0 for every other kind.
+func (o Outcome) Delay() time.Duration { return o.delay }
+
+// Reason returns the reason given to Fail or Cancel, and "" for every other
+// kind.
+func (o Outcome) Reason() string { return o.reason }
+
+// String describes o for logs, without payload bytes, for example
+// "continue(12 bytes, after 1s)" or "fail(\"card declined\")".
+func (o Outcome) String() string {
+	switch o.kind {
+	case KindContinue:
+		if o.delay > 0 {
+			return fmt.Sprintf("continue(%d bytes, after %v)", len(o.data), o.delay)
+		}
+		return fmt.Sprintf("continue(%d bytes)", len(o.data))
+	case KindSucceed:
+		if o.data == nil {
+			return "succeed(nil)"
+		}
+		return fmt.Sprintf("succeed(%d bytes)", len(o.data))
+	case KindFail, KindCancel:
+		return fmt.Sprintf("%s(%q)", o.kind, o.reason)
+	}
+	return o.kind.String()
+}
