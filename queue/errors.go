@@ -115,6 +115,12 @@ var (
 	ErrJobCancelled = errors.New("queue: job cancelled")
 	// ErrEmptyQueueName: a queue name was empty. Not retryable.
 	ErrEmptyQueueName = errors.New("queue: empty queue name")
+	// ErrJobExists: an enqueue named a JobID that is taken. Not retryable
+	// with that ID.
+	ErrJobExists = errors.New("queue: job ID already exists")
+	// ErrInvalidJobID: an EnqueueOptions.JobID has characters or a length
+	// outside the rules. Not retryable.
+	ErrInvalidJobID = errors.New("queue: invalid job ID")
 	// ErrInvalidCursor: a page cursor was not one this package returned.
 	ErrInvalidCursor = errors.New("queue: invalid page cursor")
 	// ErrNotDead: RequeueDead was called on a job that is not dead.

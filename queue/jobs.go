@@ -61,7 +61,14 @@ func (q *Queue) ClaimWait(ctx context.Context, queue string, n int) ([]*Job, err
 	if err := q.checkClaim(queue, n); err != nil {
 		return nil, err
 	}
-	jobs, err := q.be.claimWait(ctx, queue, n, q.opts)
+	return q.claimWaitOpts(ctx, queue, n, q.opts)
+}
+
+func (q *Queue) claimWaitOpts(ctx context.Context, queue string, n int, o options) ([]*Job, error) {
+	if err := q.checkClaim(queue, n); err != nil {
+		return nil, err
+	}
+	jobs, err := q.be.claimWait(ctx, queue, n, o)
 	return jobs, mapErr(err)
 }
 

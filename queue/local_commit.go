@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -31,7 +32,10 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 			continue
 		}
 		if op.Kind == opEnqueue {
-			ids[i] = ulid.Make().String()
+			ids[i] = op.JobID
+			if ids[i] == "" {
+				ids[i] = ulid.Make().String()
+			}
 		}
 		if len(op.Value) > l.opts.largeValue {
 			ref, err := l.eng.PutBlob(ctx, op.Value)
@@ -66,7 +70,19 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 					return &ConditionFailedError{Key: op.Key}
 				}
 				tx.Put(key, encs[i])
+			case opCompareAndDelete:
+				key := kvSpace + string(op.Key)
+				cur, ok := tx.Get(key)
+				if !ok || !valueMatches(cur, op.Expect) {
+					return &ConditionFailedError{Key: op.Key}
+				}
+				tx.Delete(key)
 			case opEnqueue:
+				if op.JobID != "" {
+					if _, exists := tx.Get(jobSpace + op.JobID); exists {
+						return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
+					}
+				}
 				r := l.enqueueTx(tx, op, ids[i], encs[i], o, now)
 				if r.Duplicate && len(op.Value) > l.opts.largeValue {
 					unused = append(unused, encs[i])
@@ -114,7 +130,7 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 	if err != nil {
 		var cfe *ConditionFailedError
 		var cle *ClaimLostError
-		if errors.As(err, &cfe) || errors.As(err, &cle) {
+		if errors.As(err, &cfe) || errors.As(err, &cle) || errors.Is(err, ErrJobExists) {
 			discard(staged) // nothing refers to the staged blobs
 		}
 		return TxnResult{}, err
@@ -126,6 +142,9 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 func checkEnqueue(op *txnOp) error {
 	if op.Queue == "" {
 		return ErrEmptyQueueName
+	}
+	if op.JobID != "" && !validJobID(op.JobID) {
+		return fmt.Errorf("%w: %q", ErrInvalidJobID, op.JobID)
 	}
 	if len(op.Queue) > MaxKeySize {
 		return &TooLargeError{What: "queue name", Size: len(op.Queue), Max: MaxKeySize}
@@ -299,4 +318,17 @@ func (l *local) cancelTx(tx *engine.Tx, id string, now time.Time) (CancelOutcome
 		return CancelRequested, func() { l.signalCancel(id) }
 	}
 	return CancelFinished, nil
+}
+
+// validJobID reports whether id is 1-64 bytes of [0-9A-Za-z_-].
+func validJobID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

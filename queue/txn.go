@@ -25,6 +25,7 @@ const (
 	opDeadLetter
 	opCancelJob
 	opRequireJob
+	opCompareAndDelete
 )
 
 // txnOp is the serializable form of one transaction operation: a remote
@@ -67,6 +68,14 @@ func (t *Txn) CompareAndPut(key, old, value []byte) *Txn {
 	return t
 }
 
+// CompareAndDelete removes key if its current value equals old. If it does
+// not (or the key is absent), Commit returns a *ConditionFailedError and the
+// whole transaction changes nothing.
+func (t *Txn) CompareAndDelete(key, old []byte) *Txn {
+	t.ops = append(t.ops, txnOp{Kind: opCompareAndDelete, Key: key, Expect: old})
+	return t
+}
+
 // EnqueueOptions describe a job to enqueue.
 type EnqueueOptions struct {
 	// Headers are small string metadata carried with the job.
@@ -83,13 +92,18 @@ type EnqueueOptions struct {
 	// job's ID while a job with the same key is pending or scheduled in the
 	// same queue.
 	DedupKey string
+	// JobID sets the new job's ID instead of a generated ULID, so that a
+	// transaction can refer to the job (say, in a record it writes). At most
+	// 64 bytes of [0-9A-Za-z_-]. If a job with that ID exists, Commit fails
+	// with ErrJobExists and changes nothing.
+	JobID string
 }
 
 // Enqueue adds a job to the named queue. Its result (the job ID, or the
 // existing job on a dedup hit) is in TxnResult.Enqueued, in order.
 func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
 	op := txnOp{Kind: opEnqueue, Queue: queue, Value: payload, Priority: opts.Priority,
-		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey}
+		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey, JobID: opts.JobID}
 	if !opts.RunAt.IsZero() {
 		op.RunAt = opts.RunAt.UnixNano()
 	}
@@ -209,7 +223,7 @@ func (q *Queue) Commit(ctx context.Context, t *Txn) (TxnResult, error) {
 	for i := range t.ops {
 		op := &t.ops[i]
 		switch op.Kind {
-		case opPut, opDelete, opCompareAndPut:
+		case opPut, opDelete, opCompareAndPut, opCompareAndDelete:
 			if err := checkKey(op.Key); err != nil {
 				return TxnResult{}, err
 			}

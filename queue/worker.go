@@ -54,6 +54,9 @@ type WorkOptions struct {
 	// drain timeout (released for another attempt), if the handler has not
 	// settled it. Defaults to false.
 	ManualSettle bool
+	// PollInterval overrides the Queue's poll interval (WithPollInterval)
+	// for this worker.
+	PollInterval time.Duration
 }
 
 // Work runs h over the named queue until ctx is done, then stops claiming,
@@ -63,6 +66,10 @@ type WorkOptions struct {
 // attempt whose error carries the panic message.
 func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOptions) error {
 	n := max(opts.Concurrency, 1)
+	claimOpts := q.opts
+	if opts.PollInterval > 0 {
+		claimOpts.pollInterval = opts.PollInterval
+	}
 	slots := make(chan struct{}, n)
 	for i := 0; i < n; i++ {
 		slots <- struct{}{}
@@ -88,7 +95,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 				break fill
 			}
 		}
-		jobs, err := q.ClaimWait(ctx, queue, free)
+		jobs, err := q.claimWaitOpts(ctx, queue, free, claimOpts)
 		if err != nil {
 			for i := 0; i < free; i++ {
 				slots <- struct{}{}

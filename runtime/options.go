@@ -1,0 +1,124 @@
+package runtime
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures New.
+type Option func(*options) error
+
+type options struct {
+	queueName         string
+	notifyQueueName   string
+	maxConcurrent     int
+	notifyConcurrency int
+	pollInterval      time.Duration
+	retention         time.Duration
+	drainTimeout      time.Duration
+	now               func() time.Time
+}
+
+func defaultOptions() options {
+	return options{
+		queueName:         "workflow-steps",
+		notifyQueueName:   "workflow-notify",
+		maxConcurrent:     16,
+		notifyConcurrency: 4,
+		pollInterval:      250 * time.Millisecond,
+		retention:         24 * time.Hour,
+		now:               time.Now,
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+}
+
+// WithQueueName sets the queue that carries step jobs. Defaults to
+// "workflow-steps".
+func WithQueueName(name string) Option {
+	return func(o *options) error {
+		if name == "" {
+			return invalid("queue name must not be empty")
+		}
+		o.queueName = name
+		return nil
+	}
+}
+
+// WithNotifyQueueName sets the queue that carries terminal notifications.
+// Defaults to "workflow-notify".
+func WithNotifyQueueName(name string) Option {
+	return func(o *options) error {
+		if name == "" {
+			return invalid("notify queue name must not be empty")
+		}
+		o.notifyQueueName = name
+		return nil
+	}
+}
+
+// WithMaxConcurrentSteps bounds how many steps Run executes at once.
+// Defaults to 16.
+func WithMaxConcurrentSteps(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return invalid("max concurrent steps %d must be at least 1", n)
+		}
+		o.maxConcurrent = n
+		return nil
+	}
+}
+
+// WithNotifyConcurrency bounds how many hook calls Run makes at once.
+// Defaults to 4.
+func WithNotifyConcurrency(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return invalid("notify concurrency %d must be at least 1", n)
+		}
+		o.notifyConcurrency = n
+		return nil
+	}
+}
+
+// WithPollInterval sets the upper bound on how long an idle Run sleeps
+// before looking for work; arrivals wake it at once. Defaults to 250ms.
+func WithPollInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("poll interval %v must be positive", d)
+		}
+		o.pollInterval = d
+		return nil
+	}
+}
+
+// WithTerminalRetention sets how long a finished run's record and outcome
+// are kept: Status reports it, and a re-Submit of the same run ID and input
+// is a no-op, during this window. After it the run ID can be reused.
+// Defaults to 24h.
+func WithTerminalRetention(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("terminal retention %v must be positive", d)
+		}
+		o.retention = d
+		return nil
+	}
+}
+
+// WithDrainTimeout bounds how long Run waits for running steps after its
+// ctx is done. When it passes, their contexts are cancelled (cause
+// steprunner.ErrShutdown) and their jobs released for another attempt.
+// Defaults to 0: wait for them.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return invalid("drain timeout %v must not be negative", d)
+		}
+		o.drainTimeout = d
+		return nil
+	}
+}

@@ -1,0 +1,220 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stepwell/stepwell/kvrecord"
+	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/steprunner"
+	"github.com/stepwell/stepwell/terminal"
+)
+
+// Run executes steps and delivers terminal notifications until ctx is done,
+// then stops claiming, waits for running steps (see WithDrainTimeout) and
+// returns nil. It returns early only if the store fails (for example
+// queue.ErrFenced). Several Runtimes may Run on one store at once.
+func (rt *Runtime) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return rt.q.Work(gctx, rt.opts.queueName, rt.handleStep, queue.WorkOptions{
+			Concurrency: rt.opts.maxConcurrent, DrainTimeout: rt.opts.drainTimeout,
+			ManualSettle: true, PollInterval: rt.opts.pollInterval,
+		})
+	})
+	if !terminal.IsNoop(rt.hook) {
+		g.Go(func() error {
+			return rt.q.Work(gctx, rt.opts.notifyQueueName, rt.handleNotification, queue.WorkOptions{
+				Concurrency: rt.opts.notifyConcurrency, DrainTimeout: rt.opts.drainTimeout,
+				ManualSettle: true, PollInterval: rt.opts.pollInterval,
+			})
+		})
+	}
+	g.Go(func() error { rt.janitor(gctx); return nil })
+	return g.Wait()
+}
+
+// stepContext maps the claim context's causes onto steprunner's.
+func stepContext(claimCtx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(claimCtx))
+	stop := context.AfterFunc(claimCtx, func() {
+		cause := context.Cause(claimCtx)
+		switch {
+		case errors.Is(cause, queue.ErrJobCancelled):
+			cancel(steprunner.ErrRunCancelled)
+		case errors.Is(cause, queue.ErrClaimLost):
+			cancel(steprunner.ErrLeaseLost)
+		default:
+			cancel(steprunner.ErrShutdown)
+		}
+	})
+	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// handleStep runs one step and settles it in one transaction per the
+// table in the package documentation.
+func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
+	settleCtx := context.WithoutCancel(claimCtx)
+	runID := job.Headers[HeaderRunID]
+	n64, perr := strconv.ParseUint(job.Headers[HeaderStep], 10, 32)
+	rec, _, err := rt.loadRun(settleCtx, runID)
+	if perr != nil || errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
+		// Not a live step of a live run (its run ended or expired): drop it.
+		return rt.q.Ack(settleCtx, job)
+	}
+	if err != nil {
+		return err // the claim's lease expires and the step is retried
+	}
+	n := uint32(n64)
+
+	var outcome steprunner.Outcome
+	var stepErr error
+	if !rec.Cancel {
+		ctx, stop := stepContext(claimCtx)
+		outcome, stepErr = rt.callRunner(ctx, &steprunner.Step{
+			RunID: runID, Number: n, Payload: job.Payload, Headers: userHeaders(job.Headers),
+			JobID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts,
+		})
+		stop()
+		switch cause := context.Cause(claimCtx); {
+		case errors.Is(cause, queue.ErrClaimLost):
+			return nil // another attempt owns the step now
+		case errors.Is(cause, queue.ErrDrainTimeout):
+			return nil // Work releases the job for another attempt
+		}
+		if stepErr == nil && outcome.IsZero() {
+			stepErr = errors.New("runtime: the runner returned the zero Outcome with a nil error")
+		}
+	}
+
+	// Settle, re-reading the run record until the compare-and-put holds (a
+	// concurrent Cancel may change it).
+	for {
+		rec, old, err := rt.loadRun(settleCtx, runID)
+		if errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
+			return rt.q.Ack(settleCtx, job)
+		}
+		if err != nil {
+			return err
+		}
+		txn := rt.settlement(rec, old, job, n, outcome, stepErr)
+		_, err = rt.q.Commit(settleCtx, txn)
+		if errors.Is(err, queue.ErrConditionFailed) {
+			continue
+		}
+		if queue.IsClaimLost(err) {
+			return nil
+		}
+		return err
+	}
+}
+
+// settlement builds the one transaction that settles step n.
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error) *queue.Txn {
+	txn := new(queue.Txn)
+	switch {
+	case rec.Cancel && !(stepErr == nil && out.Kind() == steprunner.KindCancel):
+		// Cancelled from outside: whatever the step did, the run ends here.
+		txn.Ack(job)
+		rt.terminate(txn, rec, old, terminal.Cancelled, nil, "", n)
+	case stepErr != nil && !steprunner.IsPermanent(stepErr) && job.Attempt < job.MaxAttempts:
+		txn.Nack(job, stepErr, 0)
+	case stepErr != nil:
+		txn.DeadLetter(job, stepErr.Error())
+		rt.terminate(txn, rec, old, terminal.Failed, nil, stepErr.Error(), n)
+	default:
+		switch out.Kind() {
+		case steprunner.KindContinue:
+			next := *rec
+			next.CurrentStep, next.CurrentJob = n+1, newJobID()
+			opts := rt.stepOptions(&next, n+1, next.CurrentJob)
+			if d := out.Delay(); d > 0 {
+				opts.Delay = d
+			}
+			txn.Ack(job).
+				Enqueue(rt.opts.queueName, out.Payload(), opts).
+				CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
+		case steprunner.KindSucceed:
+			txn.Ack(job)
+			rt.terminate(txn, rec, old, terminal.Succeeded, out.Result(), "", n)
+		case steprunner.KindFail:
+			txn.Ack(job)
+			rt.terminate(txn, rec, old, terminal.Failed, nil, out.Reason(), n)
+		case steprunner.KindCancel:
+			txn.Ack(job)
+			rt.terminate(txn, rec, old, terminal.Cancelled, nil, out.Reason(), n)
+		}
+	}
+	return txn
+}
+
+func (rt *Runtime) callRunner(ctx context.Context, s *steprunner.Step) (out steprunner.Outcome, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("runtime: step panicked: %v", r)
+		}
+	}()
+	return rt.runner.RunStep(ctx, s)
+}
+
+func userHeaders(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		if len(k) < len(ReservedPrefix) || k[:len(ReservedPrefix)] != ReservedPrefix {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// janitor deletes the records of runs that ended longer ago than the
+// terminal retention, once a minute (and at start).
+func (rt *Runtime) janitor(ctx context.Context) {
+	every := min(time.Minute, rt.opts.retention/2)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := rt.expireTerminal(ctx); err != nil && ctx.Err() == nil {
+			slogWarn("stepwell: expiring terminal records failed", err)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// expireTerminal deletes terminal and run records past the retention.
+func (rt *Runtime) expireTerminal(ctx context.Context) error {
+	cutoff := rt.opts.now().Add(-rt.opts.retention).UnixNano()
+	for {
+		page, err := rt.q.Scan(ctx, []byte(kvrecord.TerminalPrefix), queue.ScanOptions{Limit: 100})
+		if err != nil {
+			return err
+		}
+		expired := 0
+		for _, kv := range page.Items {
+			ended, runID, err := kvrecord.ParseTerminalKey(kv.Key)
+			if err != nil || ended > cutoff {
+				break
+			}
+			expired++
+			txn := new(queue.Txn).Delete(kv.Key)
+			if rec, old, err := rt.loadRun(ctx, runID); err == nil && rec.State == kvrecord.StateTerminal && rec.EndedAt == ended {
+				txn.CompareAndDelete(kvrecord.RunKey(runID), old)
+			}
+			if _, err := rt.q.Commit(ctx, txn); err != nil && !errors.Is(err, queue.ErrConditionFailed) {
+				return err
+			}
+		}
+		if expired < len(page.Items) || page.Next == nil {
+			return nil
+		}
+	}
+}
