@@ -203,11 +203,16 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 // the given token, or a *ClaimLostError.
 //
 // REQUIRES: inside an engine transaction.
-func (l *local) claimedRec(tx *engine.Tx, id string, token uint64) (*jobRec, error) {
+func (l *local) claimedRec(tx *engine.Tx, id string, token uint64, reaping bool) (*jobRec, error) {
 	l.lmu.Lock()
 	ls := l.leases[id]
 	l.lmu.Unlock()
 	if ls == nil || ls.token != token || token == 0 {
+		return nil, &ClaimLostError{JobID: id}
+	}
+	// An expired lease is lost even before the reaper requeues the job: the
+	// reaper may be about to, and another worker may claim it next.
+	if !l.now().Before(ls.expires) && !reaping {
 		return nil, &ClaimLostError{JobID: id}
 	}
 	v, ok := tx.Get(jobSpace + id)
@@ -229,7 +234,7 @@ func (l *local) claimedRec(tx *engine.Tx, id string, token uint64) (*jobRec, err
 //
 // REQUIRES: inside an engine transaction.
 func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (func(), error) {
-	rec, err := l.claimedRec(tx, op.JobID, op.Token)
+	rec, err := l.claimedRec(tx, op.JobID, op.Token, false)
 	if err != nil {
 		return nil, err
 	}

@@ -66,8 +66,14 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options) ([]*J
 		}
 		l.lmu.Lock()
 		for _, j := range jobs {
-			l.leases[j.ID] = &lease{token: j.token, queue: queue, expires: now.Add(cfg.Lease),
+			ls := &lease{token: j.token, queue: queue, expires: now.Add(cfg.Lease),
 				lost: make(chan struct{}), cancel: make(chan struct{})}
+			if j.CancelRequested {
+				// Cancelled while an earlier claim ran: tell this one at once.
+				ls.cancelled = true
+				close(ls.cancel)
+			}
+			l.leases[j.ID] = ls
 		}
 		l.lmu.Unlock()
 		return nil
@@ -151,10 +157,12 @@ func (l *local) renew(id string, token uint64, o options) error {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
 	ls := l.leases[id]
-	if ls == nil || ls.token != token || token == 0 {
+	now := l.now()
+	if ls == nil || ls.token != token || token == 0 || !now.Before(ls.expires) {
+		// An expired lease is lost even before the reaper requeues the job.
 		return &ClaimLostError{JobID: id}
 	}
-	ls.expires = l.now().Add(o.config(ls.queue).Lease)
+	ls.expires = now.Add(o.config(ls.queue).Lease)
 	return nil
 }
 
@@ -193,7 +201,7 @@ func (l *local) reap(ctx context.Context) error {
 	l.lmu.Unlock()
 	return l.eng.Update(ctx, func(tx *engine.Tx) error {
 		for _, e := range exp {
-			rec, err := l.claimedRec(tx, e.id, e.token)
+			rec, err := l.claimedRec(tx, e.id, e.token, true)
 			if err != nil {
 				continue // settled meanwhile
 			}
@@ -262,7 +270,7 @@ func (l *local) requeueClaimed(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			rec.CancelReq = false
+			// A cancel request stays: the next claim sees it at once.
 			if rec.Attempts >= rec.MaxAttempts {
 				l.deadTx(tx, id, rec, "worker stopped without settling (last attempt)", now)
 				continue
@@ -467,6 +475,7 @@ func (l *local) requeueDead(ctx context.Context, id string) error {
 			tx.Put(payloadSpace+id, engine.Inline(nil))
 		}
 		rec.State, rec.Attempts, rec.RunAt, rec.UpdatedAt = statePending, 0, now.UnixNano(), now.UnixNano()
+		rec.CancelReq = false
 		tx.Put(jobSpace+id, encodeJob(rec))
 		return nil
 	})

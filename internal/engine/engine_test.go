@@ -520,3 +520,29 @@ func TestEpochsPruned(t *testing.T) {
 		t.Fatalf("%d epoch keys kept, want %d", n, keepEpochs)
 	}
 }
+
+// A second snapshot at the same sequence (explicit after background, or
+// twice) must not collect the snapshot itself.
+func TestSnapshotSameSeqKeepsSnapshot(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	put(t, e, "a", "1")
+	for i := 0; i < 2; i++ {
+		if err := e.Snapshot(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Force the collect path with the previous snapshot at the same seq.
+	e.collect(ctx, e.Stats().DurableSeq)
+	e.Close(ctx)
+	probe := reopen()
+	if n := countKeys(t, probe, "snap/"); n != 1 {
+		t.Fatalf("%d snapshots left, want 1", n)
+	}
+	e2 := mustOpen(t, Options{Bucket: probe})
+	defer e2.Close(ctx)
+	if got := dump(t, e2); got["a"] != "1" {
+		t.Fatalf("state = %v", got)
+	}
+}

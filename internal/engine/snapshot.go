@@ -60,6 +60,10 @@ func (e *Engine) Snapshot(ctx context.Context) error {
 			}
 			continue
 		}
+		if e.prevSnapSeq == e.durable && e.durable > 0 {
+			e.mu.Unlock()
+			return nil // the newest snapshot already holds this state
+		}
 		// Quiescent: the tree is exactly the durable state.
 		e.snapActive = true
 		tree, seq := e.tree.Clone(), e.durable
@@ -165,7 +169,10 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 		for s := from + 1; s <= seq; s++ {
 			doomed = append(doomed, walKey(s))
 		}
-		doomed = append(e.withoutMarkers(doomed), snapKey(prevSnap))
+		doomed = e.withoutMarkers(doomed)
+		if prevSnap < seq { // never the snapshot just written
+			doomed = append(doomed, snapKey(prevSnap))
+		}
 		e.deleteKeys(ctx, doomed)
 		return
 	}
