@@ -22,8 +22,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/stepwell/stepwell/internal/format"
 )
 
@@ -48,7 +46,6 @@ const (
 
 // Run is the durable record of one run.
 type Run struct {
-	_msgpack    struct{} `msgpack:",as_array"`
 	Version     uint8
 	RunID       string
 	SubmittedAt int64    // unix ns
@@ -66,7 +63,6 @@ type Run struct {
 
 // Terminal is the outcome of a finished run.
 type Terminal struct {
-	_msgpack  struct{} `msgpack:",as_array"`
 	Version   uint8
 	RunID     string
 	Status    uint8 // terminal.Status
@@ -105,7 +101,7 @@ func ParseTerminalKey(key []byte) (endedAt int64, runID string, err error) {
 // EncodeRun encodes a run record.
 func EncodeRun(r *Run) []byte {
 	r.Version = Version
-	b, err := msgpack.Marshal(r)
+	b, err := format.Marshal(r)
 	if err != nil {
 		panic("kvrecord: " + err.Error()) // plain fields only
 	}
@@ -130,7 +126,7 @@ func DecodeRun(b []byte) (*Run, error) {
 // EncodeTerminal encodes a terminal record.
 func EncodeTerminal(t *Terminal) []byte {
 	t.Version = Version
-	b, err := msgpack.Marshal(t)
+	b, err := format.Marshal(t)
 	if err != nil {
 		panic("kvrecord: " + err.Error())
 	}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/format"
 )
@@ -58,7 +56,6 @@ const maxHistory = 16
 // jobRec is the stored job record (msgpack, as an array: field order is the
 // format; append new fields at the end only).
 type jobRec struct {
-	_msgpack    struct{} `msgpack:",as_array"`
 	Queue       string
 	State       uint8
 	Priority    int32
@@ -76,14 +73,13 @@ type jobRec struct {
 }
 
 type attemptRec struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	At       int64
-	Error    string
+	At    int64
+	Error string
 }
 
 // encodeJob returns the engine value (inline-tagged msgpack) of a record.
 func encodeJob(r *jobRec) []byte {
-	b, err := msgpack.Marshal(r)
+	b, err := format.Marshal(r)
 	if err != nil {
 		panic("queue: encoding a job record: " + err.Error()) // only plain fields
 	}

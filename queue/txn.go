@@ -31,7 +31,6 @@ const (
 // txnOp is the serializable form of one transaction operation: a remote
 // writer receives exactly these values.
 type txnOp struct {
-	_msgpack    struct{} `msgpack:",as_array"`
 	Kind        uint8
 	Key         []byte
 	Value       []byte // Put, CompareAndPut: new value; Enqueue: payload

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/terminal"
@@ -15,7 +13,6 @@ import (
 
 // notification is the payload of a terminal-notification job.
 type notification struct {
-	_msgpack  struct{} `msgpack:",as_array"`
 	RunID     string
 	Status    uint8
 	Result    []byte
@@ -26,7 +23,7 @@ type notification struct {
 }
 
 func (n *notification) encode() []byte {
-	b, err := msgpack.Marshal(n)
+	b, err := format.Marshal(n)
 	if err != nil {
 		panic("runtime: encoding a notification: " + err.Error())
 	}

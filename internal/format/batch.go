@@ -17,15 +17,13 @@ const (
 // Mutation is one physical change to the state: the WAL records effects,
 // never intentions, so replay needs no validation, clock or randomness.
 type Mutation struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Op       uint8
-	Key      string
-	Value    []byte // OpPut only: an encoded value (see package engine)
+	Op    uint8
+	Key   string
+	Value []byte // OpPut only: an encoded value (see package engine)
 }
 
 // Batch is the body of one WAL object: one group commit.
 type Batch struct {
-	_msgpack struct{} `msgpack:",as_array"`
 	// Seq is the batch's sequence number, equal to the one in its object
 	// name (checked on replay).
 	Seq uint64
@@ -46,12 +44,11 @@ type Batch struct {
 
 // EncodeBatch returns the WAL object bytes for b.
 func EncodeBatch(b *Batch) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	if err := enc.Encode(b); err != nil {
+	body, err := Marshal(b)
+	if err != nil {
 		return nil, err
 	}
-	return EncodeFramed(KindWAL, buf.Bytes()), nil
+	return EncodeFramed(KindWAL, body), nil
 }
 
 // DecodeBatch parses a WAL object.
@@ -76,6 +73,19 @@ func DecodeBatch(data []byte) (*Batch, error) {
 		}
 	}
 	return &b, nil
+}
+
+// Marshal encodes v as msgpack with every struct as an array of its fields
+// in declaration order: the project's record encoding. Field order is
+// therefore part of each format; append new fields at the end only.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.UseArrayEncodedStructs(true)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // UnmarshalExact decodes one msgpack value that must fill all of body into
@@ -111,16 +121,15 @@ func unmarshalExact(body []byte, v any) error {
 
 // Owner is the body of the owner (heartbeat) object.
 type Owner struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Writer   string
-	Epoch    uint64
-	Beat     uint64 // incremented on every heartbeat
-	Closed   bool   // set by a clean Close: the store is free at once
+	Writer string
+	Epoch  uint64
+	Beat   uint64 // incremented on every heartbeat
+	Closed bool   // set by a clean Close: the store is free at once
 }
 
 // EncodeOwner returns the owner object bytes.
 func EncodeOwner(o *Owner) ([]byte, error) {
-	body, err := msgpack.Marshal(o)
+	body, err := Marshal(o)
 	if err != nil {
 		return nil, err
 	}

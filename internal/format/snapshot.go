@@ -8,13 +8,11 @@ import (
 	"hash/crc32"
 	"io"
 
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // SnapshotMeta is the first frame of a snapshot.
 type SnapshotMeta struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Seq      uint64   // the state includes every batch up to and including Seq
+	Seq      uint64 // the state includes every batch up to and including Seq
 	Writer   string
 	Epoch    uint64
 	UnixNano int64
@@ -22,16 +20,14 @@ type SnapshotMeta struct {
 
 // Entry is one key and its encoded value.
 type Entry struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Key      string
-	Value    []byte
+	Key   string
+	Value []byte
 }
 
 // SnapshotEnd is the last frame of a snapshot.
 type SnapshotEnd struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	End      bool     // always true; distinguishes the end frame from an entry frame
-	Count    uint64
+	End   bool // always true; distinguishes the end frame from an entry frame
+	Count uint64
 }
 
 // chunkBytes is the target size of an entry frame.
@@ -73,7 +69,7 @@ func (sw *SnapshotWriter) write(p []byte) error {
 }
 
 func (sw *SnapshotWriter) frame(v any) error {
-	body, err := msgpack.Marshal(v)
+	body, err := Marshal(v)
 	if err != nil {
 		return err
 	}

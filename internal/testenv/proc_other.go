@@ -1,0 +1,19 @@
+//go:build !linux
+
+package testenv
+
+import (
+	"os"
+	"syscall"
+)
+
+// sysProcAttr leaves the server in the test binary's process group, so that
+// an interrupt from the terminal reaches it too. There is no portable
+// equivalent of Linux's parent-death signal: a test binary killed with
+// SIGKILL leaves its servers running.
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+func killProcess(p *os.Process) { _ = p.Kill() }
+
+// processAlive cannot tell portably; assuming alive keeps every directory.
+func processAlive(int) bool { return true }
