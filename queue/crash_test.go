@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // The crash test runs a child process (this test binary, re-executed) that
@@ -60,7 +62,7 @@ func TestMain(m *testing.M) {
 		crashChild(dir, os.Getenv("STEPWELL_CRASH_ROUND"))
 		return
 	}
-	os.Exit(m.Run())
+	testenv.Main(m)
 }
 
 func crashChild(dir, round string) {

@@ -266,8 +266,11 @@ func TestTxnSettleEnqueueKVAtomic(t *testing.T) {
 }
 
 func TestRestartRequeuesClaimsAndKeepsSchedule(t *testing.T) {
+	restartRequeuesClaims(t, "file://"+t.TempDir())
+}
+
+func restartRequeuesClaims(t *testing.T, url string) {
 	clk := newFakeClock()
-	url := "file://" + t.TempDir()
 	q, err := Open(t0ctx, url, withClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -457,5 +460,34 @@ func TestReadOnlyReader(t *testing.T) {
 	}
 	if _, err := r.Get(t0ctx, []byte("n30")); err != nil {
 		t.Fatalf("incremental Refresh: %v", err)
+	}
+}
+
+func TestTakeoverFencesFirstWriter(t *testing.T) { takeoverFences(t, memURL(t)) }
+
+// takeoverFences: a second writer opened WithTakeover fences the first; no
+// commit the first acknowledged is lost and its later calls fail.
+func takeoverFences(t *testing.T, url string) {
+	a, err := Open(t0ctx, url, WithHeartbeat(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(t0ctx)
+	if err := a.Put(t0ctx, []byte("a"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	r := mustEnqueue(t, a, "q", "job", EnqueueOptions{})
+	b := openT(t, url, WithTakeover(), WithHeartbeat(50*time.Millisecond))
+	if err := a.Put(t0ctx, []byte("late"), []byte("x")); !errors.Is(err, ErrFenced) {
+		t.Fatalf("first writer after takeover: %v, want ErrFenced", err)
+	}
+	if v, err := b.Get(t0ctx, []byte("a")); err != nil || string(v) != "1" {
+		t.Fatalf("acknowledged commit after takeover: %q, %v", v, err)
+	}
+	if _, err := b.Get(t0ctx, []byte("late")); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("fenced write visible: %v", err)
+	}
+	if j := mustClaim(t, b, "q"); j == nil || j.ID != r.JobID {
+		t.Fatalf("job after takeover: %+v", j)
 	}
 }

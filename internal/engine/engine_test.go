@@ -19,11 +19,17 @@ import (
 
 var memSeq atomic.Int64
 
-// memBucket returns a fresh in-memory bucket and a function that opens it
-// again (as a new process would).
+// storeURL returns a fresh store URL for a test: in memory by default; the
+// backend tests (backends_test.go) point it at MinIO and the GCS emulator.
+var storeURL = func(t *testing.T) string {
+	return fmt.Sprintf("mem://engine-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), memSeq.Add(1))
+}
+
+// memBucket returns a fresh bucket (see storeURL) and a function that opens
+// it again (as a new process would).
 func memBucket(t *testing.T) (objstore.Bucket, func() objstore.Bucket) {
 	t.Helper()
-	url := fmt.Sprintf("mem://engine-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), memSeq.Add(1))
+	url := storeURL(t)
 	reopen := func() objstore.Bucket {
 		b, err := objstore.Open(context.Background(), url)
 		if err != nil {
@@ -424,7 +430,7 @@ func TestCorruptSnapshotFallsBackWhenWALIsComplete(t *testing.T) {
 func TestOwnership(t *testing.T) {
 	ctx := context.Background()
 	b, reopen := memBucket(t)
-	hb := 20 * time.Millisecond
+	hb := 100 * time.Millisecond // above an emulator's write latency
 	a := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
 	put(t, a, "a", "1")
 	if _, err := Open(ctx, Options{Bucket: reopen(), Heartbeat: hb}); !errors.Is(err, ErrLocked) {
