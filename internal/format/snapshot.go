@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-
 )
 
 // SnapshotMeta is the first frame of a snapshot.
