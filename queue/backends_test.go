@@ -16,6 +16,21 @@ func TestJobsS3(t *testing.T)  { jobsOn(t, testenv.S3) }
 func TestJobsGCS(t *testing.T) { jobsOn(t, testenv.GCS) }
 
 func jobsOn(t *testing.T, newURL func(testing.TB) string) {
+	old := jobsStore
+	jobsStore = newURL
+	defer func() { jobsStore = old }()
+	for name, test := range map[string]func(*testing.T){
+		"EnqueueClaimAck":      TestEnqueueClaimAck,
+		"PriorityThenFIFO":     TestPriorityThenFIFO,
+		"Dedup":                TestDedup,
+		"ScheduledAndBackoff":  TestScheduledAndBackoff,
+		"LeaseExpiryAndPoison": TestLeaseExpiryAndPoisonJobs,
+		"CancelJob":            TestCancelJob,
+		"TxnSettleEnqueueKV":   TestTxnSettleEnqueueKVAtomic,
+		"DeadJobsPaging":       TestDeadJobsPaging,
+	} {
+		t.Run(name, test)
+	}
 	t.Run("RestartRequeuesClaimsAndKeepsSchedule", func(t *testing.T) {
 		restartRequeuesClaims(t, newURL(t))
 	})

@@ -12,9 +12,13 @@ import (
 
 var t0ctx = context.Background()
 
+// jobsStore returns the store URL of the job tests: memory by default;
+// backends_test.go runs them on MinIO and the GCS emulator too.
+var jobsStore = func(t testing.TB) string { return memURL(t) }
+
 func openJobs(t *testing.T, opts ...Option) (*Queue, *fakeClock) {
 	clk := newFakeClock()
-	q := openT(t, memURL(t), append([]Option{withClock(clk), WithRetryBackoff(time.Second, time.Minute), WithLease(30 * time.Second)}, opts...)...)
+	q := openT(t, jobsStore(t), append([]Option{withClock(clk), WithRetryBackoff(time.Second, time.Minute), WithLease(30 * time.Second)}, opts...)...)
 	return q, clk
 }
 
