@@ -93,6 +93,7 @@
 //     heartbeat check (every third beat) notices the newer owner.
 //   - Cancelling the context of a call whose transaction was already
 //     accepted does not withdraw it: the call waits for the batch outcome.
-//   - Deleted objects on local disk are not fsynced; a resurrected WAL
-//     object or blob after a power loss is ignored and collected again.
+//   - The local-disk store pays two fsyncs per batch (the file and its
+//     directory), so a lone committer is bound by the disk's fsync rate;
+//     throughput comes from concurrent committers sharing batches.
 package queue
