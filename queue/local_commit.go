@@ -102,7 +102,7 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 					}
 					st = rec.toJob(op.JobID, now).State
 				}
-				if !ok || op.MaxAttempts&(1<<st) == 0 {
+				if !ok || op.States&(1<<st) == 0 {
 					return &ConditionFailedError{Key: []byte(jobSpace + op.JobID)}
 				}
 			case opCancelJob:

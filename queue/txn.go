@@ -45,6 +45,7 @@ type txnOp struct {
 	Headers     map[string]string
 	DedupKey    string
 	Error       string // Nack, DeadLetter: reason recorded in the history
+	States      uint32 // RequireJobState: bit 1<<State for each allowed state
 }
 
 // Put sets key to value.
@@ -155,7 +156,7 @@ func (t *Txn) RequireJobState(id string, states ...State) *Txn {
 	for _, s := range states {
 		mask |= 1 << s
 	}
-	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, MaxAttempts: mask})
+	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: mask})
 	return t
 }
 
