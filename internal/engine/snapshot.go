@@ -186,7 +186,9 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 	} {
 		objs, err := e.bucket.List(ctx, p.prefix)
 		if err != nil {
-			e.log.Warn("stepwell: listing for garbage collection failed", "prefix", p.prefix, "err", err)
+			if ctx.Err() == nil {
+				e.log.Warn("stepwell: listing for garbage collection failed", "prefix", p.prefix, "err", err)
+			}
 			return
 		}
 		for _, o := range objs {
