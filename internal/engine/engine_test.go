@@ -552,3 +552,42 @@ func TestSnapshotSameSeqKeepsSnapshot(t *testing.T) {
 		t.Fatalf("state = %v", got)
 	}
 }
+
+// A read that observes a transaction whose batch is not yet durable waits
+// for the batch, and fails if the batch fails.
+func TestReadWaitsForDurability(t *testing.T) {
+	ctx := context.Background()
+	b, _ := memBucket(t)
+	f := objstoretest.NewFault(b, 3)
+	e := mustOpen(t, Options{Bucket: f, WriteRetry: 50 * time.Millisecond})
+	defer e.Kill()
+	f.Stall()
+	committed := make(chan error, 1)
+	go func() { committed <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil }) }()
+	// Wait until the transaction is applied (visible in memory).
+	for {
+		var seen bool
+		e.mu.Lock()
+		_, seen = e.tree.Get(item{key: "k"})
+		e.mu.Unlock()
+		if seen {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	read := make(chan error, 1)
+	go func() { read <- e.View(ctx, func(r *Reader) error { r.Get("k"); return nil }) }()
+	select {
+	case err := <-read:
+		t.Fatalf("View returned (%v) while the batch it saw was not durable", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.FailAfterWrites(0) // the stalled write will fail for good
+	f.Unstall()
+	if err := <-committed; err == nil {
+		t.Fatal("Update succeeded although its batch failed")
+	}
+	if err := <-read; err == nil {
+		t.Fatal("View of a failed batch's data succeeded")
+	}
+}
