@@ -58,7 +58,10 @@ func main() {
 	done := make(chan terminal.Outcome, 1)
 	hook := terminal.HookFunc(func(ctx context.Context, o terminal.Outcome) error {
 		fmt.Printf("run %s %s after step %d: %s\n", o.RunID, o.Status, o.FinalStep, o.Result)
-		done <- o
+		select { // delivery is at least once: a repeat must not block
+		case done <- o:
+		default:
+		}
 		return nil
 	})
 

@@ -1,0 +1,98 @@
+// Command stepwell is the operator CLI of a Stepwell store: it shows queues,
+// runs, jobs and dead letters, cancels runs and requeues dead jobs, on any
+// store URL the queue package opens (mem://, file://, s3://, gs://,
+// azblob://).
+//
+// # Usage
+//
+//	stepwell [--store URL] [--json] COMMAND [flags] [ARG]
+//
+// The store comes from --store (accepted before or after the command) or,
+// when that is absent, from the STEPWELL_STORE environment variable.
+// Flags may appear before or after a command's argument; "--" ends the
+// flags (for a run ID that starts with "-").
+//
+// # Commands
+//
+// Read commands open the store read-only (queue.WithReadOnly): they load
+// the state as it is durable in the bucket, write nothing, and never fence
+// or block the live writer, so they are safe to run against a production
+// store at any time. What they show is a snapshot as of the command's start.
+//
+//	stats   [--queue Q]          per-queue counts (pending, scheduled,
+//	                             claimed, dead, done) and the age of the
+//	                             oldest pending job; a storage summary line
+//	queues                       queue names
+//	runs    [--state S] [--limit N]
+//	                             runs with state, current step and submit
+//	                             time; S is pending, running, cancelling,
+//	                             succeeded, failed or cancelled
+//	run     RUN_ID               one run: record, outcome (result, error),
+//	                             its step job with attempt history
+//	dead    [--queue Q] [--limit N]
+//	                             dead-lettered jobs of one queue or all
+//	job     JOB_ID               one job: fields, headers, payload preview,
+//	                             attempt history
+//
+// Write commands open the store as its writer (queue.Open), which only one
+// process may be at a time:
+//
+//	cancel  RUN_ID [--takeover] [--no-notify] [--notify-queue NAME]
+//	                             cancel a run (runtime.Runtime.Cancel)
+//	requeue JOB_ID [--takeover]  make a dead job pending again with a fresh
+//	                             attempt budget (queue.Queue.RequeueDead)
+//
+// While the service that owns the store is running, a write command is
+// refused with exit code 3: do the operation from inside that service (for
+// example an admin endpoint calling Runtime.Cancel), or run the command after
+// the service stops. On bucket stores (s3://, gs://, azblob://) --takeover
+// makes the command the writer anyway, which FENCES the live service: its
+// next write fails with queue.ErrFenced, its store closes and it must be
+// restarted to reopen the store. Nothing it acknowledged is lost, but its
+// in-flight steps are retried later. Use it only on a stuck or unreachable
+// writer. file:// stores cannot be taken over: their lock dies with the
+// process holding it. Opening a bucket store for writing first watches its
+// owner object for 2.5 heartbeats (5s by default) to tell a live writer from a
+// crashed one.
+//
+// cancel builds a Runtime that never runs steps. When it ends a queued run,
+// it enqueues the terminal notification that the service's hook will deliver
+// once the service runs again. Pass --no-notify for services built with
+// terminal.Noop (their Run never consumes notifications), and --notify-queue
+// for services configured with runtime.WithNotifyQueueName.
+//
+// requeue of a dead workflow step job does not revive its run: the run ended
+// Failed when the step was dead-lettered, and the runtime drops steps of
+// finished runs. Requeue is meant for plain queue jobs and for dead terminal
+// notifications (which re-delivers them to the hook).
+//
+// # Output
+//
+// By default commands print aligned tables and key-value lists for people.
+// With --json each command prints exactly one JSON document on stdout, with
+// snake_case field names that are kept stable: times are RFC 3339 in UTC,
+// byte strings (payloads, results) are standard base64 with a *_text
+// companion that holds the text when it is printable UTF-8 (null otherwise),
+// and absent values are null. Errors always go to stderr as text, and stdout
+// is then empty.
+//
+// # Exit codes
+//
+//	0  ok
+//	1  the operation failed (store error, corrupt record, job not dead, ...)
+//	2  usage error: unknown command or flag, missing argument, no store,
+//	   invalid store URL
+//	3  the store is locked by another live writer (write commands)
+//	4  not found: the run or job does not exist
+//
+// # Examples
+//
+//	export STEPWELL_STORE='s3://acme-jobs?prefix=orders/&region=eu-west-1'
+//	stepwell stats
+//	stepwell runs --state failed --limit 20
+//	stepwell run order-1042
+//	stepwell dead --queue workflow-steps --json | jq -r '.dead_jobs[].id'
+//	stepwell job 01J9Z3Q4X8T6S7R5P2N0M1K3H4
+//	stepwell --store file:///var/lib/app/stepwell cancel order-1042   # service stopped
+//	stepwell requeue 01J9Z3Q4X8T6S7R5P2N0M1K3H4
+package main

@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+
+	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/runtime"
+)
+
+// Exit codes. They are part of the CLI's interface: scripts branch on them.
+const (
+	exitOK       = 0 // success
+	exitFailed   = 1 // the operation failed: store error, corrupt record, ...
+	exitUsage    = 2 // bad flags, missing arguments, no or invalid store URL
+	exitLocked   = 3 // the store is held by another live writer
+	exitNotFound = 4 // the run or job does not exist
+)
+
+// storeEnv names the environment variable read when --store is absent.
+const storeEnv = "STEPWELL_STORE"
+
+const usageText = `stepwell: operate a Stepwell store (queues, runs, jobs, dead letters)
+
+Usage:
+  stepwell [--store URL] [--json] COMMAND [flags] [ARG]
+
+Read commands (open the store read-only; never disturb the live writer):
+  stats   [--queue Q]               per-queue counts and oldest pending age
+  queues                            queue names
+  runs    [--state S] [--limit N]   runs: ID, state, current step, submitted
+                                    (S: pending, running, cancelling,
+                                    succeeded, failed, cancelled)
+  run     RUN_ID                    one run: record, outcome, step job
+  dead    [--queue Q] [--limit N]   dead-lettered jobs (all queues by default)
+  job     JOB_ID                    one job: fields, headers, payload, history
+
+Write commands (become the store's writer; refused while another process is):
+  cancel  RUN_ID [--takeover] [--no-notify] [--notify-queue NAME]
+                                    cancel a run
+  requeue JOB_ID [--takeover]       make a dead job pending again
+
+  help    [COMMAND]                 this text, or a command's flags
+
+Global flags (before or after the command):
+  --store URL   the store: mem://NAME, file:///ABS/DIR,
+                s3://BUCKET?prefix=P/&region=R, gs://BUCKET?prefix=P/,
+                azblob://CONTAINER?prefix=P/ (default: $STEPWELL_STORE)
+  --json        print one JSON document (stable snake_case fields)
+
+Write commands and the live writer:
+  Only one process at a time may write a store. While your service runs, a
+  write command exits 3: do the operation from the service itself (e.g.
+  Runtime.Cancel behind an admin endpoint) or after it stops. On bucket
+  stores, --takeover writes anyway by FENCING the service: its next write
+  fails with queue.ErrFenced and it must be restarted. Nothing it
+  acknowledged is lost. file:// stores cannot be taken over.
+
+Exit codes:
+  0  ok
+  1  the operation failed (store error, corrupt record, job not dead, ...)
+  2  usage error (bad flags, missing argument, no store, invalid store URL)
+  3  the store is locked by another live writer
+  4  not found (run or job)
+
+Examples:
+  export STEPWELL_STORE='s3://acme-jobs?prefix=orders/&region=eu-west-1'
+  stepwell stats
+  stepwell runs --state failed --limit 20
+  stepwell run order-1042 --json
+  stepwell --store file:///var/lib/app/stepwell dead --queue workflow-steps
+  stepwell requeue 01J9Z3Q4X8T6S7R5P2N0M1K3H4
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// command is one subcommand.
+type command struct {
+	name     string
+	synopsis string // after "stepwell NAME"
+	help     string // what it does, for "stepwell help NAME"
+	// flags registers the command's own flags; may be nil.
+	flags func(fs *flag.FlagSet)
+	// nargs is the number of positional arguments required (0 or 1).
+	nargs int
+	// exec runs the command with its positional arguments.
+	exec func(ctx context.Context, c *cli, args []string) error
+}
+
+// commands lists the subcommands, in usage order. Each exec closure reads
+// the flag values its flags function registered.
+func commands() []*command {
+	return []*command{
+		statsCommand(), queuesCommand(), runsCommand(), runCommand(),
+		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(),
+	}
+}
+
+// cli holds one invocation's environment and global flags.
+type cli struct {
+	env            func(string) string
+	stdout, stderr io.Writer
+
+	store  string // --store
+	asJSON bool   // --json
+}
+
+// exitError carries the exit code of a failed command. Its message is
+// printed as is, prefixed with "stepwell: ".
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func usageError(format string, args ...any) error {
+	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) error {
+	return &exitError{code: exitNotFound, msg: fmt.Sprintf(format, args...)}
+}
+
+func failed(format string, args ...any) error {
+	return &exitError{code: exitFailed, msg: fmt.Sprintf(format, args...)}
+}
+
+// run is the whole CLI: main calls it with the process's arguments (without
+// the program name), environment and output streams, and exits with what
+// it returns; tests call it in-process.
+func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	c := &cli{env: env, stdout: stdout, stderr: stderr}
+
+	global := flag.NewFlagSet("stepwell", flag.ContinueOnError)
+	global.SetOutput(stderr)
+	global.Usage = func() {}
+	c.globalFlags(global)
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usageText)
+			return exitOK
+		}
+		fmt.Fprintln(stderr, "Run 'stepwell --help' for usage.")
+		return exitUsage
+	}
+	if global.NArg() == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	name, rest := global.Arg(0), global.Args()[1:]
+	if name == "help" {
+		return c.helpCommand(rest)
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(stderr, "stepwell: unknown command %q\nRun 'stepwell --help' for usage.\n", name)
+		return exitUsage
+	}
+
+	fs := flag.NewFlagSet("stepwell "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	c.globalFlags(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	pos, err := parseInterspersed(fs, rest)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.commandUsage(stdout, cmd, fs)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "Run 'stepwell %s --help' for usage.\n", cmd.name)
+		return exitUsage
+	}
+	if len(pos) != cmd.nargs {
+		switch {
+		case len(pos) < cmd.nargs:
+			fmt.Fprintf(stderr, "stepwell %s: missing argument\n", cmd.name)
+		default:
+			fmt.Fprintf(stderr, "stepwell %s: unexpected argument %q\n", cmd.name, pos[cmd.nargs])
+		}
+		fmt.Fprintf(stderr, "usage: stepwell %s %s\n", cmd.name, cmd.synopsis)
+		return exitUsage
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	err = cmd.exec(ctx, c, pos)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	fmt.Fprintf(stderr, "stepwell %s: %v\n", cmd.name, err)
+	return code
+}
+
+// exitCode classifies an error returned by a command.
+func exitCode(err error) int {
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, queue.ErrStoreLocked):
+		return exitLocked
+	case errors.Is(err, queue.ErrInvalidURL), errors.Is(err, runtime.ErrInvalidRunID):
+		return exitUsage
+	case errors.Is(err, queue.ErrJobNotFound), errors.Is(err, runtime.ErrRunNotFound):
+		return exitNotFound
+	}
+	return exitFailed
+}
+
+func lookup(name string) *command {
+	for _, cmd := range commands() {
+		if cmd.name == name {
+			return cmd
+		}
+	}
+	return nil
+}
+
+// globalFlags registers the flags every command accepts. Registering them
+// on each command's flag set too lets them follow the command name; the
+// command's set starts from the values parsed before it.
+func (c *cli) globalFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.store, "store", c.store, "store `URL` (default: $"+storeEnv+")")
+	fs.BoolVar(&c.asJSON, "json", c.asJSON, "print one JSON document instead of text")
+}
+
+// helpCommand implements "stepwell help [COMMAND]".
+func (c *cli) helpCommand(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stdout, usageText)
+		return exitOK
+	}
+	cmd := lookup(args[0])
+	if cmd == nil || len(args) > 1 {
+		fmt.Fprintf(c.stderr, "stepwell help: unknown command %q\n", strings.Join(args, " "))
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("stepwell "+cmd.name, flag.ContinueOnError)
+	c.globalFlags(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	c.commandUsage(c.stdout, cmd, fs)
+	return exitOK
+}
+
+func (c *cli) commandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: stepwell %s %s\n\n%s\nFlags:\n", cmd.name, cmd.synopsis, cmd.help)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprint(w, "\nExit codes: 0 ok, 1 failed, 2 usage, 3 store locked by another writer, 4 not found.\n")
+}
+
+// parseInterspersed parses fs from args, allowing flags after positional
+// arguments ("run ID --json"). A "--" ends the flags: everything after it
+// is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// storeURL returns the store URL from --store or the environment.
+func (c *cli) storeURL() (string, error) {
+	u := c.store
+	if u == "" {
+		u = c.env(storeEnv)
+	}
+	if u == "" {
+		return "", usageError("no store: pass --store URL or set %s", storeEnv)
+	}
+	return u, nil
+}
+
+// openRead opens the store read-only: it never fences or blocks the writer.
+func (c *cli) openRead(ctx context.Context) (*queue.Queue, error) {
+	return c.open(ctx, false, queue.WithReadOnly())
+}
+
+// openWrite opens the store as its writer, fencing a live bucket writer if
+// takeover is set.
+func (c *cli) openWrite(ctx context.Context, takeover bool) (*queue.Queue, error) {
+	if takeover {
+		return c.open(ctx, true, queue.WithTakeover())
+	}
+	return c.open(ctx, false)
+}
+
+func (c *cli) open(ctx context.Context, takeover bool, opts ...queue.Option) (*queue.Queue, error) {
+	raw, err := c.storeURL()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFileStore(raw); err != nil {
+		return nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	q, err := queue.Open(ctx, raw, append(opts, queue.WithLogger(logger))...)
+	switch {
+	case err == nil:
+		return q, nil
+	case errors.Is(err, queue.ErrInvalidURL):
+		return nil, usageError("invalid store URL: %v", err)
+	case errors.Is(err, queue.ErrStoreLocked):
+		return nil, lockedError(raw, takeover)
+	}
+	return nil, fmt.Errorf("opening the store: %w", err)
+}
+
+// lockedError explains ErrStoreLocked to an operator.
+func lockedError(raw string, takeover bool) error {
+	u, _ := url.Parse(raw)
+	where, scheme := raw, ""
+	if u != nil {
+		where, scheme = u.Redacted(), u.Scheme
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the store %s is in use by a live writer (another process has it open).\n", where)
+	b.WriteString("Only one process may write a store at a time. Run this command from inside that\n")
+	b.WriteString("process (for example an admin endpoint calling the same API), or after it stops.")
+	switch {
+	case scheme == "file":
+		b.WriteString("\nfile:// stores cannot be taken over: the lock is released when that process exits.")
+	case !takeover && scheme != "mem":
+		b.WriteString("\nAs a last resort, --takeover makes this command the writer by FENCING the live\n")
+		b.WriteString("process: its next write fails (queue.ErrFenced) and it must be restarted.")
+	}
+	return &exitError{code: exitLocked, msg: b.String()}
+}
+
+// checkFileStore refuses a file:// URL whose directory does not exist:
+// opening would create an empty store there, which an operator's typo should
+// never do. Other URLs (and malformed ones) are left to queue.Open.
+func checkFileStore(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "file" || u.Host != "" || !filepath.IsAbs(u.Path) {
+		return nil
+	}
+	fi, err := os.Stat(u.Path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return failed("no store at %s: the directory does not exist", raw)
+	case err != nil:
+		return failed("store directory: %v", err)
+	case !fi.IsDir():
+		return failed("no store at %s: not a directory", raw)
+	}
+	return nil
+}
+
+// closeQueue closes q; a close error of a writer fails the command unless
+// it already failed.
+func closeQueue(q *queue.Queue, err *error) {
+	if cerr := q.Close(context.Background()); cerr != nil && *err == nil {
+		*err = fmt.Errorf("closing the store: %w", cerr)
+	}
+}

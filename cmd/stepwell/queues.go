@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/stepwell/stepwell/queue"
+)
+
+// queueStatsJSON is one queue in "stats --json".
+type queueStatsJSON struct {
+	Queue                   string  `json:"queue"`
+	Pending                 int64   `json:"pending"`
+	Scheduled               int64   `json:"scheduled"`
+	Claimed                 int64   `json:"claimed"`
+	Dead                    int64   `json:"dead"`
+	Done                    int64   `json:"done"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+}
+
+// storageJSON is the storage summary of "stats --json": the requests this
+// command made to load the store, and the size of its state.
+type storageJSON struct {
+	Keys         int    `json:"keys"`
+	Gets         int64  `json:"gets"`
+	Lists        int64  `json:"lists"`
+	Heads        int64  `json:"heads"`
+	BytesRead    int64  `json:"bytes_read"`
+	Puts         int64  `json:"puts"`
+	Deletes      int64  `json:"deletes"`
+	BytesWritten int64  `json:"bytes_written"`
+	WALBatches   uint64 `json:"wal_batches"`
+	Snapshots    uint64 `json:"snapshots"`
+}
+
+type statsJSON struct {
+	Queues  []queueStatsJSON `json:"queues"`
+	Storage storageJSON      `json:"storage"`
+}
+
+func statsCommand() *command {
+	var queueName string
+	return &command{
+		name:     "stats",
+		synopsis: "[--queue Q]",
+		help: `Prints, for every queue (or the one named by --queue), the number of pending,
+scheduled, claimed, dead and done jobs and how long the oldest pending job has
+waited, then a storage summary: the keys in the store's state and the
+requests this command made to load it. Opens the store read-only.
+`,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&queueName, "queue", "", "only this `queue`")
+		},
+		exec: func(ctx context.Context, c *cli, _ []string) (err error) {
+			q, err := c.openRead(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeQueue(q, &err)
+			names, err := q.Queues(ctx)
+			if err != nil {
+				return err
+			}
+			if queueName != "" {
+				if !slices.Contains(names, queueName) {
+					fmt.Fprintf(c.stderr, "stepwell stats: note: queue %q has never had jobs\n", queueName)
+				}
+				names = []string{queueName}
+			}
+			out := statsJSON{Queues: []queueStatsJSON{}}
+			var ages []time.Duration
+			for _, name := range names {
+				s, err := q.Stats(ctx, name)
+				if err != nil {
+					return fmt.Errorf("queue %q: %w", name, err)
+				}
+				out.Queues = append(out.Queues, queueStatsJSON{
+					Queue: name, Pending: s.Pending, Scheduled: s.Scheduled, Claimed: s.Claimed,
+					Dead: s.Dead, Done: s.Done, OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(),
+				})
+				ages = append(ages, s.OldestPendingAge)
+			}
+			ss := q.StorageStats()
+			out.Storage = storageJSON{
+				Keys: ss.Keys, Gets: ss.Gets, Lists: ss.Lists, Heads: ss.Heads, BytesRead: ss.BytesRead,
+				Puts: ss.Puts, Deletes: ss.Deletes, BytesWritten: ss.BytesWritten,
+				WALBatches: ss.WALBatches, Snapshots: ss.Snapshots,
+			}
+			if c.asJSON {
+				return writeJSON(c.stdout, out)
+			}
+			tw := newTable(c.stdout)
+			fmt.Fprintln(tw, "QUEUE\tPENDING\tSCHEDULED\tCLAIMED\tDEAD\tDONE\tOLDEST PENDING")
+			for i, s := range out.Queues {
+				age := "-"
+				if s.Pending > 0 {
+					age = ages[i].Round(time.Second).String()
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Queue, s.Pending, s.Scheduled, s.Claimed, s.Dead, s.Done, age)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(out.Queues) == 0 {
+				fmt.Fprintln(c.stdout, "(no queues)")
+			}
+			fmt.Fprintf(c.stdout, "\nstorage: %d keys; loading read %d bytes in %d gets and %d lists\n",
+				ss.Keys, ss.BytesRead, ss.Gets, ss.Lists)
+			return nil
+		},
+	}
+}
+
+func queuesCommand() *command {
+	return &command{
+		name:     "queues",
+		synopsis: "",
+		help: `Prints the names of the queues that have or had jobs, one per line.
+Opens the store read-only.
+`,
+		exec: func(ctx context.Context, c *cli, _ []string) (err error) {
+			q, err := c.openRead(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeQueue(q, &err)
+			names, err := q.Queues(ctx)
+			if err != nil {
+				return err
+			}
+			if names == nil {
+				names = []string{}
+			}
+			if c.asJSON {
+				return writeJSON(c.stdout, struct {
+					Queues []string `json:"queues"`
+				}{names})
+			}
+			for _, n := range names {
+				fmt.Fprintln(c.stdout, n)
+			}
+			return nil
+		},
+	}
+}
+
+// queueNames returns the named queue, or every queue of the store.
+func queueNames(ctx context.Context, q *queue.Queue, name string) ([]string, error) {
+	if name != "" {
+		return []string{name}, nil
+	}
+	return q.Queues(ctx)
+}

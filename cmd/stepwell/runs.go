@@ -1,0 +1,412 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stepwell/stepwell/kvrecord"
+	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/runtime"
+	"github.com/stepwell/stepwell/steprunner"
+	"github.com/stepwell/stepwell/terminal"
+)
+
+// scanPage is the page size of the run-record scan.
+const scanPage = 500
+
+// defaultLimit is the default --limit of listings.
+const defaultLimit = 100
+
+// runStates are the values of "runs --state", in runtime.State order.
+var runStates = []string{
+	runtime.StatePending.String(), runtime.StateRunning.String(), runtime.StateCancelling.String(),
+	runtime.StateSucceeded.String(), runtime.StateFailed.String(), runtime.StateCancelled.String(),
+}
+
+// idleRunner is the Runner of the CLI's Runtimes, which never call Run:
+// they only read (Status) or cancel.
+var idleRunner = steprunner.RunnerFunc(func(context.Context, *steprunner.Step) (steprunner.Outcome, error) {
+	return steprunner.Outcome{}, errors.New("stepwell CLI: steps are not run here")
+})
+
+// inspector returns a Runtime for reading run state on q (which may be
+// read-only: Status only reads).
+func inspector(q *queue.Queue) (*runtime.Runtime, error) {
+	return runtime.New(q, idleRunner, terminal.Noop)
+}
+
+// runRowJSON is one run in "runs --json".
+type runRowJSON struct {
+	RunID       string     `json:"run_id"`
+	State       string     `json:"state"`
+	Scheduled   bool       `json:"scheduled"`
+	StepDead    bool       `json:"step_dead"`
+	Step        uint32     `json:"step"`
+	SubmittedAt *time.Time `json:"submitted_at"`
+	EndedAt     *time.Time `json:"ended_at"`
+}
+
+type runsJSON struct {
+	Runs []runRowJSON `json:"runs"`
+	// Truncated is set when --limit stopped the listing before the end.
+	Truncated bool `json:"truncated"`
+}
+
+func runsCommand() *command {
+	var state string
+	var limit int
+	return &command{
+		name:     "runs",
+		synopsis: "[--state S] [--limit N]",
+		help: `Lists runs in run-ID order: ID, state, current (or final) step, submit time
+and, for finished runs, end time. Finished runs are listed for the terminal
+retention (24h by default). Opens the store read-only.
+`,
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&state, "state", "", "only runs in this `state`: "+strings.Join(runStates, ", "))
+			fs.IntVar(&limit, "limit", defaultLimit, "list at most `N` runs (0: all)")
+		},
+		exec: func(ctx context.Context, c *cli, _ []string) (err error) {
+			if state != "" && !slices.Contains(runStates, state) {
+				return usageError("invalid --state %q (want one of %s)", state, strings.Join(runStates, ", "))
+			}
+			if limit < 0 {
+				return usageError("invalid --limit %d (want 0 for all, or more)", limit)
+			}
+			q, err := c.openRead(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeQueue(q, &err)
+			rt, err := inspector(q)
+			if err != nil {
+				return err
+			}
+			out := runsJSON{Runs: []runRowJSON{}}
+			var after []byte
+		scan:
+			for {
+				page, err := q.Scan(ctx, []byte(kvrecord.RunPrefix), queue.ScanOptions{After: after, Limit: scanPage})
+				if err != nil {
+					return err
+				}
+				for _, kv := range page.Items {
+					rec, err := kvrecord.DecodeRun(kv.Value)
+					if err != nil {
+						return fmt.Errorf("run record %q: %w", kv.Key, err)
+					}
+					id := strings.TrimPrefix(string(kv.Key), kvrecord.RunPrefix)
+					st, err := rt.Status(ctx, id)
+					if err != nil {
+						return fmt.Errorf("run %q: %w", id, err)
+					}
+					if state != "" && st.State.String() != state {
+						continue
+					}
+					dead, err := isStepDead(ctx, q, rec, st)
+					if err != nil {
+						return err
+					}
+					if limit > 0 && len(out.Runs) == limit {
+						out.Truncated = true
+						break scan
+					}
+					out.Runs = append(out.Runs, runRowJSON{
+						RunID: id, State: st.State.String(), Scheduled: st.Scheduled, StepDead: dead,
+						Step: st.CurrentStep, SubmittedAt: jsonTime(unixTime(rec.SubmittedAt)), EndedAt: jsonTime(unixTime(rec.EndedAt)),
+					})
+				}
+				if page.Next == nil {
+					break
+				}
+				after = page.Next
+			}
+			if c.asJSON {
+				return writeJSON(c.stdout, out)
+			}
+			tw := newTable(c.stdout)
+			fmt.Fprintln(tw, "RUN ID\tSTATE\tSTEP\tSUBMITTED\tENDED")
+			for _, r := range out.Runs {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.RunID, stateText(r.State, r.Scheduled, r.StepDead), r.Step,
+					textTime(deref(r.SubmittedAt)), textTime(deref(r.EndedAt)))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if out.Truncated {
+				fmt.Fprintf(c.stderr, "stepwell runs: showing the first %d; more exist (raise --limit, 0 for all)\n", limit)
+			}
+			return nil
+		},
+	}
+}
+
+// stateText is a run state for text output.
+func stateText(state string, scheduled, stepDead bool) string {
+	switch {
+	case stepDead:
+		return state + " (step dead)"
+	case scheduled:
+		return state + " (scheduled)"
+	}
+	return state
+}
+
+// isStepDead reports whether an active run's current step job is dead:
+// the queue dead-lettered it by itself (its worker stopped on the last
+// attempt), so the run goes nowhere until the job is requeued. Status
+// reports such a run as pending.
+func isStepDead(ctx context.Context, q *queue.Queue, rec *kvrecord.Run, st runtime.RunStatus) (bool, error) {
+	if st.State != runtime.StatePending || rec.CurrentJob == "" {
+		return false, nil
+	}
+	job, err := q.GetJob(ctx, rec.CurrentJob)
+	if errors.Is(err, queue.ErrJobNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return job.State == queue.JobDead, nil
+}
+
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// runJSON is "run --json".
+type runJSON struct {
+	RunID              string            `json:"run_id"`
+	State              string            `json:"state"`
+	Scheduled          bool              `json:"scheduled"`
+	StepDead           bool              `json:"step_dead"` // pending, but its step job is dead: see "requeue"
+	Step               uint32            `json:"step"`
+	SubmittedAt        *time.Time        `json:"submitted_at"`
+	EndedAt            *time.Time        `json:"ended_at"`
+	InputSHA256        string            `json:"input_sha256"`
+	Priority           int32             `json:"priority"`
+	MaxAttemptsPerStep uint32            `json:"max_attempts_per_step"` // 0: the queue default
+	CancelRequested    bool              `json:"cancel_requested"`
+	Headers            map[string]string `json:"headers"`
+	CurrentJob         string            `json:"current_job"` // "" once finished
+	Result             []byte            `json:"result"`      // base64; null unless succeeded with a result
+	ResultText         *string           `json:"result_text"`
+	Error              string            `json:"error"`
+	// StepJob is the current step's job; for a failed run, the dead job of
+	// its final step when it is still kept. Its payload is left out (null):
+	// see "stepwell job".
+	StepJob *jobJSON `json:"step_job"`
+}
+
+func runCommand() *command {
+	return &command{
+		name:     "run",
+		synopsis: "RUN_ID",
+		help: `Shows one run: its record (state, step, headers, submit time, input hash),
+its outcome once finished (result as text when printable, else base64; error),
+and its step job with attempts and attempt history: the current step's job,
+or for a failed run the dead job of its final step. Opens the store read-only.
+Exits 4 if the run does not exist (or finished longer ago than the terminal
+retention).
+`,
+		nargs: 1,
+		exec: func(ctx context.Context, c *cli, args []string) (err error) {
+			id := args[0]
+			if err := runtime.ValidateRunID(id); err != nil {
+				return usageError("%v", err)
+			}
+			q, err := c.openRead(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeQueue(q, &err)
+			out, err := loadRun(ctx, q, id)
+			if err != nil {
+				return err
+			}
+			if c.asJSON {
+				return writeJSON(c.stdout, out)
+			}
+			printRun(c.stdout, out)
+			return nil
+		},
+	}
+}
+
+// loadRun gathers everything "run" shows.
+func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
+	b, err := q.Get(ctx, kvrecord.RunKey(id))
+	if errors.Is(err, queue.ErrKeyNotFound) {
+		return nil, notFound("run %q not found (never submitted, or finished longer ago than the terminal retention)", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := kvrecord.DecodeRun(b)
+	if err != nil {
+		return nil, fmt.Errorf("run record %q: %w", kvrecord.RunKey(id), err)
+	}
+	rt, err := inspector(q)
+	if err != nil {
+		return nil, err
+	}
+	st, err := rt.Status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := &runJSON{
+		RunID: id, State: st.State.String(), Scheduled: st.Scheduled, Step: st.CurrentStep,
+		SubmittedAt: jsonTime(unixTime(rec.SubmittedAt)), EndedAt: jsonTime(unixTime(rec.EndedAt)),
+		InputSHA256: hex.EncodeToString(rec.InputHash[:]), Priority: rec.Priority,
+		MaxAttemptsPerStep: rec.MaxAttempts, CancelRequested: rec.Cancel,
+		Headers: headersJSON(rec.Headers), CurrentJob: rec.CurrentJob,
+		Result: st.Result, ResultText: textOf(st.Result), Error: st.Error,
+	}
+	var job *queue.Job
+	switch {
+	case rec.CurrentJob != "":
+		job, err = q.GetJob(ctx, rec.CurrentJob)
+		if errors.Is(err, queue.ErrJobNotFound) {
+			err = nil // settled between the two reads of a live store
+		}
+	case st.State == runtime.StateFailed:
+		job, err = findDeadStep(ctx, q, rec, st.CurrentStep)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if job != nil {
+		out.StepDead = st.State == runtime.StatePending && job.State == queue.JobDead
+		j := toJobJSON(job)
+		j.Payload, j.PayloadText = nil, nil
+		out.StepJob = &j
+	}
+	return out, nil
+}
+
+// findDeadStep finds the dead job of step n of a failed run, if it is still
+// kept: a dead step job is no longer referenced by its run's record, so the
+// dead letters are searched for its reserved headers.
+func findDeadStep(ctx context.Context, q *queue.Queue, rec *kvrecord.Run, n uint32) (*queue.Job, error) {
+	names, err := q.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	step := strconv.FormatUint(uint64(n), 10)
+	submitted := unixTime(rec.SubmittedAt)
+	var found *queue.Job
+	for _, name := range names {
+		after := ""
+		for {
+			page, err := q.DeadJobs(ctx, name, after, queue.MaxScanLimit)
+			if err != nil {
+				return nil, err
+			}
+			for _, j := range page.Jobs {
+				// A run ID may be reused after the retention: only a job
+				// enqueued since this run was submitted belongs to it.
+				if j.Headers[runtime.HeaderRunID] == rec.RunID && j.Headers[runtime.HeaderStep] == step &&
+					!j.EnqueuedAt.Before(submitted) {
+					found = j
+				}
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+	}
+	return found, nil
+}
+
+func printRun(w io.Writer, r *runJSON) {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "run:\t%s\n", r.RunID)
+	fmt.Fprintf(tw, "state:\t%s\n", stateText(r.State, r.Scheduled, r.StepDead))
+	fmt.Fprintf(tw, "step:\t%d\n", r.Step)
+	fmt.Fprintf(tw, "submitted:\t%s\n", textTime(deref(r.SubmittedAt)))
+	fmt.Fprintf(tw, "ended:\t%s\n", textTime(deref(r.EndedAt)))
+	fmt.Fprintf(tw, "input:\tsha256:%s\n", r.InputSHA256)
+	fmt.Fprintf(tw, "priority:\t%d\n", r.Priority)
+	maxAttempts := "queue default"
+	if r.MaxAttemptsPerStep > 0 {
+		maxAttempts = strconv.FormatUint(uint64(r.MaxAttemptsPerStep), 10)
+	}
+	fmt.Fprintf(tw, "max attempts per step:\t%s\n", maxAttempts)
+	fmt.Fprintf(tw, "cancel requested:\t%s\n", yesNo(r.CancelRequested))
+	if r.State == runtime.StateSucceeded.String() {
+		fmt.Fprintf(tw, "result:\t%s\n", preview(r.Result))
+	}
+	if r.State == runtime.StateFailed.String() || r.State == runtime.StateCancelled.String() {
+		fmt.Fprintf(tw, "error:\t%s\n", orDash(r.Error))
+	}
+	tw.Flush()
+	printHeaders(w, r.Headers)
+	if r.StepJob == nil {
+		fmt.Fprintln(w, "step job: -")
+		return
+	}
+	fmt.Fprintln(w, "step job:")
+	printJob(&indented{w: w, prefix: "  "}, r.StepJob)
+	if r.StepDead {
+		fmt.Fprintf(w, "note: the step job is dead (its worker stopped on the last attempt), so the run is stuck.\n"+
+			"      'stepwell requeue %s' lets it go on.\n", r.StepJob.ID)
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// printHeaders writes a header map, sorted, one per line.
+func printHeaders(w io.Writer, h map[string]string) {
+	if len(h) == 0 {
+		fmt.Fprintln(w, "headers: -")
+		return
+	}
+	fmt.Fprintln(w, "headers:")
+	tw := newTable(w)
+	for _, k := range sortedKeys(h) {
+		fmt.Fprintf(tw, "  %s\t%s\n", k, strconv.Quote(h[k]))
+	}
+	tw.Flush()
+}
+
+// indented prefixes every line written through it.
+type indented struct {
+	w      io.Writer
+	prefix string
+	mid    bool // in the middle of a line
+}
+
+func (in *indented) Write(p []byte) (int, error) {
+	var b []byte
+	for _, c := range p {
+		if !in.mid {
+			b = append(b, in.prefix...)
+			in.mid = true
+		}
+		b = append(b, c)
+		if c == '\n' {
+			in.mid = false
+		}
+	}
+	if _, err := in.w.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -1,0 +1,204 @@
+// Package examples_test builds every example program under examples/ and
+// runs it the way a reader would, each in a fresh working directory, checking
+// that it reaches its documented end state by itself.
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runTimeout bounds one invocation of an example.
+const runTimeout = 30 * time.Second
+
+// checks holds what each known example must print. An example without an
+// entry must still build, run without setup and exit 0.
+var checks = map[string]func(t *testing.T, bin string){
+	"quickstart": func(t *testing.T, bin string) {
+		out := mustRun(t, bin, t.TempDir())
+		wantContains(t, out, "status: succeeded")
+	},
+	"crash_resume": testCrashResume,
+	"webhook": func(t *testing.T, bin string) {
+		out := mustRun(t, bin, t.TempDir())
+		verified := regexp.MustCompile(`(?m)^receiver: verified .* run (\S+) (\w+) after`).FindAllStringSubmatch(out, -1)
+		got := map[string]string{}
+		for _, m := range verified {
+			got[m[1]] = m[2]
+		}
+		want := map[string]string{"webhook-ok": "succeeded", "webhook-failed": "failed", "webhook-cancelled": "cancelled"}
+		for run, status := range want {
+			if got[run] != status {
+				t.Errorf("run %s: verified delivery with status %q, want %q\n%s", run, got[run], status, out)
+			}
+		}
+		wantContains(t, out, "answering 503", "(retry: delivery 2", "all three deliveries verified")
+	},
+	"agent_loop": func(t *testing.T, bin string) {
+		out := mustRun(t, bin, t.TempDir())
+		wantContains(t, out,
+			"[picnic-planner] run succeeded",
+			"status of picnic-planner: succeeded",
+			"ctx cause: steprunner: run cancelled (ErrRunCancelled: true)",
+			"[web-summariser] run cancelled",
+			"status of web-summariser: cancelled",
+			"Why steps rather than one long function?")
+	},
+}
+
+func TestExamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: builds and runs every example program (slow); run without -short")
+	}
+	goTool := findGo(t)
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(e.Name(), "main.go")); e.IsDir() && err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no example directories (with a main.go) found")
+	}
+	for name := range checks {
+		if !slices.Contains(names, name) {
+			t.Errorf("example %s has a check but no directory", name)
+		}
+	}
+
+	binDir := t.TempDir()
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			bin := filepath.Join(binDir, name)
+			if runtime.GOOS == "windows" {
+				bin += ".exe"
+			}
+			build := exec.Command(goTool, "build", "-o", bin, "./"+name)
+			if out, err := build.CombinedOutput(); err != nil {
+				t.Fatalf("go build ./examples/%s: %v\n%s", name, err, out)
+			}
+			if check, ok := checks[name]; ok {
+				check(t, bin)
+				return
+			}
+			t.Logf("no specific check for %s: requiring a clean exit", name)
+			mustRun(t, bin, t.TempDir())
+		})
+	}
+}
+
+// testCrashResume kills a run after step 2, resumes it, and finds it done.
+func testCrashResume(t *testing.T, bin string) {
+	wd := t.TempDir() // shared by the three invocations: the store is ./.stepwell/crash_resume
+
+	out, err := run(t, bin, wd, "-kill-after-step", "2")
+	if err == nil {
+		t.Fatalf("first invocation exited 0, want it killed\n%s", out)
+	}
+	stepLine := regexp.MustCompile(`(?m)^step (\d+) of run \S+ \(attempt \d+\)`)
+	steps := stepLine.FindAllStringSubmatch(out, -1)
+	if len(steps) == 0 || steps[len(steps)-1][1] != "2" {
+		t.Fatalf("first invocation: last step printed is not step 2\n%s", out)
+	}
+	if strings.Contains(out, "succeeded") {
+		t.Fatalf("first invocation: the run finished despite the kill\n%s", out)
+	}
+
+	out = mustRun(t, bin, wd)
+	wantContains(t, out, "resuming run order-7 at step 3", "status: succeeded")
+	steps = stepLine.FindAllStringSubmatch(out, -1)
+	if len(steps) == 0 || steps[0][1] != "3" {
+		t.Errorf("second invocation: first step run is not step 3\n%s", out)
+	}
+
+	out = mustRun(t, bin, wd)
+	wantContains(t, out, "already submitted (new: false) and has already succeeded")
+	if stepLine.MatchString(out) {
+		t.Errorf("third invocation ran a step\n%s", out)
+	}
+
+	out = mustRun(t, bin, wd, "-reset")
+	if _, err := os.Stat(filepath.Join(wd, ".stepwell")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("-reset left the store directory (stat: %v)\n%s", err, out)
+	}
+}
+
+// run runs bin in the working directory wd with a timeout, with its
+// temporary files in a directory of the test's, and returns its combined
+// output.
+func run(t *testing.T, bin, wd string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = wd
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "TMP="+tmp, "TEMP="+tmp)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s: still running after %v\n%s", filepath.Base(bin), strings.Join(args, " "), runTimeout, buf.String())
+	}
+	t.Logf("$ %s %s (exit: %v)\n%s", filepath.Base(bin), strings.Join(args, " "), err, buf.String())
+	return buf.String(), err
+}
+
+// mustRun is run, failing the test unless bin exits 0.
+func mustRun(t *testing.T, bin, wd string, args ...string) string {
+	t.Helper()
+	out, err := run(t, bin, wd, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func wantContains(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q\n%s", w, out)
+		}
+	}
+}
+
+// findGo locates the go command. go test puts $GOROOT/bin first in the
+// test's PATH, so this is the go command that runs the test.
+func findGo(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	exe := "go"
+	if runtime.GOOS == "windows" {
+		exe = "go.exe"
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		if p := filepath.Join(root, "bin", exe); fileExists(p) {
+			return p
+		}
+	}
+	t.Skip("skipping: no go command in PATH or $GOROOT/bin")
+	return ""
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir()
+}
