@@ -69,7 +69,8 @@ type jobRec struct {
 	UpdatedAt   int64
 	CancelReq   bool
 	History     []attemptRec
-	Size        int64 // payload bytes
+	Size        int64  // payload bytes
+	DeadNotify  string // queue that gets a notice when the job is dead-lettered
 }
 
 type attemptRec struct {

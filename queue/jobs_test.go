@@ -495,3 +495,31 @@ func takeoverFences(t *testing.T, url string) {
 		t.Fatalf("job after takeover: %+v", j)
 	}
 }
+
+// A job with a DeadLetterQueue leaves a notice there whenever it dies,
+// including when the queue itself dead-letters it (lease expired on the
+// last attempt) and at a restart that finds its last claim abandoned.
+func TestDeadLetterNotice(t *testing.T) {
+	q, clk := openJobs(t, WithMaxAttempts(1))
+	r := mustEnqueue(t, q, "q", "p", EnqueueOptions{DeadLetterQueue: "q.dead", Headers: map[string]string{"run": "7"}})
+	mustClaim(t, q, "q")
+	clk.Advance(31 * time.Second)
+	q.reapNow()
+	n := mustClaim(t, q, "q.dead")
+	if n == nil || string(n.Payload) != r.JobID || n.Headers[HeaderDeadJob] != r.JobID ||
+		n.Headers[HeaderDeadReason] != "lease expired" || n.Headers["run"] != "7" {
+		t.Fatalf("notice = %+v", n)
+	}
+	// Dead-lettered by its worker: a notice too; acked normally: none.
+	r2 := mustEnqueue(t, q, "q", "p2", EnqueueOptions{DeadLetterQueue: "q.dead"})
+	j := mustClaim(t, q, "q")
+	q.DeadLetter(t0ctx, j, "bad")
+	if n := mustClaim(t, q, "q.dead"); n == nil || string(n.Payload) != r2.JobID || n.Headers[HeaderDeadReason] != "bad" {
+		t.Fatalf("notice after DeadLetter = %+v", n)
+	}
+	mustEnqueue(t, q, "q", "p3", EnqueueOptions{DeadLetterQueue: "q.dead"})
+	q.Ack(t0ctx, mustClaim(t, q, "q"))
+	if n := mustClaim(t, q, "q.dead"); n != nil {
+		t.Fatalf("notice for an acked job: %+v", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"time"
 
@@ -193,6 +194,7 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 		Order: l.ix.maxOrder + 1, RunAt: resolveTime(op.RunAt, now),
 		MaxAttempts: maxAttempts, Headers: op.Headers, DedupKey: op.DedupKey,
 		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(op.Value)),
+		DeadNotify: op.DeadNotify,
 	}
 	tx.Put(payloadSpace+id, payload)
 	tx.Put(jobSpace+id, encodeJob(rec)) // the index sees it here
@@ -283,6 +285,35 @@ func (l *local) deadTx(tx *engine.Tx, id string, rec *jobRec, reason string, now
 	rec.addHistory(now, reason)
 	rec.State, rec.UpdatedAt = stateDead, now.UnixNano()
 	tx.Put(jobSpace+id, encodeJob(rec))
+	if rec.DeadNotify != "" {
+		l.deadNoticeTx(tx, id, rec, reason, now)
+	}
+}
+
+// Headers of a dead-letter notice (see EnqueueOptions.DeadLetterQueue).
+const (
+	HeaderDeadJob    = "queue.dead_job"
+	HeaderDeadReason = "queue.dead_reason"
+)
+
+// deadNoticeTx enqueues the notice of job id's death to rec.DeadNotify.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) deadNoticeTx(tx *engine.Tx, id string, rec *jobRec, reason string, now time.Time) {
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	h := make(map[string]string, len(rec.Headers)+2)
+	maps.Copy(h, rec.Headers)
+	h[HeaderDeadJob], h[HeaderDeadReason] = id, reason
+	nid := ulid.Make().String()
+	notice := &jobRec{
+		Queue: rec.DeadNotify, State: statePending, Order: l.ix.maxOrder + 1, RunAt: now.UnixNano(),
+		MaxAttempts: l.opts.config(rec.DeadNotify).MaxAttempts, Headers: h,
+		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(id)),
+	}
+	tx.Put(payloadSpace+nid, engine.Inline([]byte(id)))
+	tx.Put(jobSpace+nid, encodeJob(notice))
 }
 
 // backoff returns the delay before retry number attempts (1-based):

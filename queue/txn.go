@@ -46,6 +46,7 @@ type txnOp struct {
 	DedupKey    string
 	Error       string // Nack, DeadLetter: reason recorded in the history
 	States      uint32 // RequireJobState: bit 1<<State for each allowed state
+	DeadNotify  string // Enqueue: EnqueueOptions.DeadLetterQueue
 }
 
 // Put sets key to value.
@@ -92,6 +93,14 @@ type EnqueueOptions struct {
 	// job's ID while a job with the same key is pending or scheduled in the
 	// same queue.
 	DedupKey string
+	// DeadLetterQueue, when set, names a queue that receives a notice job
+	// whenever this job is dead-lettered, in the same transaction: by
+	// DeadLetter, by a Nack on its last attempt, or by the queue itself (a
+	// lease that expired on the last attempt, a claim whose process died
+	// on its last attempt). The notice's payload is the dead job's ID; its
+	// headers are the dead job's plus HeaderDeadJob and HeaderDeadReason.
+	// It lets an owner of the job react durably to its death.
+	DeadLetterQueue string
 	// JobID sets the new job's ID instead of a generated ULID, so that a
 	// transaction can refer to the job (say, in a record it writes). At most
 	// 64 bytes of [0-9A-Za-z_-]. If a job with that ID exists, Commit fails
@@ -103,7 +112,8 @@ type EnqueueOptions struct {
 // existing job on a dedup hit) is in TxnResult.Enqueued, in order.
 func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
 	op := txnOp{Kind: opEnqueue, Queue: queue, Value: payload, Priority: opts.Priority,
-		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey, JobID: opts.JobID}
+		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey, JobID: opts.JobID,
+		DeadNotify: opts.DeadLetterQueue}
 	if !opts.RunAt.IsZero() {
 		op.RunAt = opts.RunAt.UnixNano()
 	}

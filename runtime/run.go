@@ -35,8 +35,48 @@ func (rt *Runtime) Run(ctx context.Context) error {
 			})
 		})
 	}
+	g.Go(func() error {
+		return rt.q.Work(gctx, rt.deadQueue(), rt.handleDeadStep, queue.WorkOptions{
+			Concurrency: 1, DrainTimeout: rt.opts.drainTimeout,
+			ManualSettle: true, PollInterval: rt.opts.pollInterval,
+		})
+	})
 	g.Go(func() error { rt.janitor(gctx); return nil })
 	return g.Wait()
+}
+
+// handleDeadStep settles the run of a step job that the queue dead-lettered
+// without the runtime (its lease expired on the last attempt, or its worker
+// died on it): the run fails with the job's last error (or ends cancelled
+// if a cancel was requested), in one transaction with the notice's ack.
+// Notices of steps the runtime dead-lettered itself find the run already
+// ended and are just acknowledged.
+func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error {
+	ctx = context.WithoutCancel(ctx)
+	deadID := string(notice.Payload)
+	runID := notice.Headers[HeaderRunID]
+	n64, _ := strconv.ParseUint(notice.Headers[HeaderStep], 10, 32)
+	for {
+		rec, old, err := rt.loadRun(ctx, runID)
+		if errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != deadID) {
+			return rt.q.Ack(ctx, notice)
+		}
+		if err != nil {
+			return err
+		}
+		txn := new(queue.Txn).Ack(notice).RequireJobState(deadID, queue.JobDead)
+		if rec.Cancel {
+			rt.terminate(txn, rec, old, terminal.Cancelled, nil, "", uint32(n64))
+		} else {
+			reason := notice.Headers[queue.HeaderDeadReason]
+			rt.terminate(txn, rec, old, terminal.Failed, nil, "step "+strconv.FormatUint(n64, 10)+" died: "+reason, uint32(n64))
+		}
+		_, err = rt.q.Commit(ctx, txn)
+		if errors.Is(err, queue.ErrConditionFailed) {
+			continue
+		}
+		return err
+	}
 }
 
 // stepContext maps the claim context's causes onto steprunner's.

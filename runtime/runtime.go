@@ -155,8 +155,12 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID string) queue.
 	return queue.EnqueueOptions{
 		Headers: h, Priority: rec.Priority, MaxAttempts: rec.MaxAttempts,
 		DedupKey: fmt.Sprintf("run:%s:%d", rec.RunID, n), JobID: jobID,
+		DeadLetterQueue: rt.deadQueue(),
 	}
 }
+
+// deadQueue receives the notices of dead step jobs (see handleDeadStep).
+func (rt *Runtime) deadQueue() string { return rt.opts.queueName + ".dead" }
 
 // loadRun reads a run record, returning it with its encoded bytes (for
 // compare-and-put).
@@ -282,7 +286,10 @@ func stateOf(s terminal.Status) State {
 // the step itself returned Cancel. It returns false for unknown and
 // finished runs; true otherwise (also when already cancelling).
 func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == 100 {
+			return false, fmt.Errorf("runtime: cancel of run %q kept racing its settlement", runID)
+		}
 		rec, old, err := rt.loadRun(ctx, runID)
 		if errors.Is(err, ErrRunNotFound) {
 			return false, nil
@@ -317,8 +324,13 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 				RequireJobState(job.ID, queue.JobClaimed).
 				CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next)).
 				CancelJob(job.ID)
+		case queue.JobDead:
+			// The step died (its last attempt failed or its worker died)
+			// and the run has not been settled yet: settle it cancelled.
+			txn = new(queue.Txn).RequireJobState(job.ID, queue.JobDead)
+			rt.terminate(txn, rec, old, terminal.Cancelled, nil, "", rec.CurrentStep)
 		default:
-			continue // dead or done: the step is settling; read again
+			continue // settling right now: read again
 		}
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {

@@ -1,0 +1,111 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/runtime"
+	"github.com/stepwell/stepwell/steprunner"
+	"github.com/stepwell/stepwell/terminal"
+)
+
+// A step whose worker dies on its last attempt is dead-lettered by the
+// queue itself (lease expiry); the run must still end Failed, with a
+// notification, instead of staying pending forever.
+func TestRunFailsWhenQueueDeadLettersItsStep(t *testing.T) {
+	ctx := context.Background()
+	q, err := queue.Open(ctx, "mem://"+strings.ReplaceAll(t.Name(), "/", "_"),
+		queue.WithLease(40*time.Millisecond), queue.WithMaxAttempts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close(ctx)
+	ended := make(chan terminal.Outcome, 1)
+	hook := terminal.HookFunc(func(_ context.Context, o terminal.Outcome) error {
+		select {
+		case ended <- o:
+		default:
+		}
+		return nil
+	})
+	rt, err := runtime.New(q, steprunner.RunnerFunc(func(context.Context, *steprunner.Step) (steprunner.Outcome, error) {
+		return steprunner.Succeed(nil), nil
+	}), hook, runtime.WithPollInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: "doomed", Input: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	// A worker claims step 0 and dies: it never settles or renews.
+	j, err := q.Claim(ctx, "workflow-steps")
+	if err != nil || j == nil {
+		t.Fatalf("claim: %v %v", j, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, _ := q.Stats(ctx, "workflow-steps")
+		if s.Dead == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reaper did not dead-letter the abandoned last attempt: %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	select {
+	case o := <-ended:
+		if o.Status != terminal.Failed || !strings.Contains(o.Error, "lease expired") {
+			t.Fatalf("outcome = %+v", o)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run never ended")
+	}
+	st, err := rt.Status(ctx, "doomed")
+	if err != nil || st.State != runtime.StateFailed {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+	if ok, err := rt.Cancel(ctx, "doomed"); ok || err != nil {
+		t.Fatalf("Cancel of the failed run = %v, %v", ok, err)
+	}
+}
+
+// Cancel of a run whose step the queue dead-lettered (before any Run
+// settled it) ends the run Cancelled instead of looping.
+func TestCancelRunWithDeadStep(t *testing.T) {
+	ctx := context.Background()
+	q, err := queue.Open(ctx, "mem://"+strings.ReplaceAll(t.Name(), "/", "_"),
+		queue.WithLease(20*time.Millisecond), queue.WithMaxAttempts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close(ctx)
+	rt, _ := runtime.New(q, steprunner.RunnerFunc(func(context.Context, *steprunner.Step) (steprunner.Outcome, error) {
+		return steprunner.Succeed(nil), nil
+	}), terminal.Noop)
+	rt.Submit(ctx, runtime.RunSpec{RunID: "r", Input: nil})
+	q.Claim(ctx, "workflow-steps")
+	for s, _ := q.Stats(ctx, "workflow-steps"); s.Dead == 0; s, _ = q.Stats(ctx, "workflow-steps") {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ok, err := rt.Cancel(cctx, "r")
+	if !ok || err != nil {
+		t.Fatalf("Cancel = %v, %v", ok, err)
+	}
+	if st, _ := rt.Status(ctx, "r"); st.State != runtime.StateCancelled {
+		t.Fatalf("Status = %+v", st)
+	}
+	if _, err := rt.Status(ctx, "nope"); !errors.Is(err, runtime.ErrRunNotFound) {
+		t.Fatal(err)
+	}
+}
