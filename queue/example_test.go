@@ -1,0 +1,93 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/stepwell/stepwell/queue"
+)
+
+// Opening a store in memory: the same name is the same store for the life
+// of the process. For tests.
+func ExampleOpen_memory() {
+	ctx := context.Background()
+	q, err := queue.Open(ctx, "mem://example-open")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close(ctx)
+	if err := q.Put(ctx, []byte("greeting"), []byte("hello")); err != nil {
+		log.Fatal(err)
+	}
+	v, _ := q.Get(ctx, []byte("greeting"))
+	fmt.Println(string(v))
+	// Output: hello
+}
+
+// Opening a store on local disk: every commit is fsynced, and an OS lock
+// keeps a second process out.
+func ExampleOpen_file() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "stepwell-example-")
+	defer os.RemoveAll(dir)
+
+	q, err := queue.Open(ctx, "file://"+dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, _ := q.Enqueue(ctx, "emails", []byte("to: ada@example.com"), queue.EnqueueOptions{})
+	q.Close(ctx)
+
+	// Everything committed is there after a restart.
+	q, err = queue.Open(ctx, "file://"+dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close(ctx)
+	j, _ := q.Claim(ctx, "emails")
+	fmt.Println(j.ID == r.JobID, string(j.Payload))
+	// Output: true to: ada@example.com
+}
+
+// Opening a store in a bucket. Credentials come from the cloud SDKs'
+// default chains; prefix must end in "/".
+func ExampleOpen_buckets() {
+	ctx := context.Background()
+	for _, url := range []string{
+		"s3://my-bucket?prefix=stepwell/&region=eu-west-1",
+		"s3://my-bucket?prefix=stepwell/&endpoint=http://127.0.0.1:9000&region=us-east-1&use_path_style=true", // MinIO
+		"gs://my-bucket?prefix=stepwell/",
+		"azblob://my-container?prefix=stepwell/",
+	} {
+		q, err := queue.Open(ctx, url, queue.WithHeartbeat(2e9))
+		if err != nil {
+			log.Printf("open %s: %v", url, err)
+			continue
+		}
+		defer q.Close(ctx)
+	}
+}
+
+// A transaction settles a claimed job, enqueues its successor and writes a
+// record, all or nothing.
+func ExampleTxn() {
+	ctx := context.Background()
+	q, _ := queue.Open(ctx, "mem://example-txn")
+	defer q.Close(ctx)
+	q.Enqueue(ctx, "steps", []byte("step 0"), queue.EnqueueOptions{})
+	j, _ := q.Claim(ctx, "steps")
+
+	txn := new(queue.Txn).
+		Ack(j).
+		Enqueue("steps", []byte("step 1"), queue.EnqueueOptions{DedupKey: "order-7:1"}).
+		Put([]byte("orders/7"), []byte("step 1 queued"))
+	res, err := q.Commit(ctx, txn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	next, _ := q.Claim(ctx, "steps")
+	fmt.Println(next.ID == res.Enqueued[0].JobID, string(next.Payload))
+	// Output: true step 1
+}
