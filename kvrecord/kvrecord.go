@@ -59,6 +59,9 @@ type Run struct {
 	MaxAttempts uint32 // per step; 0 = the queue default
 	Status      uint8  // terminal.Status once terminal
 	EndedAt     int64  // unix ns once terminal
+	// NotifyQueue is the queue that gets the run's terminal notification,
+	// fixed at Submit; "" when the submitting Runtime had no hook.
+	NotifyQueue string
 }
 
 // Terminal is the outcome of a finished run.

@@ -64,6 +64,9 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 		if err != nil {
 			return err
 		}
+		if err := rt.resolveNotify(ctx, rec); err != nil {
+			return err
+		}
 		txn := new(queue.Txn).Ack(notice).RequireJobState(deadID, queue.JobDead)
 		if rec.Cancel {
 			rt.terminate(txn, rec, old, terminal.Cancelled, nil, "", uint32(n64))
@@ -142,6 +145,9 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		if err != nil {
 			return err
 		}
+		if err := rt.resolveNotify(settleCtx, rec); err != nil {
+			return err
+		}
 		txn := rt.settlement(rec, old, job, n, outcome, stepErr)
 		_, err = rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -215,7 +221,7 @@ func userHeaders(h map[string]string) map[string]string {
 // janitor deletes the records of runs that ended longer ago than the
 // terminal retention, once a minute (and at start).
 func (rt *Runtime) janitor(ctx context.Context) {
-	every := min(time.Minute, rt.opts.retention/2)
+	every := max(min(time.Minute, rt.opts.retention/2), time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -52,7 +52,21 @@ func New(q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...Option) (
 	if o.queueName == o.notifyQueueName {
 		return nil, invalid("step and notify queues must differ (both %q)", o.queueName)
 	}
-	return &Runtime{q: q, runner: r, hook: h, opts: o}, nil
+	rt := &Runtime{q: q, runner: r, hook: h, opts: o}
+	if !terminal.IsNoop(h) {
+		// Record where notifications go, for Runtimes without a hook.
+		ctx := context.Background()
+		cur, err := q.Get(ctx, []byte(notifyConfigKey))
+		if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
+			return nil, err
+		}
+		if string(cur) != o.notifyQueueName || err != nil {
+			if err := q.Put(ctx, []byte(notifyConfigKey), []byte(o.notifyQueueName)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return rt, nil
 }
 
 // RunSpec describes a run to submit.
@@ -122,6 +136,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 			State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
 			Headers: spec.Headers, Priority: spec.Priority, MaxAttempts: spec.MaxAttemptsPerStep,
 		}
+		if !terminal.IsNoop(rt.hook) {
+			rec.NotifyQueue = rt.opts.notifyQueueName
+		}
 		txn := new(queue.Txn).
 			CompareAndPut(kvrecord.RunKey(id), nil, kvrecord.EncodeRun(rec)).
 			Enqueue(rt.opts.queueName, spec.Input, rt.stepOptions(rec, 0, jobID))
@@ -157,6 +174,31 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID string) queue.
 		DedupKey: fmt.Sprintf("run:%s:%d", rec.RunID, n), JobID: jobID,
 		DeadLetterQueue: rt.deadQueue(),
 	}
+}
+
+// notifyConfigKey records, in the store, the notify queue of the Runtimes
+// that have a hook, so that a Runtime without one (an API process that only
+// submits and cancels) still enqueues the notification of a run it ends.
+const notifyConfigKey = "workflow/config/notify_queue"
+
+// resolveNotify sets rec.NotifyQueue, if the run does not carry one yet, to
+// where its terminal notification must go: this Runtime's notify queue if it
+// has a hook, else the one recorded in the store by a Runtime that has ("":
+// nobody listens, nothing is enqueued).
+func (rt *Runtime) resolveNotify(ctx context.Context, rec *kvrecord.Run) error {
+	if rec.NotifyQueue != "" {
+		return nil
+	}
+	if !terminal.IsNoop(rt.hook) {
+		rec.NotifyQueue = rt.opts.notifyQueueName
+		return nil
+	}
+	v, err := rt.q.Get(ctx, []byte(notifyConfigKey))
+	if errors.Is(err, queue.ErrKeyNotFound) {
+		return nil
+	}
+	rec.NotifyQueue = string(v)
+	return err
 }
 
 // deadQueue receives the notices of dead step jobs (see handleDeadStep).
@@ -303,6 +345,9 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 		case kvrecord.StateCancelling:
 			return true, nil
 		}
+		if err := rt.resolveNotify(ctx, rec); err != nil {
+			return false, err
+		}
 		job, err := rt.q.GetJob(ctx, rec.CurrentJob)
 		if errors.Is(err, queue.ErrJobNotFound) {
 			continue // settling right now: read again
@@ -351,12 +396,13 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, stat
 	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), kvrecord.EncodeTerminal(&kvrecord.Terminal{
 		RunID: rec.RunID, Status: uint8(status), Result: result, Error: reason, FinalStep: finalStep, EndedAt: ended,
 	}))
-	if terminal.IsNoop(rt.hook) {
+	notifyQueue := rec.NotifyQueue // resolved by resolveNotify
+	if notifyQueue == "" {
 		return
 	}
 	n := notification{RunID: rec.RunID, Status: uint8(status), Result: result, Error: reason,
 		Headers: rec.Headers, FinalStep: finalStep, EndedAt: ended}
-	txn.Enqueue(rt.opts.notifyQueueName, n.encode(), queue.EnqueueOptions{
+	txn.Enqueue(notifyQueue, n.encode(), queue.EnqueueOptions{
 		DedupKey: fmt.Sprintf("notify:%s:%d", rec.RunID, ended),
 		Headers:  map[string]string{HeaderRunID: rec.RunID},
 	})
