@@ -208,13 +208,12 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 func (l *local) claimedRec(tx *engine.Tx, id string, token uint64, reaping bool) (*jobRec, error) {
 	l.lmu.Lock()
 	ls := l.leases[id]
-	l.lmu.Unlock()
-	if ls == nil || ls.token != token || token == 0 {
-		return nil, &ClaimLostError{JobID: id}
-	}
+	held := ls != nil && ls.token == token && token != 0
 	// An expired lease is lost even before the reaper requeues the job: the
 	// reaper may be about to, and another worker may claim it next.
-	if !l.now().Before(ls.expires) && !reaping {
+	expired := held && !l.now().Before(ls.expires)
+	l.lmu.Unlock()
+	if !held || expired && !reaping {
 		return nil, &ClaimLostError{JobID: id}
 	}
 	v, ok := tx.Get(jobSpace + id)
