@@ -1,0 +1,306 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/runtime"
+	"github.com/stepwell/stepwell/steprunner"
+	"github.com/stepwell/stepwell/terminal"
+)
+
+// Test helpers shared by the runtime tests. Every store is a fresh mem://
+// store unless a test needs durability across a restart (file:// in
+// t.TempDir()); queue and runtime intervals are short so that the suite
+// runs in seconds, and tests wait for conditions with a deadline instead of
+// sleeping.
+
+const (
+	stepsQueue  = "workflow-steps"
+	notifyQueue = "workflow-notify"
+	// waitTimeout bounds every wait for a condition that must happen.
+	waitTimeout = 15 * time.Second
+	// stuckTimeout bounds waits in tests that check a run does not stay
+	// stuck: long enough for many poll, lease and backoff periods.
+	stuckTimeout = 3 * time.Second
+)
+
+var storeSeq atomic.Int64
+
+// memURL returns the URL of a fresh in-memory store.
+func memURL() string {
+	return fmt.Sprintf("mem://runtime-test-%d-%d", os.Getpid(), storeSeq.Add(1))
+}
+
+// fileURL returns the URL of a fresh local-disk store in a temp dir.
+func fileURL(t testing.TB) string {
+	return "file://" + t.TempDir()
+}
+
+// fastQueueOpts keep retries and idle claims short.
+func fastQueueOpts() []queue.Option {
+	return []queue.Option{
+		queue.WithRetryBackoff(time.Millisecond, 5*time.Millisecond),
+		queue.WithPollInterval(10 * time.Millisecond),
+	}
+}
+
+// openQueue opens url with fastQueueOpts (then opts) and closes it when the
+// test ends.
+func openQueue(t testing.TB, url string, opts ...queue.Option) *queue.Queue {
+	t.Helper()
+	q, err := queue.Open(context.Background(), url, append(fastQueueOpts(), opts...)...)
+	if err != nil {
+		t.Fatalf("queue.Open(%s): %v", url, err)
+	}
+	t.Cleanup(func() { q.Close(context.Background()) })
+	return q
+}
+
+// newRuntime builds a Runtime with a short poll interval (then opts).
+func newRuntime(t testing.TB, q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...runtime.Option) *runtime.Runtime {
+	t.Helper()
+	rt, err := runtime.New(q, r, h, append([]runtime.Option{runtime.WithPollInterval(10 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatalf("runtime.New: %v", err)
+	}
+	return rt
+}
+
+// running is a Runtime.Run in the background.
+type running struct {
+	t      testing.TB
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// startRun runs rt.Run until stop (or the end of the test).
+func startRun(t testing.TB, rt *runtime.Runtime) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{t: t, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- rt.Run(ctx) }()
+	t.Cleanup(func() { r.stop() })
+	return r
+}
+
+// stop cancels Run's ctx and waits for it to return; Run must return nil.
+func (r *running) stop() error {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case r.err = <-r.done:
+		case <-time.After(waitTimeout):
+			r.err = errors.New("Run did not return after its ctx was cancelled")
+		}
+		if r.err != nil {
+			r.t.Errorf("Run: %v", r.err)
+		}
+	})
+	return r.err
+}
+
+// eventually polls cond until it holds, failing the test after timeout.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitStatus polls Status until pred holds and returns that status.
+func waitStatus(t testing.TB, rt *runtime.Runtime, runID string, what string, pred func(runtime.RunStatus) bool) runtime.RunStatus {
+	t.Helper()
+	var st runtime.RunStatus
+	var lastErr error
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		st, lastErr = rt.Status(context.Background(), runID)
+		if lastErr == nil && pred(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: timed out waiting for %s; last status %+v, err %v", runID, what, st, lastErr)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitTerminal waits until the run is in a final state.
+func waitTerminal(t testing.TB, rt *runtime.Runtime, runID string) runtime.RunStatus {
+	t.Helper()
+	return waitStatus(t, rt, runID, "a final state", func(s runtime.RunStatus) bool { return s.State.Terminal() })
+}
+
+// hookRecorder is a terminal.Hook that records every call.
+type hookRecorder struct {
+	mu    sync.Mutex
+	calls []terminal.Outcome
+	// fail, when set, decides the error of call number n (1-based, counted
+	// per run).
+	fail func(o terminal.Outcome, n int) error
+}
+
+func (h *hookRecorder) OnTermination(ctx context.Context, o terminal.Outcome) error {
+	h.mu.Lock()
+	n := 1
+	for _, c := range h.calls {
+		if c.RunID == o.RunID {
+			n++
+		}
+	}
+	h.calls = append(h.calls, o)
+	fail := h.fail
+	h.mu.Unlock()
+	if fail != nil {
+		return fail(o, n)
+	}
+	return nil
+}
+
+// outcomes returns the calls for runID.
+func (h *hookRecorder) outcomes(runID string) []terminal.Outcome {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []terminal.Outcome
+	for _, c := range h.calls {
+		if c.RunID == runID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (h *hookRecorder) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.calls)
+}
+
+// wait waits for the first call for runID and returns it.
+func (h *hookRecorder) wait(t testing.TB, runID string) terminal.Outcome {
+	t.Helper()
+	eventually(t, waitTimeout, "the hook to be called for "+runID, func() bool { return len(h.outcomes(runID)) > 0 })
+	return h.outcomes(runID)[0]
+}
+
+// stepLog records the steps a runner saw.
+type stepLog struct {
+	mu    sync.Mutex
+	steps []steprunner.Step
+}
+
+func (l *stepLog) add(s *steprunner.Step) {
+	c := *s
+	c.Payload = slices.Clone(s.Payload)
+	c.Headers = maps.Clone(s.Headers)
+	l.mu.Lock()
+	l.steps = append(l.steps, c)
+	l.mu.Unlock()
+}
+
+// of returns the steps seen for runID, in call order.
+func (l *stepLog) of(runID string) []steprunner.Step {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []steprunner.Step
+	for _, s := range l.steps {
+		if s.RunID == runID {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (l *stepLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.steps)
+}
+
+// chainRunner appends "|n" to the payload at every step and succeeds at
+// step last with the payload as result.
+func chainRunner(log *stepLog, last uint32) steprunner.RunnerFunc {
+	return func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		if log != nil {
+			log.add(s)
+		}
+		p := fmt.Appendf(slices.Clone(s.Payload), "|%d", s.Number)
+		if s.Number >= last {
+			return steprunner.Succeed(p), nil
+		}
+		return steprunner.Continue(p), nil
+	}
+}
+
+// succeedRunner succeeds at step 0 with the input as result.
+func succeedRunner(log *stepLog) steprunner.RunnerFunc { return chainRunner(log, 0) }
+
+// mustSubmit submits spec and fails the test on error.
+func mustSubmit(t testing.TB, rt *runtime.Runtime, spec runtime.RunSpec) runtime.SubmitOutcome {
+	t.Helper()
+	out, err := rt.Submit(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Submit(%q): %v", spec.RunID, err)
+	}
+	return out
+}
+
+// mustStats returns a queue's stats.
+func mustStats(t testing.TB, q *queue.Queue, name string) queue.Stats {
+	t.Helper()
+	s, err := q.Stats(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Stats(%s): %v", name, err)
+	}
+	return s
+}
+
+// deadJobs returns the dead jobs of a queue.
+func deadJobs(t testing.TB, q *queue.Queue, name string) []*queue.Job {
+	t.Helper()
+	page, err := q.DeadJobs(context.Background(), name, "", 0)
+	if err != nil {
+		t.Fatalf("DeadJobs(%s): %v", name, err)
+	}
+	return page.Jobs
+}
+
+// checkNoReservedHeaders fails if h has a reserved key.
+func checkNoReservedHeaders(t testing.TB, what string, h map[string]string) {
+	t.Helper()
+	for k := range h {
+		if strings.HasPrefix(k, runtime.ReservedPrefix) {
+			t.Errorf("%s: reserved header %q leaked: %v", what, k, h)
+		}
+	}
+}
+
+// quiet waits d and then checks that cond still holds (used to make sure
+// something does NOT happen after the condition it depends on was met).
+func quiet(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !cond() {
+			t.Fatalf("%s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
