@@ -81,6 +81,16 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options) ([]*J
 	if err != nil {
 		return nil, err
 	}
+	// The lease runs from when the claim is durable, not from before the
+	// commit: a slow store must not eat into the worker's time.
+	durableAt := l.now()
+	l.lmu.Lock()
+	for _, j := range jobs {
+		if ls := l.leases[j.ID]; ls != nil && ls.token == j.token {
+			ls.expires = durableAt.Add(cfg.Lease)
+		}
+	}
+	l.lmu.Unlock()
 	for i, j := range jobs {
 		if encs[i] == nil {
 			continue
