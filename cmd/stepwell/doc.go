@@ -37,7 +37,7 @@
 // Write commands open the store as its writer (queue.Open), which only one
 // process may be at a time:
 //
-//	cancel  RUN_ID [--takeover] [--no-notify] [--notify-queue NAME]
+//	cancel  RUN_ID [--takeover]
 //	                             cancel a run (runtime.Runtime.Cancel)
 //	requeue JOB_ID [--takeover]  make a dead job pending again with a fresh
 //	                             attempt budget (queue.Queue.RequeueDead)
@@ -56,10 +56,8 @@
 // crashed one.
 //
 // cancel builds a Runtime that never runs steps. When it ends a queued run,
-// it enqueues the terminal notification that the service's hook will deliver
-// once the service runs again. Pass --no-notify for services built with
-// terminal.Noop (their Run never consumes notifications), and --notify-queue
-// for services configured with runtime.WithNotifyQueueName.
+// it enqueues the terminal notification where the service's Runtime recorded
+// it in the store; the service's hook delivers it once the service runs.
 //
 // requeue of a dead workflow step job does not revive its run: the run ended
 // Failed when the step was dead-lettered, and the runtime drops steps of

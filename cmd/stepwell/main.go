@@ -45,7 +45,7 @@ Read commands (open the store read-only; never disturb the live writer):
   job     JOB_ID                    one job: fields, headers, payload, history
 
 Write commands (become the store's writer; refused while another process is):
-  cancel  RUN_ID [--takeover] [--no-notify] [--notify-queue NAME]
+  cancel  RUN_ID [--takeover]
                                     cancel a run
   requeue JOB_ID [--takeover]       make a dead job pending again
 

@@ -12,22 +12,6 @@ import (
 	"github.com/stepwell/stepwell/terminal"
 )
 
-// defaultNotifyQueue is runtime's default notification queue
-// (runtime.WithNotifyQueueName).
-const defaultNotifyQueue = "workflow-notify"
-
-// unusedStepQueue names the step queue of the cancel command's Runtime when
-// --notify-queue takes runtime's default step queue name: runtime.New wants
-// the two to differ, and Cancel never uses the step queue.
-const unusedStepQueue = "stepwell-cli-unused"
-
-// deferredHook is the cancel command's terminal hook. It is never called
-// (the CLI never calls Run); being a real hook rather than terminal.Noop
-// makes Cancel enqueue the run's notification for the service to deliver.
-var deferredHook = terminal.HookFunc(func(context.Context, terminal.Outcome) error {
-	return errors.New("stepwell CLI: notifications are delivered by the service")
-})
-
 func takeoverFlag(fs *flag.FlagSet, p *bool) {
 	fs.BoolVar(p, "takeover", false,
 		"on bucket stores, FENCE a live writer instead of exiting 3: its next write fails and it must be restarted")
@@ -44,17 +28,15 @@ type cancelJSON struct {
 }
 
 func cancelCommand() *command {
-	var takeover, noNotify bool
-	var notifyQueue string
+	var takeover bool
 	return &command{
 		name:     "cancel",
-		synopsis: "RUN_ID [--takeover] [--no-notify] [--notify-queue NAME]",
+		synopsis: "RUN_ID [--takeover]",
 		help: `Cancels a run with runtime.Runtime.Cancel. A queued or scheduled step is
 removed and the run ends Cancelled at once; a running step is told to stop and
-the run ends Cancelled when it returns. The run's terminal notification is
-enqueued for the service's hook, which delivers it when the service runs;
-pass --no-notify if the service uses terminal.Noop, and --notify-queue if it
-sets runtime.WithNotifyQueueName.
+the run ends Cancelled when it returns. The run's terminal notification goes
+where the service configured it (recorded in the store), and the service's
+hook delivers it when the service runs.
 
 Opens the store as its writer: while the service holds the store this exits 3
 (cancel from inside the service instead, or after it stops; --takeover fences
@@ -63,8 +45,6 @@ finished (the output says which), 4 when there is no such run.
 `,
 		flags: func(fs *flag.FlagSet) {
 			takeoverFlag(fs, &takeover)
-			fs.BoolVar(&noNotify, "no-notify", false, "enqueue no terminal notification (for services using terminal.Noop)")
-			fs.StringVar(&notifyQueue, "notify-queue", defaultNotifyQueue, "the service's notification `queue`")
 		},
 		nargs: 1,
 		exec: func(ctx context.Context, c *cli, args []string) (err error) {
@@ -72,24 +52,15 @@ finished (the output says which), 4 when there is no such run.
 			if err := runtime.ValidateRunID(id); err != nil {
 				return usageError("%v", err)
 			}
-			if notifyQueue == "" {
-				return usageError("--notify-queue must not be empty")
-			}
 			q, err := c.openWrite(ctx, takeover)
 			if err != nil {
 				return err
 			}
 			defer closeQueue(q, &err)
 
-			hook := terminal.Hook(deferredHook)
-			if noNotify {
-				hook = terminal.Noop
-			}
-			opts := []runtime.Option{runtime.WithNotifyQueueName(notifyQueue)}
-			if notifyQueue == "workflow-steps" {
-				opts = append(opts, runtime.WithQueueName(unusedStepQueue))
-			}
-			rt, err := runtime.New(q, idleRunner, hook, opts...)
+			// A Runtime without a hook: the run's notification goes where
+			// the service recorded it (runtime.Runtime.Cancel).
+			rt, err := runtime.New(q, idleRunner, terminal.Noop)
 			if err != nil {
 				return usageError("%v", err)
 			}
