@@ -563,7 +563,9 @@ func TestReadWaitsForDurability(t *testing.T) {
 	defer e.Kill()
 	f.Stall()
 	committed := make(chan error, 1)
-	go func() { committed <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil }) }()
+	go func() {
+		committed <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil })
+	}()
 	// Wait until the transaction is applied (visible in memory).
 	for {
 		var seen bool
