@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -209,6 +210,9 @@ func (l *local) reap(ctx context.Context) error {
 		}
 	}
 	l.lmu.Unlock()
+	// Deterministic order: notices and retries of jobs expiring together
+	// get the same FIFO positions on every run.
+	slices.SortFunc(exp, func(a, b expired) int { return strings.Compare(a.id, b.id) })
 	return l.eng.Update(ctx, func(tx *engine.Tx) error {
 		for _, e := range exp {
 			rec, err := l.claimedRec(tx, e.id, e.token, true)
