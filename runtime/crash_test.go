@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stepwell/stepwell/internal/testenv"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 	case os.Getenv(tinyRetentionChildEnv) != "":
 		os.Exit(tinyRetentionChild())
 	}
-	os.Exit(m.Run())
+	testenv.Main(m)
 }
 
 // crashOpenedLine is what a child writes to stderr once it opened the store.

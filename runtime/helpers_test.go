@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -37,8 +38,17 @@ const (
 
 var storeSeq atomic.Int64
 
-// memURL returns the URL of a fresh in-memory store.
+// memURL returns the URL of a fresh in-memory store; or, when
+// STEPWELL_RUNTIME_STORE=s3 (as .ci/run sets for a second pass), of a fresh
+// prefix on the local MinIO server, so the whole suite runs on S3.
 func memURL() string {
+	if os.Getenv("STEPWELL_RUNTIME_STORE") == "s3" {
+		u, err := testenv.S3URL("runtime")
+		if err != nil {
+			panic("STEPWELL_RUNTIME_STORE=s3: " + err.Error())
+		}
+		return u
+	}
 	return fmt.Sprintf("mem://runtime-test-%d-%d", os.Getpid(), storeSeq.Add(1))
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,3 +131,17 @@ func createS3Bucket(addr string) error {
 	}
 	return err
 }
+
+// S3URL is S3 for code without a testing.TB (a package's store factory
+// chosen in TestMain): it returns a fresh store URL whose prefix starts with
+// name, or the error that S3 would skip or fail the test with.
+func S3URL(name string) (string, error) {
+	s, err := minio()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("s3://%s?prefix=%s-%d/&endpoint=http://%s&region=%s&use_path_style=true",
+		Bucket, name, urlSeq.Add(1), s.addr, S3Region), nil
+}
+
+var urlSeq atomic.Int64
