@@ -1,0 +1,25 @@
+// Package engine is Stepwell's storage engine: a single-writer,
+// transactional, ordered key-value store whose state lives in memory
+// (copy-on-write B-trees) and whose durability is a log of group-commit
+// batches (wal/<seq>) and background snapshots (snap/<seq>) in a bucket
+// (internal/objstore). The on-bucket formats are in internal/format; the
+// correctness argument (fencing, group commit, recovery) is in the package
+// documentation of queue, which is built on this package.
+//
+// # Concurrency
+//
+// One mutex (Engine.mu) guards the tree, the open batch and the counters.
+// Transaction functions (Update, Apply) and reads (View) run with it held;
+// an Indexer is called with it held. One committer goroutine seals and
+// writes batches with a single write in flight; a snapshot goroutine
+// serializes a tree clone; a heartbeat goroutine (bucket stores) rewrites
+// the owner object. Fields are grouped in Engine as immutable after Open and
+// guarded by mu.
+//
+// # Key space
+//
+// Keys are opaque strings ordered bytewise. The engine reserves the prefix
+// "e/" (open-marker epochs); layers above choose their own prefixes (queue:
+// "k/", "j/", "p/"). Values are tagged: inline bytes or a reference to a
+// blob object (see Inline, BlobRef, Decode).
+package engine
