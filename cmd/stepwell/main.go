@@ -104,6 +104,7 @@ func commands() []*command {
 	return []*command{
 		statsCommand(), queuesCommand(), runsCommand(), runCommand(),
 		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(),
+		benchCommand(),
 	}
 }
 
