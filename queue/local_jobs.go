@@ -334,6 +334,7 @@ func (l *local) stats(ctx context.Context, queue string) (Stats, error) {
 	var s Stats
 	now := l.now()
 	err := l.eng.View(ctx, func(r *engine.Reader) error {
+		r.ObservePending() // the index may reflect batches not yet durable
 		qi := l.ix.queues[queue]
 		if qi == nil {
 			return nil
@@ -381,7 +382,8 @@ func (l *local) stats(ctx context.Context, queue string) (Stats, error) {
 
 func (l *local) queues(ctx context.Context) ([]string, error) {
 	var names []string
-	err := l.eng.View(ctx, func(*engine.Reader) error {
+	err := l.eng.View(ctx, func(r *engine.Reader) error {
+		r.ObservePending()
 		for name := range l.ix.queues {
 			names = append(names, name)
 		}
@@ -433,7 +435,8 @@ func (l *local) deadJobs(ctx context.Context, queue, after string, limit int) ([
 	}
 	var items []timeItem
 	more := false
-	err := l.eng.View(ctx, func(*engine.Reader) error {
+	err := l.eng.View(ctx, func(r *engine.Reader) error {
+		r.ObservePending()
 		qi := l.ix.queues[queue]
 		if qi == nil {
 			return nil

@@ -18,10 +18,30 @@ import (
 // copied if kept after the function returns.
 type Reader struct {
 	e *Engine
+	// seen is the newest not-yet-durable batch whose changes the reader
+	// observed; View waits for it.
+	seen *batch
+}
+
+// observe notes that the reader saw key.
+func (r *Reader) observe(key string) {
+	if b := r.e.dirty[key]; b != nil && (r.seen == nil || b.gen > r.seen.gen) {
+		r.seen = b
+	}
+}
+
+// ObservePending makes the enclosing View wait for every batch not yet
+// durable. Call it after reading state derived from the tree (an Indexer's
+// indexes), which the engine cannot track key by key.
+func (r *Reader) ObservePending() {
+	if b := r.e.pendingLocked(); b != nil && (r.seen == nil || b.gen > r.seen.gen) {
+		r.seen = b
+	}
 }
 
 // Get returns the encoded value of key.
 func (r *Reader) Get(key string) ([]byte, bool) {
+	r.observe(key)
 	it, ok := r.e.tree.Get(item{key: key})
 	return it.val, ok
 }
@@ -32,6 +52,9 @@ func (r *Reader) Ascend(prefix, from string, fn func(key string, val []byte) boo
 	if from < prefix {
 		from = prefix
 	}
+	// A scan also observes the absence of keys deleted by pending batches,
+	// which are not in the tree to check: wait for every pending batch.
+	r.ObservePending()
 	r.e.tree.AscendGreaterOrEqual(item{key: from}, func(it item) bool {
 		if !strings.HasPrefix(it.key, prefix) {
 			return false
@@ -145,12 +168,15 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func() 
 	var b *batch
 	if len(tx.muts) == 0 {
 		// Nothing to write, but fn may have read data that is not durable.
-		b = e.pendingLocked()
+		b = tx.seen
 	} else {
 		b = e.open
 		b.muts = append(b.muts, tx.muts...)
 		b.freed = append(b.freed, tx.freed...)
 		b.txns++
+		for _, m := range tx.muts {
+			e.dirty[m.Key] = b
+		}
 	}
 	e.mu.Unlock()
 	if len(tx.muts) > 0 {
@@ -167,13 +193,13 @@ func (e *Engine) View(ctx context.Context, fn func(r *Reader) error) error {
 		e.mu.Unlock()
 		return err
 	}
-	err := fn(&Reader{e: e})
-	b := e.pendingLocked()
+	r := &Reader{e: e}
+	err := fn(r)
 	e.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return waitBatch(ctx, b)
+	return waitBatch(ctx, r.seen)
 }
 
 // usableLocked returns why the engine cannot take calls, or nil.
@@ -258,6 +284,11 @@ func (e *Engine) commitLoop() {
 		}
 		e.inflight = nil
 		e.durable = b.seq
+		for _, m := range b.muts {
+			if e.dirty[m.Key] == b {
+				delete(e.dirty, m.Key)
+			}
+		}
 		e.walBytes += int64(len(data))
 		e.walObjects++
 		e.stats.Batches++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -84,6 +85,7 @@ func newTree() *btree.BTreeG[item] { return btree.NewG(32, itemLess) }
 // batch was sealed.
 type batch struct {
 	seq   uint64 // assigned when sealed
+	gen   uint64 // creation order, to tell the newer of two batches
 	muts  []format.Mutation
 	txns  uint32
 	freed []string // blob keys unreferenced by this batch; deleted once durable
@@ -91,7 +93,9 @@ type batch struct {
 	err   error // set before done is closed
 }
 
-func newBatch() *batch { return &batch{done: make(chan struct{})} }
+var batchGen atomic.Uint64
+
+func newBatch() *batch { return &batch{gen: batchGen.Add(1), done: make(chan struct{})} }
 
 // Engine is a single-writer transactional ordered key-value store whose state
 // lives in memory and whose durability is a WAL of group-commit batches plus
@@ -113,9 +117,12 @@ type Engine struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	tree       *btree.BTreeG[item]
-	open       *batch // accepting transactions
-	inflight   *batch // sealed and being written; at most one
+	tree     *btree.BTreeG[item]
+	open     *batch // accepting transactions
+	inflight *batch // sealed and being written; at most one
+	// dirty maps each key changed by the open or in-flight batch to the
+	// newest such batch, so reads wait only for batches they observed.
+	dirty      map[string]*batch
 	nextSeq    uint64 // the sequence the open batch will get
 	durable    uint64 // highest sequence known durable
 	err        error  // terminal: set once, fails every later call
@@ -160,6 +167,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		kick:   make(chan struct{}, 1),
 		tree:   newTree(),
 		open:   newBatch(),
+		dirty:  map[string]*batch{},
 	}
 	e.bgCtx, e.bgStop = context.WithCancel(context.Background())
 	if err := e.open1(ctx); err != nil {
@@ -255,6 +263,7 @@ func (e *Engine) failLocked(err error) {
 		}
 	}
 	e.inflight, e.open = nil, nil
+	clear(e.dirty)
 	e.bgStop()
 	e.wake()
 }

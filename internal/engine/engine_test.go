@@ -577,6 +577,17 @@ func TestReadWaitsForDurability(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// A read of a key the pending batch did not touch does not wait.
+	other := make(chan error, 1)
+	go func() { other <- e.View(ctx, func(r *Reader) error { r.Get("unrelated"); return nil }) }()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read of an untouched key waited for the stalled batch")
+	}
 	read := make(chan error, 1)
 	go func() { read <- e.View(ctx, func(r *Reader) error { r.Get("k"); return nil }) }()
 	select {

@@ -23,6 +23,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*Engine, error) {
 		log:      opts.Logger,
 		kick:     make(chan struct{}, 1),
 		tree:     newTree(),
+		dirty:    map[string]*batch{},
 	}
 	e.bgCtx, e.bgStop = context.WithCancel(context.Background())
 	e.closing = false

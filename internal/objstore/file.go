@@ -214,7 +214,11 @@ func (f *fileBucket) commit(tmp, key string, ifNotExist bool) error {
 	return syncDir(dir)
 }
 
-// Delete implements Bucket. The removal is durable when Delete returns.
+// Delete implements Bucket. The directory is not fsynced: after a power
+// loss a deleted object may reappear. The engine only deletes objects that
+// are garbage whether or not they exist (WAL below a durable snapshot,
+// superseded snapshots, unreferenced blobs, which the next Open sweeps), and
+// an fsync per delete would compete with WAL writes for the disk.
 func (f *fileBucket) Delete(ctx context.Context, key string) error {
 	if err := f.check(ctx, "delete", key); err != nil {
 		return err
@@ -227,9 +231,6 @@ func (f *fileBucket) Delete(ctx context.Context, key string) error {
 		if fi, serr := os.Lstat(p); serr == nil && fi.IsDir() {
 			return nil // a directory of other keys, not an object
 		}
-		return opErr("delete", key, err)
-	}
-	if err := syncDir(filepath.Dir(p)); err != nil {
 		return opErr("delete", key, err)
 	}
 	return nil
