@@ -66,8 +66,11 @@
 //     writer, in this process and in others: of several racing create-only
 //     writes of one key exactly one succeeds, the rest get ErrExists and
 //     change nothing. This is what the engine's fencing rests on.
-//   - A successful Put, Writer.Close or Delete is durable: it survives a
-//     crash of the process or the machine (mem:// stores survive neither).
+//   - A successful Put or Writer.Close is durable: it survives a crash of
+//     the process or the machine (mem:// stores survive neither). A Delete
+//     survives a process crash; after a power loss the file driver may
+//     bring a deleted object back (its directory is not fsynced), so delete
+//     only what is garbage either way.
 //   - Reads and List after a successful write see it (S3, GCS and Azure
 //     are strongly consistent for this).
 //
@@ -97,8 +100,8 @@
 // temporary name; any other write with rename(2), which atomically
 // replaces. Finally it fsyncs the object's directory, making the new name
 // durable. Directories for key prefixes ("wal/") are created on demand and
-// fsynced into their parents. Delete is unlink(2) followed by an fsync of
-// the directory. Directories are never removed.
+// fsynced into their parents. Delete is unlink(2), without a directory
+// fsync (see above). Directories are never removed.
 //
 // Lock takes flock(LOCK_EX|LOCK_NB) on .lock. The lock belongs to the open
 // file, so it excludes other processes and other Buckets of this process
