@@ -153,8 +153,8 @@ type Stats struct {
 	RecoveredWAL int // WAL objects replayed at Open
 }
 
-// Open recovers the store in opts.Bucket and makes this engine its writer.
-func Open(ctx context.Context, opts Options) (*Engine, error) {
+// newEngine validates opts and returns an engine with empty state.
+func newEngine(opts Options) (*Engine, error) {
 	if opts.Bucket == nil {
 		return nil, errors.New("engine: Options.Bucket is required")
 	}
@@ -162,14 +162,23 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{
 		bucket: opts.Bucket,
 		opts:   opts,
-		writer: ulid.Make().String(),
 		log:    opts.Logger,
 		kick:   make(chan struct{}, 1),
 		tree:   newTree(),
-		open:   newBatch(),
 		dirty:  map[string]*batch{},
 	}
 	e.bgCtx, e.bgStop = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Open recovers the store in opts.Bucket and makes this engine its writer.
+func Open(ctx context.Context, opts Options) (*Engine, error) {
+	e, err := newEngine(opts)
+	if err != nil {
+		return nil, err
+	}
+	e.writer = ulid.Make().String()
+	e.open = newBatch()
 	if err := e.open1(ctx); err != nil {
 		e.bgStop()
 		return nil, err

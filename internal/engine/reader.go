@@ -12,21 +12,11 @@ import (
 // or blocks the live writer. Its state is the store as of the newest WAL
 // object it listed; Refresh catches up. Update fails with ErrReadOnly.
 func OpenReadOnly(ctx context.Context, opts Options) (*Engine, error) {
-	if opts.Bucket == nil {
-		return nil, errors.New("engine: Options.Bucket is required")
+	e, err := newEngine(opts)
+	if err != nil {
+		return nil, err
 	}
-	opts.setDefaults()
-	e := &Engine{
-		bucket:   opts.Bucket,
-		opts:     opts,
-		readOnly: true,
-		log:      opts.Logger,
-		kick:     make(chan struct{}, 1),
-		tree:     newTree(),
-		dirty:    map[string]*batch{},
-	}
-	e.bgCtx, e.bgStop = context.WithCancel(context.Background())
-	e.closing = false
+	e.readOnly = true
 	if err := e.recover(ctx); err != nil {
 		e.bgStop()
 		return nil, err
