@@ -432,6 +432,14 @@ func TestReadOnlyReader(t *testing.T) {
 	if err := r.Put(t0ctx, []byte("k"), []byte("2")); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("reader Put = %v, want ErrReadOnly", err)
 	}
+	// A large value would be uploaded before its transaction: refused too,
+	// and nothing is written to the bucket.
+	if err := r.Put(t0ctx, []byte("big"), make([]byte, 300<<10)); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("reader Put of a large value = %v, want ErrReadOnly", err)
+	}
+	if s := r.StorageStats(); s.Puts != 0 || s.Deletes != 0 {
+		t.Fatalf("reader wrote to the bucket: %+v", s)
+	}
 	if _, err := r.Claim(t0ctx, "q"); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("reader Claim = %v, want ErrReadOnly", err)
 	}

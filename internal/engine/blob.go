@@ -17,6 +17,9 @@ import (
 // the transaction that refers to it; if that transaction never commits, the
 // object is an orphan that DiscardBlob or the sweep at the next Open removes.
 func (e *Engine) PutBlob(ctx context.Context, data []byte) ([]byte, error) {
+	if e.readOnly {
+		return nil, ErrReadOnly
+	}
 	e.mu.Lock()
 	if err := e.usableLocked(); err != nil {
 		e.mu.Unlock()
