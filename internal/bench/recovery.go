@@ -17,54 +17,10 @@ func runRecovery(ctx context.Context, cfg Config, storeURL, nonce string, pr *pr
 	res = Recovery{LiveJobs: cfg.LiveJobs, History: cfg.History, StepsPerRun: cfg.Steps, Concurrency: cfg.Concurrency}
 	stepsQueue, _ := queueNames(nonce)
 
-	// Build.
-	q, err := openStore(ctx, storeURL)
-	if err != nil {
+	// Build, in a function of its own so that nothing references the
+	// built Queue (and its in-memory state) once it is closed.
+	if err := buildRecovery(ctx, cfg, storeURL, nonce, pr, &res); err != nil {
 		return res, err
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			q.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	before := q.StorageStats()
-	start := time.Now()
-	if cfg.History > 0 {
-		hist := newTracker("bench-"+nonce+"-h", cfg.History, cfg.Steps, cfg.StepDuration, false)
-		rt, err := newRuntime(q, hist, nonce, cfg)
-		if err != nil {
-			return res, err
-		}
-		hcfg := cfg
-		hcfg.Scenario = "recovery: history"
-		if _, err := drive(ctx, q, rt, hist, hcfg, false, pr); err != nil {
-			return res, fmt.Errorf("bench: building the history: %w", err)
-		}
-	}
-	live := newTracker("bench-"+nonce+"-", cfg.LiveJobs, cfg.Steps, cfg.StepDuration, false)
-	rt, err := newRuntime(q, live, nonce, cfg) // never Run: its runs stay pending
-	if err != nil {
-		return res, err
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	sub := &submitter{rt: rt, tr: live, payload: makePayload(cfg.PayloadSize), cancel: cancel}
-	pr.set(func() string {
-		return fmt.Sprintf("recovery: building: submitted %d/%d live jobs", sub.submitted.Load(), cfg.LiveJobs)
-	})
-	sub.closedLoop(sctx, cfg.LiveJobs, cfg.Submitters)
-	cancel()
-	if sub.err != nil {
-		return res, sub.err
-	}
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("%w: building: %w", ErrIncomplete, err)
-	}
-	res.BuildS = time.Since(start).Seconds()
-	res.BuildStorage, res.BuildEngine = delta(q.StorageStats(), before)
-	closed = true
-	if err := q.Close(context.WithoutCancel(ctx)); err != nil {
-		return res, fmt.Errorf("bench: closing the built store: %w", err)
 	}
 
 	// Reopen.
@@ -120,4 +76,54 @@ func runRecovery(ctx context.Context, cfg Config, storeURL, nonce string, pr *pr
 		err = werr
 	}
 	return res, err
+}
+
+// buildRecovery opens the store, executes the history runs, submits the live
+// ones and closes the store.
+func buildRecovery(ctx context.Context, cfg Config, storeURL, nonce string, pr *progress, res *Recovery) (err error) {
+	q, err := openStore(ctx, storeURL)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := q.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+			err = fmt.Errorf("bench: closing the built store: %w", cerr)
+		}
+	}()
+	before := q.StorageStats()
+	start := time.Now()
+	if cfg.History > 0 {
+		hist := newTracker("bench-"+nonce+"-h", cfg.History, cfg.Steps, cfg.StepDuration, false)
+		rt, err := newRuntime(q, hist, nonce, cfg)
+		if err != nil {
+			return err
+		}
+		hcfg := cfg
+		hcfg.Scenario = "recovery: history"
+		if _, err := drive(ctx, q, rt, hist, hcfg, false, pr); err != nil {
+			return fmt.Errorf("bench: building the history: %w", err)
+		}
+	}
+	live := newTracker("bench-"+nonce+"-", cfg.LiveJobs, cfg.Steps, cfg.StepDuration, false)
+	rt, err := newRuntime(q, live, nonce, cfg) // never Run: its runs stay pending
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sub := &submitter{rt: rt, tr: live, payload: makePayload(cfg.PayloadSize), cancel: cancel}
+	pr.set(func() string {
+		return fmt.Sprintf("recovery: building: submitted %d/%d live jobs", sub.submitted.Load(), cfg.LiveJobs)
+	})
+	defer pr.set(nil)
+	sub.closedLoop(sctx, cfg.LiveJobs, cfg.Submitters)
+	if sub.err != nil {
+		return sub.err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: building: %w", ErrIncomplete, err)
+	}
+	res.BuildS = time.Since(start).Seconds()
+	res.BuildStorage, res.BuildEngine = delta(q.StorageStats(), before)
+	return nil
 }
