@@ -106,6 +106,13 @@ func (q *Queue) DeadLetter(ctx context.Context, job *Job, reason string) error {
 	return err
 }
 
+// Release returns a claimed job to the queue without counting the attempt
+// (see Txn.Release).
+func (q *Queue) Release(ctx context.Context, job *Job) error {
+	_, err := q.Commit(ctx, new(Txn).Release(job))
+	return err
+}
+
 // Renew extends a claimed job's lease by the queue's lease duration. It is
 // process state, not a write. It fails with a *ClaimLostError if the lease
 // already expired.

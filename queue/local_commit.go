@@ -88,8 +88,12 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 				if r.Duplicate && len(op.Value) > l.opts.largeValue {
 					unused = append(unused, encs[i])
 				}
+				if j := r.Claimed; j != nil {
+					j.Payload = op.Value
+					after = append(after, func() { l.grantLeases([]*Job{j}, o.config(j.Queue), now) })
+				}
 				res.Enqueued = append(res.Enqueued, r)
-			case opAck, opNack, opDeadLetter:
+			case opAck, opNack, opDeadLetter, opRelease:
 				var f func()
 				f, err = l.settleTx(tx, op, o, now)
 				after = append(after, f)
@@ -121,8 +125,8 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 				return err
 			}
 		}
-		// Claims are released while the engine's lock is still held, so the
-		// reaper cannot also act on them.
+		// Claims are released (and granted) while the engine's lock is
+		// still held, so the reaper cannot also act on them.
 		for _, f := range after {
 			f()
 		}
@@ -137,6 +141,13 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 		return TxnResult{}, err
 	}
 	discard(unused)
+	var claimed []*Job
+	for _, r := range res.Enqueued {
+		if r.Claimed != nil {
+			claimed = append(claimed, r.Claimed)
+		}
+	}
+	l.startLeases(claimed, o)
 	return res, nil
 }
 
@@ -196,9 +207,32 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(op.Value)),
 		DeadNotify: op.DeadNotify,
 	}
+	claim := op.Claim && rec.RunAt <= now.UnixNano() && !l.higherReady(op.Queue, op.Priority, now)
+	if claim {
+		rec.State, rec.Attempts = stateClaimed, 1
+	}
 	tx.Put(payloadSpace+id, payload)
 	tx.Put(jobSpace+id, encodeJob(rec)) // the index sees it here
-	return EnqueueResult{JobID: id}
+	res := EnqueueResult{JobID: id}
+	if claim {
+		res.Claimed = rec.toJob(id, now)
+		res.Claimed.token = l.nextToken.Add(1)
+	}
+	return res
+}
+
+// higherReady reports whether a job of priority above prio is claimable in
+// the queue.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) higherReady(queue string, prio int32, now time.Time) bool {
+	qi := l.ix.queues[queue]
+	if qi == nil {
+		return false
+	}
+	qi.promote(now.UnixNano())
+	it, ok := qi.ready.Min()
+	return ok && it.prio > prio
 }
 
 // claimedRec returns the record of a job this process holds a claim on with
@@ -247,6 +281,10 @@ func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (fu
 		l.retryTx(tx, op.JobID, rec, cfg, op.Error, op.RunAt, now)
 	case opDeadLetter:
 		l.deadTx(tx, op.JobID, rec, op.Error, now)
+	case opRelease:
+		rec.State, rec.UpdatedAt = statePending, now.UnixNano()
+		rec.Attempts = max(rec.Attempts, 1) - 1
+		tx.Put(jobSpace+op.JobID, encodeJob(rec))
 	}
 	return func() { l.release(op.JobID, op.Token, nil) }, nil
 }

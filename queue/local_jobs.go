@@ -65,33 +65,13 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options) ([]*J
 			jobs = append(jobs, j)
 			encs = append(encs, p)
 		}
-		l.lmu.Lock()
-		for _, j := range jobs {
-			ls := &lease{token: j.token, queue: queue, expires: now.Add(cfg.Lease),
-				lost: make(chan struct{}), cancel: make(chan struct{})}
-			if j.CancelRequested {
-				// Cancelled while an earlier claim ran: tell this one at once.
-				ls.cancelled = true
-				close(ls.cancel)
-			}
-			l.leases[j.ID] = ls
-		}
-		l.lmu.Unlock()
+		l.grantLeases(jobs, cfg, now)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	// The lease runs from when the claim is durable, not from before the
-	// commit: a slow store must not eat into the worker's time.
-	durableAt := l.now()
-	l.lmu.Lock()
-	for _, j := range jobs {
-		if ls := l.leases[j.ID]; ls != nil && ls.token == j.token {
-			ls.expires = durableAt.Add(cfg.Lease)
-		}
-	}
-	l.lmu.Unlock()
+	l.startLeases(jobs, o)
 	for i, j := range jobs {
 		if encs[i] == nil {
 			continue
@@ -101,6 +81,41 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options) ([]*J
 		}
 	}
 	return jobs, nil
+}
+
+// grantLeases registers this process's leases on freshly claimed jobs.
+//
+// REQUIRES: inside the engine transaction that claims them.
+func (l *local) grantLeases(jobs []*Job, cfg QueueConfig, now time.Time) {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	for _, j := range jobs {
+		ls := &lease{token: j.token, queue: j.Queue, expires: now.Add(cfg.Lease),
+			lost: make(chan struct{}), cancel: make(chan struct{})}
+		if j.CancelRequested {
+			// Cancelled while an earlier claim ran: tell this one at once.
+			ls.cancelled = true
+			close(ls.cancel)
+		}
+		l.leases[j.ID] = ls
+	}
+}
+
+// startLeases restarts the leases of jobs whose claim just became durable:
+// a lease runs from then, not from before the commit, so that a slow store
+// does not eat into the worker's time.
+func (l *local) startLeases(jobs []*Job, o options) {
+	if len(jobs) == 0 {
+		return
+	}
+	durableAt := l.now()
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	for _, j := range jobs {
+		if ls := l.leases[j.ID]; ls != nil && ls.token == j.token {
+			ls.expires = durableAt.Add(o.config(j.Queue).Lease)
+		}
+	}
 }
 
 // claimWait claims up to n jobs, waiting until at least one is claimable or

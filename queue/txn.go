@@ -26,6 +26,7 @@ const (
 	opCancelJob
 	opRequireJob
 	opCompareAndDelete
+	opRelease
 )
 
 // txnOp is the serializable form of one transaction operation: a remote
@@ -47,6 +48,7 @@ type txnOp struct {
 	Error       string // Nack, DeadLetter: reason recorded in the history
 	States      uint32 // RequireJobState: bit 1<<State for each allowed state
 	DeadNotify  string // Enqueue: EnqueueOptions.DeadLetterQueue
+	Claim       bool   // Enqueue: EnqueueOptions.Claim
 }
 
 // Put sets key to value.
@@ -106,6 +108,17 @@ type EnqueueOptions struct {
 	// 64 bytes of [0-9A-Za-z_-]. If a job with that ID exists, Commit fails
 	// with ErrJobExists and changes nothing.
 	JobID string
+	// Claim asks for the new job to be claimed by this process in the same
+	// transaction, as if by a Claim right after the commit but with no
+	// second write: it is created claimed (attempt 1), under a lease that
+	// starts when the transaction is durable, and returned in
+	// EnqueueResult.Claimed. This is how a worker chains follow-up work to
+	// itself (the workflow runtime runs a run's next step this way). The
+	// claim bypasses FIFO order within the job's priority, but it is not
+	// granted, and the job is enqueued pending as usual, when it is not due
+	// yet (RunAt or Delay in the future), when a job of higher priority is
+	// ready in the queue, or when the enqueue is a dedup hit.
+	Claim bool
 }
 
 // Enqueue adds a job to the named queue. Its result (the job ID, or the
@@ -113,7 +126,7 @@ type EnqueueOptions struct {
 func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
 	op := txnOp{Kind: opEnqueue, Queue: queue, Value: payload, Priority: opts.Priority,
 		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey, JobID: opts.JobID,
-		DeadNotify: opts.DeadLetterQueue}
+		DeadNotify: opts.DeadLetterQueue, Claim: opts.Claim}
 	if !opts.RunAt.IsZero() {
 		op.RunAt = opts.RunAt.UnixNano()
 	}
@@ -146,6 +159,15 @@ func (t *Txn) Nack(job *Job, cause error, retryAfter time.Duration) *Txn {
 // DeadLetter settles a claimed job as dead at once, with reason.
 func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
 	t.ops = append(t.ops, txnOp{Kind: opDeadLetter, JobID: job.ID, Token: job.token, Queue: job.Queue, Error: reason})
+	return t
+}
+
+// Release returns a claimed job to the queue without counting the attempt:
+// it is pending again at once, in its original FIFO position. Use it for a
+// job claimed but never started (say, one handed to a worker that is
+// stopping). Fails with a *ClaimLostError if the claim was lost.
+func (t *Txn) Release(job *Job) *Txn {
+	t.ops = append(t.ops, txnOp{Kind: opRelease, JobID: job.ID, Token: job.token, Queue: job.Queue})
 	return t
 }
 
@@ -186,6 +208,10 @@ type EnqueueResult struct {
 	// Duplicate is true when the dedup key matched a pending or scheduled
 	// job: JobID is that job and nothing was written.
 	Duplicate bool
+	// Claimed is the new job, claimed by this process, when
+	// EnqueueOptions.Claim was set and the claim was granted; nil
+	// otherwise. Its Payload shares the slice passed to Enqueue.
+	Claimed *Job
 }
 
 // CancelOutcome says what CancelJob did.

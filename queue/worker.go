@@ -114,7 +114,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 			go func() {
 				defer wg.Done()
 				defer func() { slots <- struct{}{} }()
-				q.runJob(jobBase, j, h, opts.ManualSettle)
+				q.runSlot(ctx, jobBase, j, h, opts.ManualSettle)
 			}()
 		}
 	}
@@ -133,6 +133,46 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 		<-done
 	}
 	return runErr
+}
+
+// Handoff asks the worker running the handler whose context is ctx to run
+// job next, in the same slot, once the handler returns: job must be claimed
+// by this process (see EnqueueOptions.Claim) and belong to the queue the
+// worker serves. A worker that is stopping by then releases the job
+// instead (Txn.Release: the attempt does not count). Handoff reports false,
+// leaving job to the caller, when ctx is not a Work handler's context, the
+// job is of another queue, or the handler already handed a job off.
+func Handoff(ctx context.Context, job *Job) bool {
+	ho, _ := ctx.Value(handoffKey{}).(*handoff)
+	if ho == nil || job == nil || job.Queue != ho.queue || ho.next != nil {
+		return false
+	}
+	ho.next = job
+	return true
+}
+
+type handoffKey struct{}
+
+// handoff carries a job handed off by a handler to its slot.
+type handoff struct {
+	queue string
+	next  *Job
+}
+
+// runSlot runs j and then every job its handlers hand off, until there is
+// none or ctx (the worker's) is done.
+func (q *Queue) runSlot(ctx, base context.Context, j *Job, h Handler, manual bool) {
+	for j != nil {
+		ho := &handoff{queue: j.Queue}
+		q.runJob(context.WithValue(base, handoffKey{}, ho), j, h, manual)
+		j = ho.next
+		if j != nil && ctx.Err() != nil {
+			if err := q.Release(context.WithoutCancel(base), j); err != nil && !IsClaimLost(err) {
+				q.opts.logf("stepwell: releasing job %s failed: %v", j.ID, err)
+			}
+			return
+		}
+	}
 }
 
 // runJob runs one job with lease renewal and settles it.

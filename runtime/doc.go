@@ -27,6 +27,18 @@
 // Each row is ONE queue transaction: a crash never leaves a step acked
 // without its successor, or a run ended without its notification.
 //
+// # Scheduling
+//
+// Run executes up to WithMaxConcurrentSteps steps at once, claiming queued
+// steps by priority, then FIFO. A step that continues at once (Continue,
+// or ContinueAfter with no delay) keeps its slot: its settlement
+// transaction also claims step n+1 (queue.EnqueueOptions.Claim), which runs
+// next in the same slot without a claim commit of its own, unless a step
+// of higher priority is waiting. Started runs thus go depth first, and a
+// step costs one commit instead of two. WithStepChaining(false) turns this
+// off. A chained step that a stopping Run will not start is released
+// without counting the attempt.
+//
 // # Records
 //
 // The run record (kvrecord.Run, under workflow/runs/<id>) holds the input's

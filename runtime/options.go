@@ -16,6 +16,7 @@ type options struct {
 	pollInterval      time.Duration
 	retention         time.Duration
 	drainTimeout      time.Duration
+	noChain           bool
 	now               func() time.Time
 }
 
@@ -24,7 +25,7 @@ func defaultOptions() options {
 		queueName:         "workflow-steps",
 		notifyQueueName:   "workflow-notify",
 		maxConcurrent:     16,
-		notifyConcurrency: 4,
+		notifyConcurrency: 16,
 		pollInterval:      250 * time.Millisecond,
 		retention:         24 * time.Hour,
 		now:               time.Now,
@@ -72,13 +73,30 @@ func WithMaxConcurrentSteps(n int) Option {
 }
 
 // WithNotifyConcurrency bounds how many hook calls Run makes at once.
-// Defaults to 4.
+// Defaults to 16. Each notification costs two commits (its claim and its
+// acknowledgement), so on a store with slow writes a low value makes
+// notifications lag behind runs ending at a high rate.
 func WithNotifyConcurrency(n int) Option {
 	return func(o *options) error {
 		if n < 1 {
 			return invalid("notify concurrency %d must be at least 1", n)
 		}
 		o.notifyConcurrency = n
+		return nil
+	}
+}
+
+// WithStepChaining sets whether a step that continues at once (Continue,
+// or ContinueAfter with no delay) hands its run's next step to the same
+// worker slot: the settlement transaction also claims the next step, which
+// then runs without a claim commit of its own. This halves the commits
+// per step and keeps a started run moving ahead of runs not yet started
+// (depth first); a step of higher priority waiting in the queue still goes
+// first. Off, every step waits in the queue in FIFO order within its
+// priority. Defaults to true.
+func WithStepChaining(on bool) Option {
+	return func(o *options) error {
+		o.noChain = !on
 		return nil
 	}
 }

@@ -149,14 +149,31 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			return err
 		}
 		txn := rt.settlement(rec, old, job, n, outcome, stepErr)
-		_, err = rt.q.Commit(settleCtx, txn)
+		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue
 		}
 		if queue.IsClaimLost(err) {
 			return nil
 		}
+		if err == nil {
+			rt.chain(claimCtx, res)
+		}
 		return err
+	}
+}
+
+// chain hands the next step, claimed by its settlement, to the worker slot
+// that ran this one: it runs at once, without a claim of its own.
+func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult) {
+	for _, e := range res.Enqueued {
+		if e.Claimed == nil || queue.Handoff(claimCtx, e.Claimed) {
+			continue
+		}
+		// Not run from a worker (cannot happen in handleStep): give it back.
+		if err := rt.q.Release(context.WithoutCancel(claimCtx), e.Claimed); err != nil && !queue.IsClaimLost(err) {
+			slogWarn("stepwell: releasing a chained step failed", err)
+		}
 	}
 }
 
@@ -181,6 +198,8 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			opts := rt.stepOptions(&next, n+1, next.CurrentJob)
 			if d := out.Delay(); d > 0 {
 				opts.Delay = d
+			} else {
+				opts.Claim = !rt.opts.noChain
 			}
 			txn.Ack(job).
 				Enqueue(rt.opts.queueName, out.Payload(), opts).

@@ -880,3 +880,42 @@ func TestSettleWhileRenewingLeases(t *testing.T) {
 		}
 	}
 }
+
+// With one step slot, chaining runs a started run to its end before the
+// next run starts (each settlement claims its run's next step); without
+// it, steps wait in the queue in FIFO order and runs interleave.
+func TestStepChainingOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		chain bool
+		want  string
+	}{
+		{true, "a0 a1 a2 b0 b1 b2"},
+		{false, "a0 b0 a1 b1 a2 b2"},
+	} {
+		t.Run(fmt.Sprint("chain=", tc.chain), func(t *testing.T) {
+			q := openQueue(t, memURL())
+			var log stepLog
+			rt := newRuntime(t, q, chainRunner(&log, 2), terminal.Noop,
+				runtime.WithMaxConcurrentSteps(1), runtime.WithStepChaining(tc.chain))
+			mustSubmit(t, rt, runtime.RunSpec{RunID: "a"})
+			mustSubmit(t, rt, runtime.RunSpec{RunID: "b"})
+			startRun(t, rt)
+			eventually(t, waitTimeout, "six steps", func() bool { return log.count() == 6 })
+			var order []string
+			log.mu.Lock()
+			for _, s := range log.steps {
+				order = append(order, fmt.Sprint(s.RunID, s.Number))
+			}
+			log.mu.Unlock()
+			if got := strings.Join(order, " "); got != tc.want {
+				t.Errorf("order = %q, want %q", got, tc.want)
+			}
+			for _, id := range []string{"a", "b"} {
+				if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
+					t.Errorf("run %s: %v", id, st.State)
+				}
+			}
+		})
+	}
+}

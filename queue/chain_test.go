@@ -1,0 +1,213 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestEnqueueClaimed(t *testing.T) {
+	q, clk := openJobs(t, WithMaxAttempts(2))
+	older := mustEnqueue(t, q, "q", "older", EnqueueOptions{})
+	r := mustEnqueue(t, q, "q", "chained", EnqueueOptions{Claim: true, Headers: map[string]string{"h": "v"}})
+	j := r.Claimed
+	if j == nil || j.ID != r.JobID || string(j.Payload) != "chained" || j.Attempt != 1 || j.State != JobClaimed || j.Headers["h"] != "v" {
+		t.Fatalf("Claimed = %+v", j)
+	}
+	if got, err := q.GetJob(t0ctx, j.ID); err != nil || got.State != JobClaimed || got.Attempt != 1 {
+		t.Fatalf("GetJob = %+v, %v", got, err)
+	}
+	// Nobody else gets it; the older pending job is next for a Claim.
+	if c := mustClaim(t, q, "q"); c == nil || c.ID != older.JobID {
+		t.Fatalf("Claim = %+v, want the older job", c)
+	} else if err := q.Ack(t0ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if c := mustClaim(t, q, "q"); c != nil {
+		t.Fatalf("claimed a chained job twice: %+v", c)
+	}
+	// Its lease is a normal one: renewed, then expired and requeued with
+	// the attempt counted.
+	clk.Advance(20 * time.Second)
+	if err := q.Renew(j); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(31 * time.Second)
+	q.reapNow()
+	if err := q.Ack(t0ctx, j); !IsClaimLost(err) {
+		t.Fatalf("Ack after expiry = %v, want claim lost", err)
+	}
+	clk.Advance(time.Second)
+	j2 := mustClaim(t, q, "q")
+	if j2 == nil || j2.ID != j.ID || j2.Attempt != 2 {
+		t.Fatalf("requeued chained job claimed as %+v", j2)
+	}
+	if err := q.Ack(t0ctx, j2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnqueueClaimNotGranted(t *testing.T) {
+	q, _ := openJobs(t)
+	// Not due: a delayed job stays scheduled.
+	if r := mustEnqueue(t, q, "q", "later", EnqueueOptions{Claim: true, Delay: time.Minute}); r.Claimed != nil {
+		t.Fatalf("a delayed job was claimed: %+v", r.Claimed)
+	}
+	// A ready job of higher priority goes first.
+	mustEnqueue(t, q, "q", "high", EnqueueOptions{Priority: 3})
+	if r := mustEnqueue(t, q, "q", "low", EnqueueOptions{Claim: true, Priority: 1}); r.Claimed != nil {
+		t.Fatalf("claimed past a higher-priority job: %+v", r.Claimed)
+	}
+	// Same or lower priority waiting does not stop it.
+	if r := mustEnqueue(t, q, "q", "top", EnqueueOptions{Claim: true, Priority: 3}); r.Claimed == nil {
+		t.Fatal("claim refused with only equal-priority jobs ready")
+	}
+	// A dedup hit enqueues nothing and claims nothing.
+	mustEnqueue(t, q, "d", "first", EnqueueOptions{DedupKey: "k"})
+	if r := mustEnqueue(t, q, "d", "second", EnqueueOptions{DedupKey: "k", Claim: true}); !r.Duplicate || r.Claimed != nil {
+		t.Fatalf("dedup hit = %+v", r)
+	}
+	if s, _ := q.Stats(t0ctx, "q"); s.Claimed != 1 || s.Pending != 2 || s.Scheduled != 1 {
+		t.Fatalf("stats = %+v, want 1 claimed, 2 pending, 1 scheduled", s)
+	}
+}
+
+func TestEnqueueClaimFailedTxnGrantsNothing(t *testing.T) {
+	q, _ := openJobs(t)
+	txn := new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{Claim: true, JobID: "job-1"}).
+		CompareAndPut([]byte("k"), []byte("not there"), []byte("v"))
+	if _, err := q.Commit(t0ctx, txn); !errors.Is(err, ErrConditionFailed) {
+		t.Fatalf("Commit = %v, want condition failed", err)
+	}
+	if _, err := q.GetJob(t0ctx, "job-1"); !errors.Is(err, ErrJobNotFound) {
+		t.Fatalf("job of a failed transaction exists: %v", err)
+	}
+	if err := q.Renew(&Job{ID: "job-1", Queue: "q", token: 1}); !IsClaimLost(err) {
+		t.Fatalf("a failed transaction left a lease: %v", err)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	q, _ := openJobs(t, WithMaxAttempts(1))
+	a := mustEnqueue(t, q, "q", "a", EnqueueOptions{})
+	mustEnqueue(t, q, "q", "b", EnqueueOptions{})
+	j := mustClaim(t, q, "q")
+	if j.ID != a.JobID {
+		t.Fatalf("claimed %s first", j.ID)
+	}
+	if err := q.Release(t0ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Ack(t0ctx, j); !IsClaimLost(err) {
+		t.Fatalf("Ack after Release = %v, want claim lost", err)
+	}
+	if err := q.Release(t0ctx, j); !IsClaimLost(err) {
+		t.Fatalf("second Release = %v, want claim lost", err)
+	}
+	// Back in its FIFO place, with the attempt not counted: with one
+	// attempt allowed, a Nack of the next claim dead-letters it, proving
+	// that claim is attempt 1 again.
+	again := mustClaim(t, q, "q")
+	if again.ID != a.JobID || again.Attempt != 1 || len(again.History) != 0 {
+		t.Fatalf("after Release claimed %+v", again)
+	}
+	if err := q.Nack(t0ctx, again, errors.New("boom"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := q.Stats(t0ctx, "q"); s.Dead != 1 || s.Pending != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+// A handler that chains a job to itself runs it next in the same slot,
+// ahead of older jobs, and a stopping worker releases a handed-off job.
+func TestWorkHandoff(t *testing.T) {
+	q := openT(t, memURL(t))
+	for i := range 3 {
+		mustEnqueue(t, q, "w", fmt.Sprint("old", i), EnqueueOptions{})
+	}
+	ctx, cancel := context.WithCancel(t0ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var order []string
+	errc := make(chan error, 1)
+	go func() {
+		errc <- q.Work(ctx, "w", func(jctx context.Context, j *Job) error {
+			mu.Lock()
+			order = append(order, fmt.Sprintf("%s/%d", j.Payload, j.Attempt))
+			mu.Unlock()
+			p := string(j.Payload)
+			if !strings.HasPrefix(p, "old0") || len(p) > len("old0+") {
+				return q.Ack(jctx, j)
+			}
+			r, err := q.Commit(jctx, new(Txn).Ack(j).Enqueue("w", []byte(p+"+"), EnqueueOptions{Claim: true}))
+			if err != nil {
+				return err
+			}
+			if c := r.Enqueued[0].Claimed; c == nil || !Handoff(jctx, c) {
+				t.Errorf("chained job not handed off: %+v", r.Enqueued[0])
+			}
+			if Handoff(jctx, r.Enqueued[0].Claimed) {
+				t.Error("a second Handoff was accepted")
+			}
+			return nil
+		}, WorkOptions{Concurrency: 1, ManualSettle: true})
+	}()
+	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(order, " ")
+	if got != "old0/1 old0+/1 old0++/1 old1/1 old2/1" {
+		t.Fatalf("run order %q, want the chain first", got)
+	}
+	if Handoff(t0ctx, &Job{Queue: "w"}) {
+		t.Fatal("Handoff outside a worker was accepted")
+	}
+}
+
+func TestWorkStoppingReleasesHandoff(t *testing.T) {
+	q := openT(t, memURL(t), WithMaxAttempts(1))
+	mustEnqueue(t, q, "w", "first", EnqueueOptions{})
+	ctx, cancel := context.WithCancel(t0ctx)
+	errc := make(chan error, 1)
+	var runs []string
+	go func() {
+		errc <- q.Work(ctx, "w", func(jctx context.Context, j *Job) error {
+			runs = append(runs, string(j.Payload))
+			r, err := q.Commit(jctx, new(Txn).Ack(j).Enqueue("w", []byte("next"), EnqueueOptions{Claim: true}))
+			if err != nil {
+				return err
+			}
+			cancel() // the worker stops before it would run the handoff
+			Handoff(jctx, r.Enqueued[0].Claimed)
+			return nil
+		}, WorkOptions{Concurrency: 1, ManualSettle: true})
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(runs, ",") != "first" {
+		t.Fatalf("runs %v: a stopping worker ran the handoff", runs)
+	}
+	j := mustClaim(t, q, "w")
+	if j == nil || string(j.Payload) != "next" || j.Attempt != 1 {
+		t.Fatalf("released handoff claimed as %+v, want attempt 1", j)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
