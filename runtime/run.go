@@ -105,7 +105,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	settleCtx := context.WithoutCancel(claimCtx)
 	runID := job.Headers[HeaderRunID]
 	n64, perr := strconv.ParseUint(job.Headers[HeaderStep], 10, 32)
-	rec, _, err := rt.loadRun(settleCtx, runID)
+	rec, old, err := rt.loadRun(settleCtx, runID)
 	if perr != nil || errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
 		// Not a live step of a live run (its run ended or expired): drop it.
 		return rt.q.Ack(settleCtx, job)
@@ -135,15 +135,17 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		}
 	}
 
-	// Settle, re-reading the run record until the compare-and-put holds (a
-	// concurrent Cancel may change it).
-	for {
-		rec, old, err := rt.loadRun(settleCtx, runID)
-		if errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
-			return rt.q.Ack(settleCtx, job)
-		}
-		if err != nil {
-			return err
+	// Settle with the run record read above, re-reading it until the
+	// compare-and-put holds (a concurrent Cancel may have changed it).
+	for first := true; ; first = false {
+		if !first {
+			rec, old, err = rt.loadRun(settleCtx, runID)
+			if errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
+				return rt.q.Ack(settleCtx, job)
+			}
+			if err != nil {
+				return err
+			}
 		}
 		if err := rt.resolveNotify(settleCtx, rec); err != nil {
 			return err
