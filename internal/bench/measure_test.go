@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestMeasure runs one bench described by the JSON Config in
 // $STEPWELL_BENCH (durations in nanoseconds) and prints its table and JSON.
@@ -15,6 +19,8 @@ import (
 //	    go test -run TestMeasure -count=1 -v -timeout 30m ./internal/bench/
 //
 // Add -cpuprofile cpu.out to profile it. Skipped without the variable.
+// Store "s3" or "gs" measures a fresh store on the local MinIO or GCS
+// emulator that the test harness starts (see internal/testenv).
 func TestMeasure(t *testing.T) {
 	spec := os.Getenv("STEPWELL_BENCH")
 	if spec == "" {
@@ -23,6 +29,12 @@ func TestMeasure(t *testing.T) {
 	var cfg Config
 	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 		t.Fatalf("STEPWELL_BENCH: %v", err)
+	}
+	switch cfg.Store {
+	case "s3":
+		cfg.Store = testenv.S3(t)
+	case "gs":
+		cfg.Store = testenv.GCS(t)
 	}
 	cfg.Progress = os.Stderr
 	res, err := Run(context.Background(), cfg)
