@@ -50,7 +50,7 @@ func (q *Queue) ClaimBatch(ctx context.Context, queue string, n int) ([]*Job, er
 	if err := q.checkClaim(queue, n); err != nil {
 		return nil, err
 	}
-	jobs, err := q.be.claim(ctx, queue, n, q.opts)
+	jobs, err := q.be.claim(ctx, queue, n, q.opts, nil)
 	return jobs, mapErr(err)
 }
 
@@ -68,7 +68,7 @@ func (q *Queue) claimWaitOpts(ctx context.Context, queue string, n int, o option
 	if err := q.checkClaim(queue, n); err != nil {
 		return nil, err
 	}
-	jobs, err := q.be.claimWait(ctx, queue, n, o)
+	jobs, err := q.be.claimWait(ctx, queue, n, o, nil)
 	return jobs, mapErr(err)
 }
 

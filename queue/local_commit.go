@@ -50,6 +50,25 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 			encs[i] = engine.Inline(op.Value)
 		}
 	}
+	// Dispatched enqueues take an idle Work slot now, before the commit, so
+	// that the claim granted in the transaction has somewhere to run.
+	var slotFor map[int]*slots // op index -> slot taken for it
+	for i := range ops {
+		if ops[i].Kind == opEnqueue && ops[i].Dispatch {
+			if s := l.takeSlot(ops[i].Queue); s != nil {
+				if slotFor == nil {
+					slotFor = map[int]*slots{}
+				}
+				slotFor[i] = s
+			}
+		}
+	}
+	dispatched := map[int]*slots{} // result index -> slot
+	putSlots := func() {
+		for _, s := range slotFor {
+			s.put()
+		}
+	}
 	var res TxnResult
 	var unused [][]byte // staged payloads of dedup hits
 	var after []func()  // run once the transaction is applied
@@ -84,7 +103,10 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 						return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
 					}
 				}
-				r := l.enqueueTx(tx, op, ids[i], encs[i], o, now)
+				r := l.enqueueTx(tx, op, ids[i], encs[i], o, now, slotFor[i] != nil)
+				if slotFor[i] != nil {
+					dispatched[len(res.Enqueued)] = slotFor[i]
+				}
 				if r.Duplicate && len(op.Value) > l.opts.largeValue {
 					unused = append(unused, encs[i])
 				}
@@ -138,6 +160,7 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 		if errors.As(err, &cfe) || errors.As(err, &cle) || errors.Is(err, ErrJobExists) {
 			discard(staged) // nothing refers to the staged blobs
 		}
+		putSlots()
 		return TxnResult{}, err
 	}
 	discard(unused)
@@ -148,6 +171,16 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 		}
 	}
 	l.startLeases(claimed, o)
+	for k, s := range dispatched {
+		r := &res.Enqueued[k]
+		if r.Claimed == nil {
+			s.put() // not granted: the job waits in the queue
+			continue
+		}
+		j := r.Claimed
+		r.Claimed, r.Dispatched = nil, true
+		s.start(j)
+	}
 	return res, nil
 }
 
@@ -189,7 +222,10 @@ func resolveTime(t int64, now time.Time) int64 {
 // enqueueTx adds one job, or reports the pending job holding its dedup key.
 //
 // REQUIRES: inside an engine transaction.
-func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o options, now time.Time) EnqueueResult {
+//
+// With dispatch, the job is claimed only if nothing else in its queue is
+// ready (op.Claim's rule is weaker: nothing of higher priority).
+func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o options, now time.Time, dispatch bool) EnqueueResult {
 	if op.DedupKey != "" {
 		if holders := l.ix.dedup[dedupKey(op.Queue, op.DedupKey)]; len(holders) > 0 {
 			return EnqueueResult{JobID: holders[0], Duplicate: true}
@@ -207,7 +243,9 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(op.Value)),
 		DeadNotify: op.DeadNotify,
 	}
-	claim := op.Claim && rec.RunAt <= now.UnixNano() && !l.higherReady(op.Queue, op.Priority, now)
+	due := rec.RunAt <= now.UnixNano()
+	claim := due && (op.Claim && !l.readyAbove(op.Queue, op.Priority, now, false) ||
+		dispatch && !l.readyAbove(op.Queue, 0, now, true))
 	if claim {
 		rec.State, rec.Attempts = stateClaimed, 1
 	}
@@ -221,18 +259,18 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 	return res
 }
 
-// higherReady reports whether a job of priority above prio is claimable in
-// the queue.
+// readyAbove reports whether a job of priority above prio (with anyJob: any
+// job) is claimable in the queue.
 //
 // REQUIRES: inside an engine transaction.
-func (l *local) higherReady(queue string, prio int32, now time.Time) bool {
+func (l *local) readyAbove(queue string, prio int32, now time.Time, anyJob bool) bool {
 	qi := l.ix.queues[queue]
 	if qi == nil {
 		return false
 	}
 	qi.promote(now.UnixNano())
 	it, ok := qi.ready.Min()
-	return ok && it.prio > prio
+	return ok && (anyJob || it.prio > prio)
 }
 
 // claimedRec returns the record of a job this process holds a claim on with

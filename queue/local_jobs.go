@@ -29,11 +29,12 @@ type lease struct {
 
 // claim takes up to n claimable jobs from the queue, highest priority first,
 // FIFO within a priority. The attempt count rises at claim.
-func (l *local) claim(ctx context.Context, queue string, n int, o options) ([]*Job, error) {
+func (l *local) claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
 	cfg := o.config(queue)
 	var jobs []*Job
 	var encs [][]byte
 	now := l.now()
+	taken := 0 // slots of s taken
 	err := l.eng.Update(ctx, func(tx *engine.Tx) error {
 		jobs, encs = nil, nil
 		qi := l.ix.queues[queue]
@@ -50,6 +51,12 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options) ([]*J
 			if !ok {
 				qi.ready.Delete(it) // cannot happen: the index follows the tree
 				continue
+			}
+			if s != nil {
+				if !s.take() {
+					break
+				}
+				taken++
 			}
 			rec, err := decodeJob(v)
 			if err != nil {
@@ -69,6 +76,9 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options) ([]*J
 		return nil
 	})
 	if err != nil {
+		for ; taken > 0; taken-- {
+			s.put()
+		}
 		return nil, err
 	}
 	l.startLeases(jobs, o)
@@ -121,9 +131,12 @@ func (l *local) startLeases(jobs []*Job, o options) {
 // claimWait claims up to n jobs, waiting until at least one is claimable or
 // ctx is done. Enqueues and due times wake it; the poll interval bounds the
 // sleep.
-func (l *local) claimWait(ctx context.Context, queue string, n int, o options) ([]*Job, error) {
+func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
 	for {
-		jobs, err := l.claim(ctx, queue, n, o)
+		if s != nil && s.idle() == 0 {
+			return nil, nil // dispatched jobs took the slots
+		}
+		jobs, err := l.claim(ctx, queue, n, o, s)
 		if err != nil || len(jobs) > 0 {
 			return jobs, err
 		}
@@ -511,4 +524,35 @@ func (l *local) requeueDead(ctx context.Context, id string) error {
 		tx.Put(jobSpace+id, encodeJob(rec))
 		return nil
 	})
+}
+
+func (l *local) addSlots(s *slots) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	if l.slots == nil {
+		l.slots = map[string][]*slots{}
+	}
+	l.slots[s.queue] = append(l.slots[s.queue], s)
+}
+
+func (l *local) removeSlots(s *slots) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	s.close()
+	l.slots[s.queue] = slices.DeleteFunc(l.slots[s.queue], func(x *slots) bool { return x == s })
+	if len(l.slots[s.queue]) == 0 {
+		delete(l.slots, s.queue)
+	}
+}
+
+// takeSlot takes an idle slot of a Work loop serving queue, or returns nil.
+func (l *local) takeSlot(queue string) *slots {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	for _, s := range l.slots[queue] {
+		if s.take() {
+			return s
+		}
+	}
+	return nil
 }

@@ -33,8 +33,14 @@ type backend interface {
 	commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error)
 	get(ctx context.Context, key string) ([]byte, error)
 	scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error)
-	claim(ctx context.Context, queue string, n int, o options) ([]*Job, error)
-	claimWait(ctx context.Context, queue string, n int, o options) ([]*Job, error)
+	// claim and claimWait claim up to n jobs; with s, only as many as they
+	// can take slots of s for.
+	claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error)
+	claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error)
+	// addSlots makes a Work loop's slots available to dispatched enqueues;
+	// removeSlots withdraws them and stops further takes.
+	addSlots(s *slots)
+	removeSlots(s *slots)
 	renew(id string, token uint64, o options) error
 	watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error)
 	stats(ctx context.Context, queue string) (Stats, error)
@@ -190,6 +196,9 @@ type local struct {
 
 	lmu    sync.Mutex
 	leases map[string]*lease // guarded by lmu
+
+	smu   sync.Mutex
+	slots map[string][]*slots // Work loops by queue, guarded by smu
 
 	stop chan struct{}
 	wg   sync.WaitGroup

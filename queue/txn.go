@@ -49,6 +49,7 @@ type txnOp struct {
 	States      uint32 // RequireJobState: bit 1<<State for each allowed state
 	DeadNotify  string // Enqueue: EnqueueOptions.DeadLetterQueue
 	Claim       bool   // Enqueue: EnqueueOptions.Claim
+	Dispatch    bool   // Enqueue: EnqueueOptions.Dispatch
 }
 
 // Put sets key to value.
@@ -119,6 +120,16 @@ type EnqueueOptions struct {
 	// yet (RunAt or Delay in the future), when a job of higher priority is
 	// ready in the queue, or when the enqueue is a dedup hit.
 	Claim bool
+	// Dispatch starts the new job at once in an idle slot of a Work loop of
+	// this process that serves its queue, claimed in the same transaction:
+	// no claim write of its own and no wait for the loop to notice the job.
+	// A service that submits work and runs workers in one process gets its
+	// latency from this. The job is enqueued pending as usual, and claimed
+	// by whichever worker comes first, when no such slot is idle at commit
+	// time, when it is not due yet, when another job of its queue is ready
+	// (dispatch never overtakes waiting jobs), or on a dedup hit.
+	// EnqueueResult.Dispatched says which. Ignored when Claim is set.
+	Dispatch bool
 }
 
 // Enqueue adds a job to the named queue. Its result (the job ID, or the
@@ -126,7 +137,7 @@ type EnqueueOptions struct {
 func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
 	op := txnOp{Kind: opEnqueue, Queue: queue, Value: payload, Priority: opts.Priority,
 		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey, JobID: opts.JobID,
-		DeadNotify: opts.DeadLetterQueue, Claim: opts.Claim}
+		DeadNotify: opts.DeadLetterQueue, Claim: opts.Claim, Dispatch: opts.Dispatch && !opts.Claim}
 	if !opts.RunAt.IsZero() {
 		op.RunAt = opts.RunAt.UnixNano()
 	}
@@ -212,6 +223,9 @@ type EnqueueResult struct {
 	// EnqueueOptions.Claim was set and the claim was granted; nil
 	// otherwise. Its Payload shares the slice passed to Enqueue.
 	Claimed *Job
+	// Dispatched is true when EnqueueOptions.Dispatch was set and the job
+	// was claimed for, and started in, an idle Work slot of this process.
+	Dispatched bool
 }
 
 // CancelOutcome says what CancelJob did.

@@ -63,63 +63,60 @@ type WorkOptions struct {
 // waits for running jobs (see WorkOptions.DrainTimeout) and returns nil. It
 // returns early with an error only if the store fails (ErrFenced, ...).
 // Leases of long jobs are renewed automatically; a panic in h is a failed
-// attempt whose error carries the panic message.
+// attempt whose error carries the panic message. Enqueues of this process
+// with EnqueueOptions.Dispatch start jobs directly in its idle slots; those
+// count against Concurrency like the jobs it claims itself.
 func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOptions) error {
-	n := max(opts.Concurrency, 1)
+	if err := q.checkClaim(queue, 1); err != nil {
+		return err
+	}
 	claimOpts := q.opts
 	if opts.PollInterval > 0 {
 		claimOpts.pollInterval = opts.PollInterval
 	}
-	slots := make(chan struct{}, n)
-	for i := 0; i < n; i++ {
-		slots <- struct{}{}
-	}
 	// Jobs run on a context that outlives ctx until the drain ends.
 	jobBase, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopJobs(context.Canceled)
-	var wg sync.WaitGroup
+	n := max(opts.Concurrency, 1)
+	s := &slots{queue: queue, free: n, total: n, freed: make(chan struct{}, 1)}
+	s.run = func(j *Job, dispatched bool) {
+		go func() {
+			defer s.put()
+			if dispatched && ctx.Err() != nil {
+				// Dispatched to a worker that has begun to stop.
+				if err := q.Release(context.WithoutCancel(jobBase), j); err != nil && !IsClaimLost(err) {
+					q.opts.logf("stepwell: releasing job %s failed: %v", j.ID, err)
+				}
+				return
+			}
+			q.runSlot(ctx, jobBase, j, h, opts.ManualSettle)
+		}()
+	}
+	q.be.addSlots(s)
 	var runErr error
 	for ctx.Err() == nil {
-		select {
-		case <-slots:
-		case <-ctx.Done():
+		if s.idle() == 0 {
+			select {
+			case <-s.freed:
+			case <-ctx.Done():
+			}
 			continue
 		}
-		free := 1
-	fill:
-		for free < n {
-			select {
-			case <-slots:
-				free++
-			default:
-				break fill
-			}
-		}
-		jobs, err := q.claimWaitOpts(ctx, queue, free, claimOpts)
+		jobs, err := q.be.claimWait(ctx, queue, s.total, claimOpts, s)
 		if err != nil {
-			for i := 0; i < free; i++ {
-				slots <- struct{}{}
-			}
 			if ctx.Err() == nil {
-				runErr = err
+				runErr = mapErr(err)
 				break
 			}
 			continue
 		}
-		for i := len(jobs); i < free; i++ {
-			slots <- struct{}{}
-		}
 		for _, j := range jobs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { slots <- struct{}{} }()
-				q.runSlot(ctx, jobBase, j, h, opts.ManualSettle)
-			}()
+			s.run(j, false)
 		}
 	}
+	q.be.removeSlots(s)
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { s.wg.Wait(); close(done) }()
 	if opts.DrainTimeout > 0 {
 		t := time.NewTimer(opts.DrainTimeout)
 		defer t.Stop()
@@ -133,6 +130,60 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 		<-done
 	}
 	return runErr
+}
+
+// slots are a Work loop's job slots. The loop's claims and dispatched
+// enqueues (EnqueueOptions.Dispatch) both take them, so that together they
+// never run more than the loop's Concurrency jobs at once.
+type slots struct {
+	queue string
+	run   func(j *Job, dispatched bool) // runs j in a taken slot, then puts it back
+	freed chan struct{}                 // signalled (capacity 1) when a slot is put back
+	wg    sync.WaitGroup                // one per taken slot
+
+	mu     sync.Mutex
+	total  int // Concurrency
+	free   int
+	closed bool // the loop is stopping: no more takes
+}
+
+// take takes a free slot, if there is one and the loop is not stopping.
+func (s *slots) take() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.free == 0 {
+		return false
+	}
+	s.free--
+	s.wg.Add(1)
+	return true
+}
+
+// put gives back a slot taken by take.
+func (s *slots) put() {
+	s.mu.Lock()
+	s.free++
+	s.mu.Unlock()
+	s.wg.Done()
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}
+
+// start runs a dispatched job in the slot taken for it.
+func (s *slots) start(j *Job) { s.run(j, true) }
+
+func (s *slots) idle() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.free
+}
+
+func (s *slots) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 }
 
 // Handoff asks the worker running the handler whose context is ctx to run

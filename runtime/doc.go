@@ -39,6 +39,15 @@
 // off. A chained step that a stopping Run will not start is released
 // without counting the attempt.
 //
+// Submit and the end of a run do the same across goroutines: step 0 and the
+// terminal notification are enqueued with queue.EnqueueOptions.Dispatch, so
+// when a Run of this process has a slot idle (and nothing else is waiting
+// in that queue) the submit's or the last settlement's transaction claims
+// the job for it and it starts as soon as that transaction is durable, with
+// no claim commit and no wake-up in between. A 3-step run alone thus costs
+// four durable writes from Submit to the hook: submit, two chained
+// settlements, and the last settlement.
+//
 // # Records
 //
 // The run record (kvrecord.Run, under workflow/runs/<id>) holds the input's

@@ -139,9 +139,11 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		if !terminal.IsNoop(rt.hook) {
 			rec.NotifyQueue = rt.opts.notifyQueueName
 		}
+		opts := rt.stepOptions(rec, 0, jobID)
+		opts.Dispatch = true // starts at once if a local Run has a slot idle
 		txn := new(queue.Txn).
 			CompareAndPut(kvrecord.RunKey(id), nil, kvrecord.EncodeRun(rec)).
-			Enqueue(rt.opts.queueName, spec.Input, rt.stepOptions(rec, 0, jobID))
+			Enqueue(rt.opts.queueName, spec.Input, opts)
 		_, err := rt.q.Commit(ctx, txn)
 		if err == nil {
 			return SubmitOutcome{RunID: id, NewlySubmitted: true}, nil
@@ -405,5 +407,6 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, stat
 	txn.Enqueue(notifyQueue, n.encode(), queue.EnqueueOptions{
 		DedupKey: fmt.Sprintf("notify:%s:%d", rec.RunID, ended),
 		Headers:  map[string]string{HeaderRunID: rec.RunID},
+		Dispatch: true,
 	})
 }

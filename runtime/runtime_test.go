@@ -919,3 +919,32 @@ func TestStepChainingOrder(t *testing.T) {
 		})
 	}
 }
+
+// With a Run idle, a run goes from Submit to its hook in four commits: the
+// submit claims step 0 for an idle slot (queue.EnqueueOptions.Dispatch),
+// each Continue chains the next step, and the last settlement claims the
+// notification for an idle hook slot. The notification's ack is the fifth.
+func TestIdleRunCommitsPerRun(t *testing.T) {
+	t.Parallel()
+	q := openQueue(t, memURL())
+	var log stepLog
+	hooks := &hookRecorder{}
+	rt := newRuntime(t, q, chainRunner(&log, 2), hooks)
+	startRun(t, rt)
+	// A first run makes sure the Run's workers are up and idle.
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "warm"})
+	hooks.wait(t, "warm")
+	eventually(t, waitTimeout, "the warm-up notification acked", func() bool {
+		return mustStats(t, q, "workflow-notify").Claimed == 0
+	})
+	before := q.StorageStats().Transactions
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "r"})
+	hooks.wait(t, "r")
+	eventually(t, waitTimeout, "the notification acked", func() bool {
+		s := mustStats(t, q, "workflow-notify")
+		return s.Claimed+s.Pending == 0
+	})
+	if n := q.StorageStats().Transactions - before; n != 5 {
+		t.Fatalf("%d transactions for a 3-step run on an idle Run, want 5", n)
+	}
+}

@@ -1,0 +1,214 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// idleSlots is how many slots the Work loops of queue have idle.
+func (q *Queue) idleSlots(queue string) int {
+	l := q.be.(*local)
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	n := 0
+	for _, s := range l.slots[queue] {
+		n += s.idle()
+	}
+	return n
+}
+
+// startWork runs Work on queue in the background; the returned stop ends it
+// and returns its error.
+func startWork(t *testing.T, q *Queue, queue string, h Handler, opts WorkOptions) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t0ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- q.Work(ctx, queue, h, opts) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-errc })
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// An enqueue with Dispatch starts in an idle slot, claimed by the enqueue's
+// own transaction: the worker commits nothing to claim it.
+func TestDispatchStartsInIdleSlot(t *testing.T) {
+	q := openT(t, memURL(t))
+	got := make(chan *Job, 1)
+	startWork(t, q, "w", func(ctx context.Context, j *Job) error {
+		got <- j
+		return nil
+	}, WorkOptions{Concurrency: 2})
+	waitFor(t, func() bool { return q.idleSlots("w") == 2 })
+
+	before := q.StorageStats().Transactions
+	r := mustEnqueue(t, q, "w", "now", EnqueueOptions{Dispatch: true, Headers: map[string]string{"h": "v"}})
+	if !r.Dispatched || r.Claimed != nil {
+		t.Fatalf("result %+v, want Dispatched and no Claimed", r)
+	}
+	var j *Job
+	select {
+	case j = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("dispatched job did not run")
+	}
+	if j.ID != r.JobID || string(j.Payload) != "now" || j.Attempt != 1 || j.Headers["h"] != "v" {
+		t.Fatalf("handler got %+v", j)
+	}
+	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	// The enqueue (with its claim) and the ack: two transactions.
+	if n := q.StorageStats().Transactions - before; n != 2 {
+		t.Fatalf("%d transactions for a dispatched job, want 2 (enqueue+claim, ack)", n)
+	}
+	waitFor(t, func() bool { return q.idleSlots("w") == 2 })
+}
+
+func TestDispatchNotGranted(t *testing.T) {
+	clk := newFakeClock()
+	q := openT(t, memURL(t), withClock(clk))
+	release := make(chan struct{})
+	var ran []string
+	var mu sync.Mutex
+	startWork(t, q, "w", func(ctx context.Context, j *Job) error {
+		mu.Lock()
+		ran = append(ran, string(j.Payload))
+		mu.Unlock()
+		if string(j.Payload) == "block" {
+			<-release
+		}
+		return nil
+	}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
+	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
+
+	// No Work loop serves the queue.
+	if r := mustEnqueue(t, q, "other", "x", EnqueueOptions{Dispatch: true}); r.Dispatched {
+		t.Fatal("dispatched to a queue no worker serves")
+	}
+	// Not due yet.
+	if r := mustEnqueue(t, q, "w", "later", EnqueueOptions{Dispatch: true, Delay: time.Minute}); r.Dispatched {
+		t.Fatal("dispatched a delayed job")
+	}
+	if n := q.idleSlots("w"); n != 1 {
+		t.Fatalf("%d idle slots after a refused dispatch, want 1", n)
+	}
+	// Another job became ready (the delayed one, due under the fake clock;
+	// the loop sleeps on its poll interval): dispatch does not overtake it.
+	clk.Advance(2 * time.Minute)
+	if r := mustEnqueue(t, q, "w", "behind", EnqueueOptions{Dispatch: true, Priority: 5}); r.Dispatched {
+		t.Fatal("dispatch overtook a ready job")
+	}
+	// Both run once the loop wakes, in the loop's order: priority first.
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 2 })
+	if fmt.Sprint(ran) != "[behind later]" {
+		t.Fatalf("ran %v", ran)
+	}
+
+	// A busy slot: the job waits for the worker.
+	mustEnqueue(t, q, "w", "block", EnqueueOptions{Dispatch: true})
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 3 })
+	if r := mustEnqueue(t, q, "w", "queued", EnqueueOptions{Dispatch: true}); r.Dispatched {
+		t.Fatal("dispatched with no idle slot")
+	}
+	// A dedup hit takes no slot and starts nothing.
+	close(release)
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 4 })
+	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
+	mustEnqueue(t, q, "w", "blocker2", EnqueueOptions{Delay: time.Hour, DedupKey: "k"})
+	if r := mustEnqueue(t, q, "w", "dup", EnqueueOptions{Dispatch: true, DedupKey: "k"}); r.Dispatched || !r.Duplicate {
+		t.Fatalf("dedup hit: %+v", r)
+	}
+	// A failed transaction gives its slot back.
+	if _, err := q.Commit(t0ctx, new(Txn).Enqueue("w", []byte("x"), EnqueueOptions{Dispatch: true}).
+		CompareAndPut([]byte("k"), []byte("nope"), []byte("v"))); err == nil {
+		t.Fatal("the condition should have failed")
+	}
+	if n := q.idleSlots("w"); n != 1 {
+		t.Fatalf("%d idle slots after a failed dispatch, want 1", n)
+	}
+	if s, _ := q.Stats(t0ctx, "w"); s.Pending != 0 || s.Scheduled != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Dispatched jobs and the loop's own claims share the slots: never more
+// than Concurrency handlers at once, and every job runs exactly once.
+func TestDispatchRespectsConcurrency(t *testing.T) {
+	q := openT(t, memURL(t))
+	const conc, jobs = 3, 300
+	var running, peak atomic.Int32
+	var mu sync.Mutex
+	seen := map[string]int{}
+	startWork(t, q, "w", func(ctx context.Context, j *Job) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		mu.Lock()
+		seen[j.ID]++
+		mu.Unlock()
+		if j.Payload[len(j.Payload)-1] == '0' {
+			time.Sleep(time.Millisecond) // hold a slot now and then
+		}
+		return nil
+	}, WorkOptions{Concurrency: conc})
+	var wg sync.WaitGroup
+	var dispatched atomic.Int32
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs / 8 {
+				r, err := q.Enqueue(t0ctx, "w", []byte(fmt.Sprint(g, i)), EnqueueOptions{Dispatch: true})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Dispatched {
+					dispatched.Add(1)
+				}
+				time.Sleep(time.Millisecond) // let the slots drain at times
+			}
+		}()
+	}
+	wg.Wait()
+	total := jobs / 8 * 8
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == total })
+	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	if p := peak.Load(); p > conc {
+		t.Fatalf("%d handlers ran at once, concurrency is %d", p, conc)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("job %s ran %d times", id, n)
+		}
+	}
+	// How many were dispatched depends on timing (typically half or more;
+	// fewer under the race detector); TestDispatchStartsInIdleSlot pins
+	// the dispatch itself down.
+	t.Logf("%d of %d jobs dispatched", dispatched.Load(), total)
+}
+
+// A worker that is stopping takes no dispatched job; the job waits for the
+// next worker with its attempt uncounted.
+func TestDispatchToStoppedWorker(t *testing.T) {
+	q := openT(t, memURL(t))
+	stop := startWork(t, q, "w", func(ctx context.Context, j *Job) error { return nil }, WorkOptions{Concurrency: 1})
+	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustEnqueue(t, q, "w", "after", EnqueueOptions{Dispatch: true}); r.Dispatched {
+		t.Fatal("dispatched to a stopped worker")
+	}
+	if j := mustClaim(t, q, "w"); j == nil || j.Attempt != 1 {
+		t.Fatalf("claimed %+v", j)
+	}
+}
