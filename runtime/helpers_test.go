@@ -314,3 +314,12 @@ func quiet(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// chainSetup opens a memory store and a Runtime whose runs continue to step
+// last, recording steps and outcomes.
+func chainSetup(t testing.TB, last uint32, opts ...runtime.Option) (*queue.Queue, *stepLog, *hookRecorder, *runtime.Runtime) {
+	q := openQueue(t, memURL())
+	log := &stepLog{}
+	hook := &hookRecorder{}
+	return q, log, hook, newRuntime(t, q, chainRunner(log, last), hook, opts...)
+}

@@ -926,10 +926,7 @@ func TestStepChainingOrder(t *testing.T) {
 // notification for an idle hook slot. The notification's ack is the fifth.
 func TestIdleRunCommitsPerRun(t *testing.T) {
 	t.Parallel()
-	q := openQueue(t, memURL())
-	var log stepLog
-	hooks := &hookRecorder{}
-	rt := newRuntime(t, q, chainRunner(&log, 2), hooks)
+	q, _, hooks, rt := chainSetup(t, 2)
 	startRun(t, rt)
 	// A first run makes sure the Run's workers are up and idle.
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "warm"})
