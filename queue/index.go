@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/btree"
+
+	"github.com/stepwell/stepwell/internal/engine"
 )
 
 // The job index is derived, in-memory state kept in step with the engine's
@@ -34,6 +36,8 @@ type schedItem struct {
 	prio  int32
 }
 
+func (it schedItem) ready() readyItem { return readyItem{prio: it.prio, order: it.order, id: it.id} }
+
 func schedLess(a, b schedItem) bool {
 	if a.runAt != b.runAt {
 		return a.runAt < b.runAt
@@ -54,9 +58,10 @@ func timeLess(a, b timeItem) bool {
 }
 
 type queueIndex struct {
-	ready   *btree.BTreeG[readyItem]
-	sched   *btree.BTreeG[schedItem]
-	claimed map[string]struct{}
+	ready       *btree.BTreeG[readyItem]
+	sched       *btree.BTreeG[schedItem]
+	pendingBulk []schedItem // see jobIndex.bulk
+	claimed     map[string]struct{}
 	// done and dead jobs by UpdatedAt, for retention and listing.
 	done *btree.BTreeG[timeItem]
 	dead *btree.BTreeG[timeItem]
@@ -91,6 +96,54 @@ type jobIndex struct {
 	// corrupt records the first undecodable job record seen (reported by
 	// Open; the engine's checksums make this a bug, not bit rot).
 	corrupt error
+	// bulk is set while a snapshot loads (engine.BulkIndexer): pending
+	// jobs collect in the queues' pendingBulk and enter the trees at
+	// EndBulk.
+	bulk bool
+}
+
+var _ engine.BulkIndexer = (*jobIndex)(nil)
+
+// BeginBulk implements engine.BulkIndexer.
+func (ix *jobIndex) BeginBulk() { ix.bulk = true }
+
+// EndBulk implements engine.BulkIndexer. The collected jobs enter the ready
+// and scheduled trees in descending order: see the engine's loadSnapshot on
+// why that makes tight trees.
+func (ix *jobIndex) EndBulk() {
+	ix.bulk = false
+	now := ix.now().UnixNano()
+	for _, qi := range ix.queues {
+		slices.SortFunc(qi.pendingBulk, func(a, b schedItem) int {
+			switch {
+			case readyLess(a.ready(), b.ready()):
+				return -1
+			case readyLess(b.ready(), a.ready()):
+				return 1
+			}
+			return 0
+		})
+		for i := len(qi.pendingBulk) - 1; i >= 0; i-- {
+			if it := qi.pendingBulk[i]; it.runAt <= now {
+				qi.ready.ReplaceOrInsert(it.ready())
+			}
+		}
+		slices.SortFunc(qi.pendingBulk, func(a, b schedItem) int {
+			switch {
+			case schedLess(a, b):
+				return -1
+			case schedLess(b, a):
+				return 1
+			}
+			return 0
+		})
+		for i := len(qi.pendingBulk) - 1; i >= 0; i-- {
+			if it := qi.pendingBulk[i]; it.runAt > now {
+				qi.sched.ReplaceOrInsert(it)
+			}
+		}
+		qi.pendingBulk = nil
+	}
 }
 
 func newJobIndex(now func() time.Time) *jobIndex {
@@ -100,6 +153,7 @@ func newJobIndex(now func() time.Time) *jobIndex {
 }
 
 func (ix *jobIndex) Reset() {
+	ix.bulk = false
 	ix.queues = map[string]*queueIndex{}
 	ix.dedup = map[string][]string{}
 	ix.maxOrder = 0
@@ -143,7 +197,9 @@ func (ix *jobIndex) add(id string, r *jobRec) {
 	ix.maxOrder = max(ix.maxOrder, r.Order)
 	switch r.State {
 	case statePending:
-		if r.RunAt > ix.now().UnixNano() {
+		if ix.bulk {
+			qi.pendingBulk = append(qi.pendingBulk, schedItem{runAt: r.RunAt, order: r.Order, id: id, prio: r.Priority})
+		} else if r.RunAt > ix.now().UnixNano() {
 			qi.sched.ReplaceOrInsert(schedItem{runAt: r.RunAt, order: r.Order, id: id, prio: r.Priority})
 		} else {
 			qi.ready.ReplaceOrInsert(readyItem{prio: r.Priority, order: r.Order, id: id})
@@ -163,6 +219,10 @@ func (ix *jobIndex) add(id string, r *jobRec) {
 }
 
 func (ix *jobIndex) remove(id string, r *jobRec) {
+	if ix.bulk {
+		ix.EndBulk() // not expected while a snapshot loads; stay correct
+		ix.bulk = true
+	}
 	qi := ix.queue(r.Queue)
 	switch r.State {
 	case statePending:

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -529,5 +531,60 @@ func TestDeadLetterNotice(t *testing.T) {
 	q.Ack(t0ctx, mustClaim(t, q, "q"))
 	if n := mustClaim(t, q, "q.dead"); n != nil {
 		t.Fatalf("notice for an acked job: %+v", n)
+	}
+}
+
+// A store reopened from a snapshot (whose pending jobs enter the indexes in
+// bulk) claims in the same order as the store that wrote it: priority, then
+// FIFO, scheduled jobs when due, and dedup keys still held.
+func TestReopenFromSnapshotKeepsOrder(t *testing.T) {
+	clk := newFakeClock()
+	url := memURL(t)
+	q, err := Open(t0ctx, url, withClock(clk), WithSnapshotThreshold(1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type job struct {
+		prio  int32
+		n     int
+		hours int // delay
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	jobs := map[string][]job{}
+	for n := range 600 {
+		queue := fmt.Sprint("q", n%3)
+		j := job{prio: int32(rng.IntN(3)), n: n}
+		if rng.IntN(4) == 0 {
+			j.hours = 1 + rng.IntN(2)
+		}
+		mustEnqueue(t, q, queue, fmt.Sprint(n), EnqueueOptions{
+			Priority: j.prio, DedupKey: fmt.Sprint("k", n), Delay: time.Duration(j.hours) * time.Hour})
+		jobs[queue] = append(jobs[queue], j)
+	}
+	if s := q.StorageStats().Snapshots; s == 0 {
+		t.Fatal("no snapshot was written")
+	}
+	q.Close(t0ctx)
+	q2 := openT(t, url, withClock(clk))
+	if r := mustEnqueue(t, q2, "q0", "dup", EnqueueOptions{DedupKey: "k0"}); !r.Duplicate {
+		t.Fatalf("dedup key lost across the reopen: %+v", r)
+	}
+	for hours := 0; hours <= 2; hours++ {
+		if hours > 0 {
+			clk.Advance(time.Hour)
+		}
+		for queue, js := range jobs {
+			due := slices.DeleteFunc(slices.Clone(js), func(j job) bool { return j.hours != hours })
+			slices.SortStableFunc(due, func(a, b job) int { return int(b.prio) - int(a.prio) })
+			for _, w := range due {
+				j := mustClaim(t, q2, queue)
+				if j == nil || string(j.Payload) != fmt.Sprint(w.n) {
+					t.Fatalf("%s after %dh: claimed %+v, want job %d (priority %d)", queue, hours, j, w.n, w.prio)
+				}
+			}
+			if j := mustClaim(t, q2, queue); j != nil {
+				t.Fatalf("%s after %dh: claimed %s, which is not due", queue, hours, j.Payload)
+			}
+		}
 	}
 }
