@@ -173,9 +173,15 @@ func (j *mJob) ready(now time.Time) bool {
 }
 
 // higherReady reports whether a job of queue with priority above prio is
-// claimable, which refuses an EnqueueOptions.Claim of a job with prio.
+// claimable, which refuses an EnqueueOptions.Claim of a job with prio. The
+// dead-letter notices of the current operation count too.
 func (m *model) higherReady(queue string, prio int32, now time.Time) bool {
 	for _, j := range m.jobs {
+		if j.queue == queue && j.prio > prio && j.ready(now) {
+			return true
+		}
+	}
+	for _, j := range m.notices {
 		if j.queue == queue && j.prio > prio && j.ready(now) {
 			return true
 		}
