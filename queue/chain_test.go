@@ -76,6 +76,22 @@ func TestEnqueueClaimNotGranted(t *testing.T) {
 	}
 }
 
+// What a transaction's earlier operations make ready counts against a
+// Claim of lower priority later in it: a released job, a new job.
+func TestEnqueueClaimSeesEarlierOps(t *testing.T) {
+	q, _ := openJobs(t)
+	mustEnqueue(t, q, "q", "high", EnqueueOptions{Priority: 5})
+	j := mustClaim(t, q, "q")
+	res, err := q.Commit(t0ctx, new(Txn).Release(j).Enqueue("q", []byte("low"), EnqueueOptions{Priority: 1, Claim: true}))
+	if err != nil || res.Enqueued[0].Claimed != nil {
+		t.Fatalf("Release of a priority 5 job, then Enqueue priority 1 with Claim = %+v, %v; want not claimed", res, err)
+	}
+	res, err = q.Commit(t0ctx, new(Txn).Enqueue("r", []byte("a"), EnqueueOptions{Priority: 2}).Enqueue("r", []byte("b"), EnqueueOptions{Priority: 1, Claim: true}))
+	if err != nil || res.Enqueued[1].Claimed != nil {
+		t.Fatalf("Enqueue priority 2, then Enqueue priority 1 with Claim = %+v, %v; want not claimed", res, err)
+	}
+}
+
 func TestEnqueueClaimFailedTxnGrantsNothing(t *testing.T) {
 	q, _ := openJobs(t)
 	txn := new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{Claim: true, JobID: "job-1"}).

@@ -116,8 +116,10 @@ type EnqueueOptions struct {
 	// itself (the workflow runtime runs a run's next step this way). The
 	// claim bypasses FIFO order within the job's priority, but it is not
 	// granted, and the job is enqueued pending as usual, when it is not due
-	// yet (RunAt or Delay in the future), when a job of higher priority is
-	// ready in the queue, or when the enqueue is a dedup hit.
+	// yet (RunAt or Delay in the future) or when a job of higher priority
+	// is ready in the queue (counting what the transaction's earlier
+	// operations made ready, dead-letter notices included). A dedup hit
+	// enqueues nothing and claims nothing.
 	Claim bool
 }
 
