@@ -76,6 +76,22 @@ func TestEnqueueClaimNotGranted(t *testing.T) {
 	}
 }
 
+// What a transaction's earlier operations make ready counts against a
+// Claim of lower priority later in it: a released job, a new job.
+func TestEnqueueClaimSeesEarlierOps(t *testing.T) {
+	q, _ := openJobs(t)
+	mustEnqueue(t, q, "q", "high", EnqueueOptions{Priority: 5})
+	j := mustClaim(t, q, "q")
+	res, err := q.Commit(t0ctx, new(Txn).Release(j).Enqueue("q", []byte("low"), EnqueueOptions{Priority: 1, Claim: true}))
+	if err != nil || res.Enqueued[0].Claimed != nil {
+		t.Fatalf("Release of a priority 5 job, then Enqueue priority 1 with Claim = %+v, %v; want not claimed", res, err)
+	}
+	res, err = q.Commit(t0ctx, new(Txn).Enqueue("r", []byte("a"), EnqueueOptions{Priority: 2}).Enqueue("r", []byte("b"), EnqueueOptions{Priority: 1, Claim: true}))
+	if err != nil || res.Enqueued[1].Claimed != nil {
+		t.Fatalf("Enqueue priority 2, then Enqueue priority 1 with Claim = %+v, %v; want not claimed", res, err)
+	}
+}
+
 func TestEnqueueClaimFailedTxnGrantsNothing(t *testing.T) {
 	q, _ := openJobs(t)
 	txn := new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{Claim: true, JobID: "job-1"}).
@@ -209,5 +225,63 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 10s")
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A handed-off job whose lease ran out while the handler that handed it off
+// was still running has been requeued by the reaper (and may be claimed by
+// another worker): the slot must not run it. It used to: the handler was
+// called for a job this process no longer held.
+func TestWorkHandoffLostWhileWaiting(t *testing.T) {
+	q, clk := openJobs(t)
+	mustEnqueue(t, q, "w", "first", EnqueueOptions{})
+	runs := make(chan string, 8) // payload/attempt/held, per handler call
+	handler := func(jctx context.Context, j *Job) error {
+		runs <- fmt.Sprintf("%s/%d/held=%v", j.Payload, j.Attempt, q.Renew(j) == nil)
+		if string(j.Payload) != "first" || j.Attempt != 1 {
+			return nil
+		}
+		r, err := q.Enqueue(jctx, "w", []byte("next"), EnqueueOptions{Claim: true})
+		if err != nil || r.Claimed == nil || !Handoff(jctx, r.Claimed) {
+			t.Errorf("Enqueue with Claim = %+v, %v, or Handoff refused", r, err)
+			return nil
+		}
+		// The handler runs on past the lease of the job it handed off (and
+		// its own); the reaper requeues both.
+		clk.Advance(31 * time.Second)
+		if err := q.reapNow(); err != nil {
+			t.Error(err)
+		}
+		return nil
+	}
+	wctx, stop := context.WithCancel(t0ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- q.Work(wctx, "w", handler, WorkOptions{ManualSettle: true}) }()
+	// Both jobs are retried after their backoff (at most 1s); then each
+	// runs once more, under a fresh claim.
+	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Scheduled == 2 })
+	clk.Advance(2 * time.Second)
+	var got []string
+	for len(got) < 3 {
+		select {
+		case r := <-runs:
+			got = append(got, r)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("runs %v, want 3", got)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(runs)
+	for r := range runs {
+		got = append(got, r)
+	}
+	for _, r := range got {
+		if strings.HasSuffix(r, "held=false") {
+			t.Fatalf("runs %v: the handler ran a job whose claim was lost", got)
+		}
 	}
 }

@@ -29,7 +29,13 @@ import (
 // RunAt back, checks that it lies within [now+d/2, now+d], and adopts it.
 //
 // Replay a failure with STEPWELL_MODEL_SEED=<seed>; run longer with
-// STEPWELL_MODEL_OPS=<n> (operations per seed). Backoff jitter comes from
+// STEPWELL_MODEL_OPS=<n> (operations per seed) and soak with
+// STEPWELL_MODEL_SEEDS=<from>-<to> (those seeds instead of the fixed and
+// random ones), e.g.
+//
+//	STEPWELL_MODEL_SEEDS=1-200 STEPWELL_MODEL_OPS=2000 go test -run TestModelMem ./queue/
+//
+// Backoff jitter comes from
 // the package's global random source, so a replay follows the same
 // operations but jittered due times may differ.
 
@@ -160,8 +166,43 @@ func (j *mJob) addHistory(s string) {
 	}
 }
 
+// ready reports whether the job is claimable: pending and due. A job
+// retried by backoff in the current operation (not pinned yet) is not due.
 func (j *mJob) ready(now time.Time) bool {
-	return j.state == mPending && !j.runAt.After(now)
+	return j.state == mPending && j.pinned && !j.runAt.After(now)
+}
+
+// higherReady reports whether a job of queue with priority above prio is
+// claimable, which refuses an EnqueueOptions.Claim of a job with prio. The
+// dead-letter notices of the current operation count too.
+func (m *model) higherReady(queue string, prio int32, now time.Time) bool {
+	for _, j := range m.jobs {
+		if j.queue == queue && j.prio > prio && j.ready(now) {
+			return true
+		}
+	}
+	for _, j := range m.notices {
+		if j.queue == queue && j.prio > prio && j.ready(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// grant claims job j for this process: attempt counted, lease from now.
+func (m *model) grant(j *mJob, now time.Time) {
+	m.claims++
+	j.state, j.claim, j.updatedAt = mClaimed, m.claims, now
+	j.attempts++
+	j.leaseExp = now.Add(modelCfg(j.queue).lease)
+}
+
+// release is Txn.Release: pending again without counting the attempt, no
+// history entry, RunAt (due: it was claimed) and FIFO position kept, a
+// cancel request kept.
+func (m *model) release(j *mJob, now time.Time) {
+	j.state, j.updatedAt, j.claim = mPending, now, 0
+	j.attempts--
 }
 
 // holders returns the pending (or scheduled) jobs of queue with dedup key k.
@@ -240,10 +281,7 @@ func (m *model) claim(queue string, n int, now time.Time) []*mJob {
 		ready = ready[:n]
 	}
 	for _, j := range ready {
-		m.claims++
-		j.state, j.claim, j.updatedAt = mClaimed, m.claims, now
-		j.attempts++
-		j.leaseExp = now.Add(modelCfg(queue).lease)
+		m.grant(j, now)
 	}
 	return ready
 }
@@ -299,6 +337,7 @@ const (
 	mCancel
 	mRequire
 	mCAD // CompareAndDelete
+	mRelease
 )
 
 type mOp struct {
@@ -328,7 +367,7 @@ func (o mOp) String() string {
 		return fmt.Sprintf("CAS(%s, %s -> %s)", o.key, old, short(o.val))
 	case mEnq:
 		opt := o.req.Options
-		return fmt.Sprintf("Enqueue(%s, %s, prio=%d delay=%v runAt=%v max=%d dedup=%q id=%q dlq=%q)", o.req.Queue, short(o.req.Payload), opt.Priority, opt.Delay, fmtTime(opt.RunAt), opt.MaxAttempts, opt.DedupKey, opt.JobID, opt.DeadLetterQueue)
+		return fmt.Sprintf("Enqueue(%s, %s, prio=%d delay=%v runAt=%v max=%d dedup=%q id=%q dlq=%q claim=%v)", o.req.Queue, short(o.req.Payload), opt.Priority, opt.Delay, fmtTime(opt.RunAt), opt.MaxAttempts, opt.DedupKey, opt.JobID, opt.DeadLetterQueue, opt.Claim)
 	case mAck:
 		return fmt.Sprintf("Ack(%s#%d)", o.h.job.ID, o.h.claim)
 	case mNack:
@@ -341,6 +380,8 @@ func (o mOp) String() string {
 		return fmt.Sprintf("RequireJobState(%s, %v)", o.id, o.states)
 	case mCAD:
 		return fmt.Sprintf("CompareAndDelete(%s, %s)", o.key, short(o.old))
+	case mRelease:
+		return fmt.Sprintf("Release(%s#%d)", o.h.job.ID, o.h.claim)
 	}
 	return "?"
 }
@@ -381,6 +422,8 @@ func (o mOp) addTo(t *Txn) {
 		t.RequireJobState(o.id, o.states...)
 	case mCAD:
 		t.CompareAndDelete([]byte(o.key), o.old)
+	case mRelease:
+		t.Release(o.h.job)
 	}
 }
 
@@ -451,8 +494,8 @@ func (m *model) applyTxn(ops []mOp, res TxnResult, now time.Time) (*model, mErr,
 			}
 			if r.Options.DedupKey != "" {
 				if hs := c.holders(r.Queue, r.Options.DedupKey); len(hs) > 0 {
-					if !got.Duplicate || !slices.Contains(hs, got.JobID) {
-						diffs = append(diffs, fmt.Sprintf("op %d %v: got %+v, want a duplicate of one of %v (pending with that key)", i, o, got, hs))
+					if !got.Duplicate || !slices.Contains(hs, got.JobID) || got.Claimed != nil {
+						diffs = append(diffs, fmt.Sprintf("op %d %v: got %+v, want a duplicate of one of %v (pending with that key), not claimed", i, o, got, hs))
 					}
 					continue
 				}
@@ -483,18 +526,46 @@ func (m *model) applyTxn(ops []mOp, res TxnResult, now time.Time) (*model, mErr,
 				maxA = modelCfg(r.Queue).maxAttempts
 			}
 			c.order++
-			c.jobs[got.JobID] = &mJob{
+			j := &mJob{
 				id: got.JobID, queue: r.Queue, dedup: r.Options.DedupKey, payload: r.Payload,
 				headers: r.Options.Headers, prio: r.Options.Priority, order: c.order,
 				state: mPending, runAt: runAt, pinned: true, maxAttempts: maxA,
 				enqueuedAt: now, updatedAt: now, deadNotify: r.Options.DeadLetterQueue,
 			}
-		case mAck, mNack, mDeadLetter:
+			// EnqueueOptions.Claim: granted when the job is due and no job
+			// of higher priority is ready in its queue (one of equal
+			// priority does not stop it: the claim bypasses FIFO).
+			grant := r.Options.Claim && !runAt.After(now) && !c.higherReady(r.Queue, r.Options.Priority, now)
+			if grant {
+				c.grant(j, now)
+			}
+			c.jobs[got.JobID] = j
+			switch {
+			case grant && got.Claimed == nil:
+				diffs = append(diffs, fmt.Sprintf("op %d %v: claim not granted, want it granted (due, no higher priority ready)", i, o))
+			case !grant && got.Claimed != nil:
+				why := "not due"
+				if !r.Options.Claim {
+					why = "not asked for"
+				} else if !runAt.After(now) {
+					why = "a job of higher priority is ready"
+				}
+				diffs = append(diffs, fmt.Sprintf("op %d %v: claim granted, want refused (%s)", i, o, why))
+			case grant && got.Claimed.ID != got.JobID:
+				diffs = append(diffs, fmt.Sprintf("op %d %v: Claimed.ID %s, want %s", i, o, got.Claimed.ID, got.JobID))
+			case grant:
+				if d := diffJob(got.Claimed, j, now); d != "" {
+					diffs = append(diffs, fmt.Sprintf("op %d %v: Claimed: %s", i, o, d))
+				}
+			}
+		case mAck, mNack, mDeadLetter, mRelease:
 			j := c.valid(o.h)
 			if j == nil {
 				return nil, mClaimLost, diffs
 			}
 			switch o.kind {
+			case mRelease:
+				c.release(j, now)
 			case mAck:
 				delete(c.jobs, j.id) // default done retention 0: gone at once
 			case mNack:
@@ -586,7 +657,8 @@ func (r *modelRun) open() {
 
 // commit runs ops on the real queue (through the single-operation API when
 // there is one, else as a Txn) and on the model, and compares outcomes.
-func (r *modelRun) commit(ops []mOp, api string) {
+// Jobs claimed by their enqueue join the claim handles.
+func (r *modelRun) commit(ops []mOp, api string) TxnResult {
 	r.t.Helper()
 	var res TxnResult
 	var err error
@@ -613,6 +685,8 @@ func (r *modelRun) commit(ops []mOp, api string) {
 			err = r.q.Nack(r.ctx, o.h.job, errors.New(o.reason), o.retryAfter)
 		case mDeadLetter:
 			err = r.q.DeadLetter(r.ctx, o.h.job, o.reason)
+		case mRelease:
+			err = r.q.Release(r.ctx, o.h.job)
 		case mCancel:
 			var c CancelOutcome
 			if c, err = r.q.CancelJob(r.ctx, o.id); err == nil {
@@ -653,6 +727,23 @@ func (r *modelRun) commit(ops []mOp, api string) {
 		r.m = next
 	}
 	r.stats[fmt.Sprintf("%s:%v", api, got)]++
+	for _, e := range res.Enqueued {
+		if e.Claimed == nil {
+			continue
+		}
+		j := r.m.jobs[e.JobID]
+		if j == nil || j.state != mClaimed {
+			r.fail("%s %v: job %s claimed by its enqueue, but the model has it %v", api, ops, e.JobID, j)
+		}
+		r.addHandle(e.Claimed, j.claim)
+		r.stats["claimed-on-enqueue"]++
+	}
+	for _, o := range ops {
+		if o.kind == mRelease && got == mOK {
+			r.stats["released"]++
+		}
+	}
+	return res
 }
 
 // discover finds the generated IDs of the dead-letter notices the model
@@ -746,10 +837,15 @@ func (r *modelRun) check() {
 	r.discover()
 	r.pin()
 	now := r.now()
-	// Every job ever seen.
+	// Every job ever seen. Jobs gone from the model are looked up every
+	// 16th step only: discover already fails on any job in the store that
+	// the model does not know.
 	for _, id := range append(slices.Clone(r.known), "01NOSUCHJOB0000000000000000") {
-		got, err := r.q.GetJob(r.ctx, id)
 		mj := r.m.jobs[id]
+		if mj == nil && r.step%16 != 0 {
+			continue
+		}
+		got, err := r.q.GetJob(r.ctx, id)
 		if mj == nil {
 			if !errors.Is(err, ErrJobNotFound) {
 				r.fail("GetJob(%s) = %+v, %v; want ErrJobNotFound", id, got, err)
@@ -1020,6 +1116,7 @@ func (r *modelRun) randEnqueue() EnqueueRequest {
 	if r.rng.IntN(4) == 0 {
 		o.DeadLetterQueue = "qb" // notices mix with qb's own jobs
 	}
+	o.Claim = r.rng.IntN(4) == 0
 	return EnqueueRequest{Queue: r.pick(mQueues), Payload: r.randPayload(), Options: o}
 }
 
@@ -1067,7 +1164,9 @@ func (r *modelRun) randJobID() string {
 }
 
 func (r *modelRun) settleOp(h *mHandle) mOp {
-	switch r.rng.IntN(4) {
+	switch r.rng.IntN(5) {
+	case 4:
+		return mOp{kind: mRelease, h: h}
 	case 0, 1:
 		return mOp{kind: mAck, h: h}
 	case 2:
@@ -1164,10 +1263,16 @@ func (r *modelRun) doClaim() {
 		if d := diffJob(j, want[i], now); d != "" {
 			r.fail("claimed job: %s", d)
 		}
-		r.handles = append(r.handles, &mHandle{job: j, claim: want[i].claim})
+		r.addHandle(j, want[i].claim)
 	}
 	r.stats["claimed"] += len(jobs)
-	// Keep the handle pool small: drop stale handles beyond 24.
+}
+
+// addHandle keeps a claim handle; the pool stays small: stale handles
+// beyond 24 are dropped.
+func (r *modelRun) addHandle(j *Job, claim uint64) *mHandle {
+	h := &mHandle{job: j, claim: claim}
+	r.handles = append(r.handles, h)
 	for len(r.handles) > 24 {
 		drop := -1
 		for i, h := range r.handles {
@@ -1181,6 +1286,7 @@ func (r *modelRun) doClaim() {
 		}
 		r.handles = slices.Delete(r.handles, drop, drop+1)
 	}
+	return h
 }
 
 func (r *modelRun) advance(d time.Duration, why string) {
@@ -1251,13 +1357,15 @@ func (r *modelRun) doExpireAndTouch() {
 	r.clk.Advance(d)
 	var err error
 	var what string
-	switch r.rng.IntN(4) {
+	switch r.rng.IntN(5) {
 	case 0:
 		what, err = "Renew", r.q.Renew(h.job)
 	case 1:
 		what, err = "Ack", r.q.Ack(r.ctx, h.job)
 	case 2:
 		what, err = "Nack", r.q.Nack(r.ctx, h.job, errors.New("late"), 0)
+	case 3:
+		what, err = "Release", r.q.Release(r.ctx, h.job)
 	default:
 		what, err = "DeadLetter", r.q.DeadLetter(r.ctx, h.job, "late")
 	}
@@ -1327,7 +1435,7 @@ func (r *modelRun) doReopen() {
 }
 
 func (r *modelRun) stepOnce() {
-	switch w := r.rng.IntN(100); {
+	switch w := r.rng.IntN(108); {
 	case w < 16:
 		req := r.randEnqueue()
 		o := mOp{kind: mEnq, req: req}
@@ -1376,8 +1484,231 @@ func (r *modelRun) stepOnce() {
 		r.commit([]mOp{o}, "single")
 	case w < 97:
 		r.doTxn()
-	default:
+	case w < 98:
 		r.doReopen()
+	case w < 103:
+		r.doChain()
+	default:
+		r.doWork()
+	}
+}
+
+// chainOps returns what a handler that chains follow-up work to itself
+// commits (as the workflow runtime does): usually a settlement of h, and
+// an enqueue asking for Claim in h's queue, mostly due at once with h's
+// priority; sometimes a KV write; in random order.
+func (r *modelRun) chainOps(h *mHandle, settle bool) []mOp {
+	var ops []mOp
+	if settle {
+		ops = append(ops, r.settleOp(h))
+	}
+	req := r.randEnqueue()
+	req.Queue, req.Options.Claim = h.job.Queue, true
+	if r.rng.IntN(3) != 0 {
+		req.Options.Priority, req.Options.Delay, req.Options.RunAt = h.job.Priority, 0, time.Time{}
+	}
+	ops = append(ops, mOp{kind: mEnq, req: req})
+	if r.rng.IntN(3) == 0 {
+		ops = append(ops, mOp{kind: mPut, key: r.pick(mKVKeys), val: r.randValue()})
+	}
+	r.rng.Shuffle(len(ops), func(a, b int) { ops[a], ops[b] = ops[b], ops[a] })
+	return ops
+}
+
+// doChain commits chainOps outside a worker.
+func (r *modelRun) doChain() {
+	h := r.randHandle()
+	if h == nil {
+		r.doClaim()
+		return
+	}
+	ops := r.chainOps(h, r.rng.IntN(5) != 0)
+	r.logf("Chain %v", ops)
+	r.commit(ops, "chain")
+}
+
+func (m *model) anyReady(queue string, now time.Time) bool {
+	for _, j := range m.jobs {
+		if j.queue == queue && j.ready(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// doWork runs Work (concurrency 1) on a queue that has a claimable job, for
+// a few handler calls, with the clock standing still. Each call hands
+// control to this goroutine, which commits what a chaining handler would
+// (a settlement, an enqueue with Claim, sometimes one in the other queue),
+// hands the claimed job off, and chooses what the handler returns. The
+// model predicts each call's job: the one handed off, else the next
+// claimable one (after Work's own settlement unless ManualSettle). The
+// last call stops the worker, sometimes after a Handoff: the stopping
+// worker must release that job (pending again, the attempt not counted).
+func (r *modelRun) doWork() {
+	qn := r.pick(mQueues)
+	if !r.m.anyReady(qn, r.now()) {
+		r.doClaim()
+		return
+	}
+	manual := r.rng.IntN(2) == 0
+	calls := 1 + r.rng.IntN(5)
+	type call struct {
+		ctx context.Context
+		job *Job
+		ret chan error
+	}
+	callc := make(chan call)
+	quit := make(chan struct{})
+	wctx, stop := context.WithCancel(r.ctx)
+	defer func() { stop(); close(quit) }() // also when the test fails
+	done := make(chan error, 1)
+	go func() {
+		done <- r.q.Work(wctx, qn, func(ctx context.Context, j *Job) error {
+			c := call{ctx, j, make(chan error, 1)}
+			select {
+			case callc <- c:
+			case <-quit:
+				return nil
+			}
+			select {
+			case err := <-c.ret:
+				return err
+			case <-quit:
+				return nil
+			}
+		}, WorkOptions{Concurrency: 1, ManualSettle: manual})
+	}()
+	r.logf("Work(%s, manual=%v) for %d calls", qn, manual, calls)
+	var handoff *Job // the job handed off by the last call
+	for i := 0; ; i++ {
+		var c call
+		select {
+		case c = <-callc:
+		case err := <-done:
+			r.fail("Work returned %v before its call %d", err, i)
+		case <-time.After(20 * time.Second):
+			r.fail("Work did not make its call %d within 20s", i)
+		}
+		now := r.now()
+		// Work has settled the last call's job (its dead-letter notices
+		// are in the store now) and claimed this one.
+		r.discover()
+		var want *mJob
+		if handoff != nil {
+			want = r.m.jobs[handoff.ID]
+		} else {
+			want = r.m.claim(qn, 1, now)[0]
+		}
+		if c.job.ID != want.id {
+			r.fail("Work ran job %s, want %s (%s)", c.job.ID, want.id, want.describe(now))
+		}
+		if d := diffJob(c.job, want, now); d != "" {
+			r.fail("job run by Work: %s", d)
+		}
+		if handoff != nil && c.job != handoff {
+			r.fail("Work ran a copy of the handed-off job %s", c.job.ID)
+		}
+		h := r.addHandle(c.job, want.claim)
+		r.stats["work-calls"]++
+		last := i == calls-1
+		var ops []mOp
+		if manual && r.rng.IntN(5) != 0 || !manual && r.rng.IntN(5) == 0 {
+			ops = append(ops, r.settleOp(h))
+		}
+		if r.rng.IntN(4) != 0 {
+			ops = r.chainOps(h, len(ops) > 0)
+		}
+		other := "qa"
+		if qn == "qa" {
+			other = "qb"
+		}
+		if r.rng.IntN(5) == 0 {
+			ops = append(ops, mOp{kind: mEnq, req: EnqueueRequest{Queue: other, Payload: r.randPayload(), Options: EnqueueOptions{Claim: true}}})
+		}
+		handoff = nil
+		if len(ops) > 0 {
+			r.logf("Work call %d (job %s): Txn %v", i, c.job.ID, ops)
+			res := r.commit(ops, "work")
+			r.discover()
+			k := 0
+			for _, o := range ops {
+				if o.kind != mEnq || len(res.Enqueued) == 0 { // or the transaction failed
+					continue
+				}
+				e := res.Enqueued[k]
+				k++
+				if e.Claimed == nil {
+					continue
+				}
+				ok := Handoff(c.ctx, e.Claimed)
+				switch {
+				case o.req.Queue != qn && ok:
+					r.fail("Handoff of job %s of queue %s to a worker of %s = true, want false", e.JobID, o.req.Queue, qn)
+				case o.req.Queue == qn && !ok:
+					r.fail("Handoff of job %s = false, want true", e.JobID)
+				case ok:
+					handoff = e.Claimed
+					if Handoff(c.ctx, e.Claimed) {
+						r.fail("a second Handoff of one call = true, want false")
+					}
+					r.stats["handoffs"]++
+				}
+			}
+		}
+		var ret error
+		if !manual {
+			switch r.rng.IntN(5) {
+			case 0:
+				ret = fmt.Errorf("fail %d", r.rng.IntN(100))
+			case 1:
+				ret = Permanent(fmt.Errorf("poison %d", r.rng.IntN(100)))
+			}
+			// What Work does with the handler's return.
+			var o mOp
+			switch {
+			case c.job.CancelRequested || ret == nil:
+				o = mOp{kind: mAck, h: h}
+			case IsPermanent(ret):
+				o = mOp{kind: mDeadLetter, h: h, reason: ret.Error()}
+			default:
+				o = mOp{kind: mNack, h: h, reason: ret.Error()}
+			}
+			next, e, _ := r.m.applyTxn([]mOp{o}, TxnResult{}, now)
+			switch e {
+			case mOK:
+				r.m = next
+			case mClaimLost: // settled by the handler
+			default:
+				r.fail("model: Work's %v = %v", o, e)
+			}
+		}
+		stopping := last || handoff == nil && !r.m.anyReady(qn, now)
+		r.logf("Work call %d returns %v; handoff %v; stopping %v", i, ret, handoff != nil, stopping)
+		if stopping {
+			stop()
+		}
+		c.ret <- ret
+		if stopping {
+			select {
+			case err := <-done:
+				if err != nil {
+					r.fail("Work = %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				r.fail("Work did not return within 20s of its ctx being done")
+			}
+			if handoff != nil {
+				// Released by the stopping worker.
+				j := r.m.jobs[handoff.ID]
+				if j == nil || j.state != mClaimed {
+					r.fail("model: handed-off job %s is %v", handoff.ID, j)
+				}
+				r.m.release(j, now)
+				r.stats["work-released"]++
+			}
+			return
+		}
 	}
 }
 
@@ -1451,8 +1782,8 @@ func runModel(t *testing.T, url string, seed uint64, nops int) {
 		seed, nops, len(r.known), states[0], states[1], states[2], len(r.m.kv), r.stats)
 }
 
-// modelSeeds returns the seeds to run: STEPWELL_MODEL_SEED alone, or fixed
-// seeds plus fresh random ones.
+// modelSeeds returns the seeds to run: STEPWELL_MODEL_SEED alone, the range
+// STEPWELL_MODEL_SEEDS, or fixed seeds plus fresh random ones.
 func modelSeeds(t *testing.T, fixed []uint64, random int) []uint64 {
 	if s := os.Getenv("STEPWELL_MODEL_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
@@ -1460,6 +1791,19 @@ func modelSeeds(t *testing.T, fixed []uint64, random int) []uint64 {
 			t.Fatalf("STEPWELL_MODEL_SEED=%q: %v", s, err)
 		}
 		return []uint64{seed}
+	}
+	if s := os.Getenv("STEPWELL_MODEL_SEEDS"); s != "" {
+		a, b, ok := strings.Cut(s, "-")
+		from, err1 := strconv.ParseUint(a, 10, 64)
+		to, err2 := strconv.ParseUint(b, 10, 64)
+		if !ok || err1 != nil || err2 != nil || to < from {
+			t.Fatalf("STEPWELL_MODEL_SEEDS=%q: want <from>-<to>", s)
+		}
+		var seeds []uint64
+		for seed := from; seed <= to; seed++ {
+			seeds = append(seeds, seed)
+		}
+		return seeds
 	}
 	seeds := slices.Clone(fixed)
 	for range random {

@@ -117,8 +117,10 @@ type EnqueueOptions struct {
 	// itself (the workflow runtime runs a run's next step this way). The
 	// claim bypasses FIFO order within the job's priority, but it is not
 	// granted, and the job is enqueued pending as usual, when it is not due
-	// yet (RunAt or Delay in the future), when a job of higher priority is
-	// ready in the queue, or when the enqueue is a dedup hit.
+	// yet (RunAt or Delay in the future) or when a job of higher priority
+	// is ready in the queue (counting what the transaction's earlier
+	// operations made ready, dead-letter notices included). A dedup hit
+	// enqueues nothing and claims nothing.
 	Claim bool
 	// Dispatch starts the new job at once in an idle slot of a Work loop of
 	// this process that serves its queue, claimed in the same transaction:
@@ -174,9 +176,14 @@ func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
 }
 
 // Release returns a claimed job to the queue without counting the attempt:
-// it is pending again at once, in its original FIFO position. Use it for a
-// job claimed but never started (say, one handed to a worker that is
-// stopping). Fails with a *ClaimLostError if the claim was lost.
+// it is pending again, its attempt count lowered by one (back to what it was
+// before the claim) and no entry added to its history. It keeps its RunAt,
+// which had passed when it was claimed, so it is claimable at once, and its
+// FIFO position within its priority (ahead of the jobs enqueued after it). A
+// cancel request made while it was claimed stays: the next claim sees it at
+// once. Use it for a job claimed but never started (say, one handed to a
+// worker that is stopping). Fails with a *ClaimLostError if the claim was
+// lost (lease expired, or the job already settled or released).
 func (t *Txn) Release(job *Job) *Txn {
 	t.ops = append(t.ops, txnOp{Kind: opRelease, JobID: job.ID, Token: job.token, Queue: job.Queue})
 	return t

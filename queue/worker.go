@@ -190,9 +190,12 @@ func (s *slots) close() {
 // job next, in the same slot, once the handler returns: job must be claimed
 // by this process (see EnqueueOptions.Claim) and belong to the queue the
 // worker serves. A worker that is stopping by then releases the job
-// instead (Txn.Release: the attempt does not count). Handoff reports false,
-// leaving job to the caller, when ctx is not a Work handler's context, the
-// job is of another queue, or the handler already handed a job off.
+// instead (Txn.Release: the attempt does not count). The job's lease is not
+// renewed until it starts: if it runs out before the handler returns, the
+// claim is lost (the reaper requeues the job) and the worker skips it.
+// Handoff reports false, leaving job to the caller, when ctx is not a Work
+// handler's context, the job is of another queue, or the handler already
+// handed a job off.
 func Handoff(ctx context.Context, job *Job) bool {
 	ho, _ := ctx.Value(handoffKey{}).(*handoff)
 	if ho == nil || job == nil || job.Queue != ho.queue || ho.next != nil {
@@ -217,10 +220,19 @@ func (q *Queue) runSlot(ctx, base context.Context, j *Job, h Handler, manual boo
 		ho := &handoff{queue: j.Queue}
 		q.runJob(context.WithValue(base, handoffKey{}, ho), j, h, manual)
 		j = ho.next
-		if j != nil && ctx.Err() != nil {
+		if j == nil {
+			return
+		}
+		if ctx.Err() != nil {
 			if err := q.Release(context.WithoutCancel(base), j); err != nil && !IsClaimLost(err) {
 				q.opts.logf("stepwell: releasing job %s failed: %v", j.ID, err)
 			}
+			return
+		}
+		// Nothing renewed the handed-off job's lease while the handler that
+		// claimed it ran on. Renew it now; if it ran out, the claim is lost
+		// (the reaper requeues the job, another worker may run it): skip it.
+		if q.Renew(j) != nil {
 			return
 		}
 	}
