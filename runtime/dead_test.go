@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 // notification, instead of staying pending forever.
 func TestRunFailsWhenQueueDeadLettersItsStep(t *testing.T) {
 	ctx := context.Background()
-	q, err := queue.Open(ctx, "mem://"+strings.ReplaceAll(t.Name(), "/", "_"),
+	q, err := queue.Open(ctx, fmt.Sprintf("mem://%s-%d", t.Name(), storeSeq.Add(1)), // always memory: the lease is short
 		queue.WithLease(40*time.Millisecond), queue.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestRunFailsWhenQueueDeadLettersItsStep(t *testing.T) {
 // settled it) ends the run Cancelled instead of looping.
 func TestCancelRunWithDeadStep(t *testing.T) {
 	ctx := context.Background()
-	q, err := queue.Open(ctx, "mem://"+strings.ReplaceAll(t.Name(), "/", "_"),
+	q, err := queue.Open(ctx, fmt.Sprintf("mem://%s-%d", t.Name(), storeSeq.Add(1)), // always memory: the lease is short
 		queue.WithLease(20*time.Millisecond), queue.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)

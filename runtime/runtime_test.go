@@ -693,14 +693,14 @@ func TestNoopHookEnqueuesNothing(t *testing.T) {
 // goroutine can be delayed by more than the lease, which loses the claim.
 // Sequential tests run alone, before the parallel ones resume.
 func TestLongStepKeepsItsLease(t *testing.T) {
-	q := openQueue(t, memURL(), queue.WithLease(100*time.Millisecond))
+	q := openQueue(t, memURL(), queue.WithLease(250*time.Millisecond))
 	var log stepLog
 	var cancelled atomic.Value
 	hook := &hookRecorder{}
 	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		log.add(s)
 		select {
-		case <-time.After(400 * time.Millisecond):
+		case <-time.After(800 * time.Millisecond):
 		case <-ctx.Done():
 			cancelled.Store(fmt.Sprint(context.Cause(ctx)))
 			return steprunner.Outcome{}, ctx.Err()
