@@ -212,6 +212,18 @@ func (r *Reader) StringMap() map[string]string {
 	return m
 }
 
+// SkipStringMap reads a map[string]string (or nil) without keeping it.
+func (r *Reader) SkipStringMap() {
+	if r.nil() {
+		return
+	}
+	n := r.header(msgp.ReadMapHeaderBytes, 2)
+	for range n {
+		r.StringBytes()
+		r.StringBytes()
+	}
+}
+
 // read runs one msgp slice reader at the current position.
 func read[T any](r *Reader, fn func([]byte) (T, []byte, error)) T {
 	var zero T
