@@ -161,7 +161,9 @@ func readRun(rd *format.Reader, r *Run) {
 // DecodeRun decodes a run record.
 func DecodeRun(b []byte) (*Run, error) {
 	var r Run
-	if err := format.DecodeExact(b, &r, readRun); err != nil {
+	rd := format.NewReader(b)
+	readRun(&rd, &r)
+	if err := format.Exact(&rd, b, &r); err != nil {
 		return nil, fmt.Errorf("%w: run: %v", ErrCorrupt, err)
 	}
 	if r.Version != Version {
@@ -206,7 +208,9 @@ func readTerminal(rd *format.Reader, t *Terminal) {
 // DecodeTerminal decodes a terminal record.
 func DecodeTerminal(b []byte) (*Terminal, error) {
 	var t Terminal
-	if err := format.DecodeExact(b, &t, readTerminal); err != nil {
+	rd := format.NewReader(b)
+	readTerminal(&rd, &t)
+	if err := format.Exact(&rd, b, &t); err != nil {
 		return nil, fmt.Errorf("%w: terminal: %v", ErrCorrupt, err)
 	}
 	if t.Version != Version || t.Status < 1 || t.Status > 3 {

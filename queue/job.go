@@ -137,7 +137,10 @@ func readJob(rd *format.Reader, r *jobRec) {
 	r.EnqueuedAt = rd.Int64()
 	r.UpdatedAt = rd.Int64()
 	r.CancelReq = rd.Bool()
-	r.History = format.ReadArray(rd, readAttempt)
+	r.History = format.ReadSlice[attemptRec](rd)
+	for i := range r.History {
+		readAttempt(rd, &r.History[i])
+	}
 	r.Size = rd.Int64()
 	r.DeadNotify = rd.String()
 }
@@ -171,7 +174,9 @@ func decodeJob(v []byte) (*jobRec, error) {
 		return nil, err
 	}
 	var r jobRec
-	if err := format.DecodeExact(data, &r, readJob); err != nil {
+	rd := format.NewReader(data)
+	readJob(&rd, &r)
+	if err := format.Exact(&rd, data, &r); err != nil {
 		return nil, fmt.Errorf("job record: %w", err)
 	}
 	if err := checkJobState(r.State); err != nil {
@@ -223,7 +228,9 @@ func decodeIndexRec(v []byte, r *indexRec) error {
 	if err != nil {
 		return err
 	}
-	if format.ReadExact(data, r, readIndexRec) != nil {
+	rd := format.NewReader(data)
+	readIndexRec(&rd, r)
+	if rd.Finish() != nil {
 		j, err := decodeJob(v) // the fallback: the fast reader did not take it
 		if err != nil {
 			return err

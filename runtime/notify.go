@@ -55,7 +55,9 @@ func readNotification(rd *format.Reader, n *notification) {
 
 func decodeNotification(b []byte) (*notification, error) {
 	var n notification
-	if err := format.DecodeExact(b, &n, readNotification); err != nil {
+	rd := format.NewReader(b)
+	readNotification(&rd, &n)
+	if err := format.Exact(&rd, b, &n); err != nil {
 		return nil, err
 	}
 	return &n, nil

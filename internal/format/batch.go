@@ -62,7 +62,9 @@ func DecodeBatch(data []byte) (*Batch, error) {
 		return nil, err
 	}
 	var b Batch
-	if err := DecodeExact(body, &b, readBatch); err != nil {
+	r := NewReader(body)
+	readBatch(&r, &b)
+	if err := Exact(&r, body, &b); err != nil {
 		return nil, err
 	}
 	for i := range b.Muts {
@@ -114,7 +116,10 @@ func readBatch(r *Reader, b *Batch) {
 	b.UnixNano = r.Int64()
 	b.Marker = r.Bool()
 	b.Txns = r.Uint32()
-	b.Muts = ReadArray(r, readMutation)
+	b.Muts = ReadSlice[Mutation](r)
+	for i := range b.Muts {
+		readMutation(r, &b.Muts[i])
+	}
 }
 
 func readMutation(r *Reader, m *Mutation) {

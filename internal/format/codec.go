@@ -272,36 +272,45 @@ func (r *Reader) Skip() {
 	})
 }
 
-// ReadArray reads an array of n values with readElem, or nil as a nil
-// slice.
-func ReadArray[T any](r *Reader, readElem func(*Reader, *T)) []T {
+// ReadSlice reads an array header and returns a slice of that many zero
+// elements (nil for nil) for the caller to read the elements into:
+//
+//	s := format.ReadSlice[T](r)
+//	for i := range s {
+//		readT(r, &s[i])
+//	}
+//
+// (A reader taking the element reader as a function value would make r
+// escape to the heap.) The length is bounded by the input left.
+func ReadSlice[T any](r *Reader) []T {
 	n := r.ArrayLen()
 	if n < 0 {
 		return nil
 	}
-	s := make([]T, n)
-	for i := range s {
-		if r.err != nil {
-			return nil
-		}
-		readElem(r, &s[i])
-	}
-	return s
+	return make([]T, n)
 }
 
 // ReadExact reads body into v with the fast reader readV and fails (with
 // an error wrapping ErrCorrupt) unless it read all of body without error.
+//
+// Hot paths call their reader directly and then Exact: a Reader passed to
+// a function value escapes to the heap, a Reader passed to a known function
+// does not.
 func ReadExact[T any](body []byte, v *T, readV func(*Reader, *T)) error {
 	r := NewReader(body)
 	readV(&r, v)
 	return r.Finish()
 }
 
-// DecodeExact decodes body into v: with the fast reader readV, or, for a
-// body that readV does not take, with UnmarshalExact. Any failure wraps
-// ErrCorrupt.
-func DecodeExact[T any](body []byte, v *T, readV func(*Reader, *T)) error {
-	if ReadExact(body, v, readV) == nil {
+// Exact completes the decoding of body into v after a fast reader read it
+// with r: when r failed or left bytes over, v is reset and decoded with
+// UnmarshalExact instead. Any failure wraps ErrCorrupt. Use it as
+//
+//	r := format.NewReader(body)
+//	readThing(&r, &v)
+//	err := format.Exact(&r, body, &v)
+func Exact[T any](r *Reader, body []byte, v *T) error {
+	if r.Finish() == nil {
 		return nil
 	}
 	var zero T

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
 )
 
 // SnapshotMeta is the first frame of a snapshot.
@@ -32,6 +33,12 @@ type SnapshotEnd struct {
 // chunkBytes is the target size of an entry frame.
 const chunkBytes = 1 << 20
 
+// frameBufs pools the snapshot writers' frame buffers (each grows to about
+// chunkBytes); buffers grown past maxPooledBuf by large values are dropped.
+var frameBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBuf = 4 * chunkBytes
+
 // SnapshotWriter streams a snapshot to w. Call Add for every entry in key
 // order, then Finish.
 type SnapshotWriter struct {
@@ -41,12 +48,14 @@ type SnapshotWriter struct {
 	count   uint64
 	written int64
 	err     error
-	buf     []byte // frame encoding buffer, reused
+	buf     []byte  // frame encoding buffer, reused
+	pooled  *[]byte // buf's holder in frameBufs; nil once returned
 }
 
 // NewSnapshotWriter writes the header and meta frame.
 func NewSnapshotWriter(w io.Writer, meta *SnapshotMeta) (*SnapshotWriter, error) {
-	sw := &SnapshotWriter{w: w}
+	sw := &SnapshotWriter{w: w, pooled: frameBufs.Get().(*[]byte)}
+	sw.buf = (*sw.pooled)[:0]
 	var h [headerLen]byte
 	putHeader(h[:], KindSnapshot)
 	if err := sw.write(h[:]); err != nil {
@@ -116,7 +125,12 @@ func appendEntries(b []byte, entries []Entry) []byte {
 	return b
 }
 
-func readEntries(r *Reader, entries *[]Entry) { *entries = ReadArray(r, readEntry) }
+func readEntries(r *Reader, entries *[]Entry) {
+	*entries = ReadSlice[Entry](r)
+	for i := range *entries {
+		readEntry(r, &(*entries)[i])
+	}
+}
 
 func readEntry(r *Reader, e *Entry) {
 	r.Fields(entryFields)
@@ -165,6 +179,11 @@ func (sw *SnapshotWriter) Finish() (int64, error) {
 		return sw.written, err
 	}
 	err := sw.frame(appendSnapshotEnd(sw.buf[:0], &SnapshotEnd{End: true, Count: sw.count}))
+	if sw.pooled != nil && cap(sw.buf) <= maxPooledBuf {
+		*sw.pooled = sw.buf[:0]
+		frameBufs.Put(sw.pooled)
+	}
+	sw.pooled, sw.buf = nil, nil
 	return sw.written, err
 }
 
@@ -186,7 +205,9 @@ func ReadSnapshot(r io.Reader, fn func(key string, value []byte) error) (*Snapsh
 		return nil, err
 	}
 	var meta SnapshotMeta
-	if err := DecodeExact(body, &meta, readSnapshotMeta); err != nil {
+	mr := NewReader(body)
+	readSnapshotMeta(&mr, &meta)
+	if err := Exact(&mr, body, &meta); err != nil {
 		return nil, err
 	}
 	var count uint64
@@ -200,7 +221,9 @@ func ReadSnapshot(r io.Reader, fn func(key string, value []byte) error) (*Snapsh
 		// an array of arrays. Peek at the first element to tell them apart.
 		if isEndFrame(body) {
 			var end SnapshotEnd
-			if err := DecodeExact(body, &end, readSnapshotEnd); err != nil {
+			er := NewReader(body)
+			readSnapshotEnd(&er, &end)
+			if err := Exact(&er, body, &end); err != nil {
 				return nil, err
 			}
 			if !end.End || end.Count != count {
@@ -212,7 +235,9 @@ func ReadSnapshot(r io.Reader, fn func(key string, value []byte) error) (*Snapsh
 			return &meta, nil
 		}
 		var entries []Entry
-		if err := DecodeExact(body, &entries, readEntries); err != nil {
+		er := NewReader(body)
+		readEntries(&er, &entries)
+		if err := Exact(&er, body, &entries); err != nil {
 			return nil, err
 		}
 		for i := range entries {
