@@ -2,7 +2,12 @@ module github.com/stepwell/stepwell
 
 go 1.26.0
 
-require gocloud.dev v0.47.0
+require (
+	github.com/tinylib/msgp v1.4.0
+	gocloud.dev v0.47.0
+)
+
+require github.com/philhofer/fwd v1.2.0 // indirect
 
 require (
 	cel.dev/expr v0.25.3 // indirect

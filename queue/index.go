@@ -169,6 +169,15 @@ func (ix *jobIndex) queue(name string) *queueIndex {
 	return qi
 }
 
+// queueBytes is queue for a name that aliases a record (no allocation
+// once the queue's index exists).
+func (ix *jobIndex) queueBytes(name []byte) *queueIndex {
+	if qi := ix.queues[string(name)]; qi != nil {
+		return qi
+	}
+	return ix.queue(string(name))
+}
+
 func dedupKey(queue, key string) string { return queue + "\x00" + key }
 
 func (ix *jobIndex) Apply(key string, old, new []byte) {
@@ -176,63 +185,64 @@ func (ix *jobIndex) Apply(key string, old, new []byte) {
 	if !ok {
 		return
 	}
+	var r indexRec
 	if old != nil {
-		if r, err := decodeJob(old); err == nil {
-			ix.remove(id, r)
+		if err := decodeIndexRec(old, &r); err == nil {
+			ix.remove(id, &r)
 		} else if ix.corrupt == nil {
 			ix.corrupt = err
 		}
 	}
 	if new != nil {
-		if r, err := decodeJob(new); err == nil {
-			ix.add(id, r)
+		if err := decodeIndexRec(new, &r); err == nil {
+			ix.add(id, &r)
 		} else if ix.corrupt == nil {
 			ix.corrupt = err
 		}
 	}
 }
 
-func (ix *jobIndex) add(id string, r *jobRec) {
-	qi := ix.queue(r.Queue)
-	ix.maxOrder = max(ix.maxOrder, r.Order)
-	switch r.State {
+func (ix *jobIndex) add(id string, r *indexRec) {
+	qi := ix.queueBytes(r.queue)
+	ix.maxOrder = max(ix.maxOrder, r.order)
+	switch r.state {
 	case statePending:
 		if ix.bulk {
-			qi.pendingBulk = append(qi.pendingBulk, schedItem{runAt: r.RunAt, order: r.Order, id: id, prio: r.Priority})
-		} else if r.RunAt > ix.now().UnixNano() {
-			qi.sched.ReplaceOrInsert(schedItem{runAt: r.RunAt, order: r.Order, id: id, prio: r.Priority})
+			qi.pendingBulk = append(qi.pendingBulk, schedItem{runAt: r.runAt, order: r.order, id: id, prio: r.priority})
+		} else if r.runAt > ix.now().UnixNano() {
+			qi.sched.ReplaceOrInsert(schedItem{runAt: r.runAt, order: r.order, id: id, prio: r.priority})
 		} else {
-			qi.ready.ReplaceOrInsert(readyItem{prio: r.Priority, order: r.Order, id: id})
+			qi.ready.ReplaceOrInsert(readyItem{prio: r.priority, order: r.order, id: id})
 		}
 		qi.wake()
-		if r.DedupKey != "" {
-			k := dedupKey(r.Queue, r.DedupKey)
+		if r.dedupKey != "" {
+			k := dedupKey(string(r.queue), r.dedupKey)
 			ix.dedup[k] = append(ix.dedup[k], id)
 		}
 	case stateClaimed:
 		qi.claimed[id] = struct{}{}
 	case stateDone:
-		qi.done.ReplaceOrInsert(timeItem{at: r.UpdatedAt, id: id})
+		qi.done.ReplaceOrInsert(timeItem{at: r.updatedAt, id: id})
 	case stateDead:
-		qi.dead.ReplaceOrInsert(timeItem{at: r.UpdatedAt, id: id})
+		qi.dead.ReplaceOrInsert(timeItem{at: r.updatedAt, id: id})
 	}
 }
 
-func (ix *jobIndex) remove(id string, r *jobRec) {
+func (ix *jobIndex) remove(id string, r *indexRec) {
 	if ix.bulk {
 		ix.EndBulk() // not expected while a snapshot loads; stay correct
 		ix.bulk = true
 	}
-	qi := ix.queue(r.Queue)
-	switch r.State {
+	qi := ix.queueBytes(r.queue)
+	switch r.state {
 	case statePending:
 		// A pending job is in exactly one of the two trees; which one
 		// depends on when it was promoted, so try both.
-		if _, ok := qi.ready.Delete(readyItem{prio: r.Priority, order: r.Order}); !ok {
-			qi.sched.Delete(schedItem{runAt: r.RunAt, order: r.Order})
+		if _, ok := qi.ready.Delete(readyItem{prio: r.priority, order: r.order}); !ok {
+			qi.sched.Delete(schedItem{runAt: r.runAt, order: r.order})
 		}
-		if r.DedupKey != "" {
-			k := dedupKey(r.Queue, r.DedupKey)
+		if r.dedupKey != "" {
+			k := dedupKey(string(r.queue), r.dedupKey)
 			ids := slices.DeleteFunc(ix.dedup[k], func(x string) bool { return x == id })
 			if len(ids) == 0 {
 				delete(ix.dedup, k)
@@ -243,9 +253,9 @@ func (ix *jobIndex) remove(id string, r *jobRec) {
 	case stateClaimed:
 		delete(qi.claimed, id)
 	case stateDone:
-		qi.done.Delete(timeItem{at: r.UpdatedAt, id: id})
+		qi.done.Delete(timeItem{at: r.updatedAt, id: id})
 	case stateDead:
-		qi.dead.Delete(timeItem{at: r.UpdatedAt, id: id})
+		qi.dead.Delete(timeItem{at: r.updatedAt, id: id})
 	}
 	// An emptied queue keeps its index: waiters hold its notify channel.
 }

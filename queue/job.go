@@ -54,7 +54,8 @@ const (
 const maxHistory = 16
 
 // jobRec is the stored job record (msgpack, as an array: field order is the
-// format; append new fields at the end only).
+// format). A new field goes at the end, and the decoders must then also
+// accept the shorter records already in buckets (see format.Marshal).
 type jobRec struct {
 	Queue       string
 	State       uint8
@@ -78,29 +79,169 @@ type attemptRec struct {
 	Error string
 }
 
-// encodeJob returns the engine value (inline-tagged msgpack) of a record.
+// jobFields is the number of fields of jobRec.
+const jobFields = 15
+
+// encodeJob returns the engine value (inline-tagged msgpack) of a record:
+// the bytes of format.Marshal, written without reflection.
 func encodeJob(r *jobRec) []byte {
-	b, err := format.Marshal(r)
-	if err != nil {
-		panic("queue: encoding a job record: " + err.Error()) // only plain fields
+	size := 100 + len(r.Queue) + len(r.DedupKey) + len(r.DeadNotify)
+	for k, v := range r.Headers {
+		size += 10 + len(k) + len(v)
 	}
-	return engine.Inline(b)
+	for i := range r.History {
+		size += 16 + len(r.History[i].Error)
+	}
+	return appendJob(engine.NewInline(size), r)
 }
 
-// decodeJob parses the engine value of a job record.
-func decodeJob(v []byte) (*jobRec, error) {
+func appendJob(b []byte, r *jobRec) []byte {
+	b = format.AppendArrayLen(b, jobFields)
+	b = format.AppendString(b, r.Queue)
+	b = format.AppendUint8(b, r.State)
+	b = format.AppendInt32(b, r.Priority)
+	b = format.AppendUint64(b, r.Order)
+	b = format.AppendInt64(b, r.RunAt)
+	b = format.AppendUint32(b, r.Attempts)
+	b = format.AppendUint32(b, r.MaxAttempts)
+	b = format.AppendStringMap(b, r.Headers)
+	b = format.AppendString(b, r.DedupKey)
+	b = format.AppendInt64(b, r.EnqueuedAt)
+	b = format.AppendInt64(b, r.UpdatedAt)
+	b = format.AppendBool(b, r.CancelReq)
+	if r.History == nil {
+		b = format.AppendNil(b)
+	} else {
+		b = format.AppendArrayLen(b, len(r.History))
+		for _, h := range r.History {
+			b = format.AppendArrayLen(b, 2)
+			b = format.AppendInt64(b, h.At)
+			b = format.AppendString(b, h.Error)
+		}
+	}
+	b = format.AppendInt64(b, r.Size)
+	return format.AppendString(b, r.DeadNotify)
+}
+
+// readJob is the fast reader of appendJob's output.
+func readJob(rd *format.Reader, r *jobRec) {
+	rd.Fields(jobFields)
+	r.Queue = rd.String()
+	r.State = rd.Uint8()
+	r.Priority = rd.Int32()
+	r.Order = rd.Uint64()
+	r.RunAt = rd.Int64()
+	r.Attempts = rd.Uint32()
+	r.MaxAttempts = rd.Uint32()
+	r.Headers = rd.StringMap()
+	r.DedupKey = rd.String()
+	r.EnqueuedAt = rd.Int64()
+	r.UpdatedAt = rd.Int64()
+	r.CancelReq = rd.Bool()
+	r.History = format.ReadSlice[attemptRec](rd)
+	for i := range r.History {
+		readAttempt(rd, &r.History[i])
+	}
+	r.Size = rd.Int64()
+	r.DeadNotify = rd.String()
+}
+
+func readAttempt(rd *format.Reader, a *attemptRec) {
+	rd.Fields(2)
+	a.At = rd.Int64()
+	a.Error = rd.String()
+}
+
+// jobData returns the msgpack record of a job record's engine value.
+func jobData(v []byte) ([]byte, error) {
 	d, err := engine.Decode(v)
 	if err != nil || d.BlobKey != "" {
 		return nil, fmt.Errorf("%w: job record is not an inline value", ErrCorrupt)
 	}
+	return d.Data, nil
+}
+
+func checkJobState(s uint8) error {
+	if s < statePending || s > stateDead {
+		return fmt.Errorf("%w: job record has state %d", ErrCorrupt, s)
+	}
+	return nil
+}
+
+// decodeJob parses the engine value of a job record.
+func decodeJob(v []byte) (*jobRec, error) {
+	data, err := jobData(v)
+	if err != nil {
+		return nil, err
+	}
 	var r jobRec
-	if err := format.UnmarshalExact(d.Data, &r); err != nil {
+	rd := format.NewReader(data)
+	readJob(&rd, &r)
+	if err := format.Exact(&rd, data, &r); err != nil {
 		return nil, fmt.Errorf("job record: %w", err)
 	}
-	if r.State < statePending || r.State > stateDead {
-		return nil, fmt.Errorf("%w: job record has state %d", ErrCorrupt, r.State)
+	if err := checkJobState(r.State); err != nil {
+		return nil, err
 	}
 	return &r, nil
+}
+
+// indexRec is the part of a job record the job index keeps.
+type indexRec struct {
+	queue     []byte // aliases the engine value
+	state     uint8
+	priority  int32
+	order     uint64
+	runAt     int64
+	dedupKey  string
+	updatedAt int64
+}
+
+// readIndexRec is readJob reading only what the index keeps: it checks the
+// other fields' types as readJob does but does not allocate for them.
+func readIndexRec(rd *format.Reader, r *indexRec) {
+	rd.Fields(jobFields)
+	r.queue = rd.StringBytes()
+	r.state = rd.Uint8()
+	r.priority = rd.Int32()
+	r.order = rd.Uint64()
+	r.runAt = rd.Int64()
+	rd.Uint32() // Attempts
+	rd.Uint32() // MaxAttempts
+	rd.SkipStringMap()
+	r.dedupKey = rd.String()
+	rd.Int64() // EnqueuedAt
+	r.updatedAt = rd.Int64()
+	rd.Bool() // CancelReq
+	for range max(rd.ArrayLen(), 0) {
+		rd.Fields(2)
+		rd.Int64()
+		rd.StringBytes()
+	}
+	rd.Int64()       // Size
+	rd.StringBytes() // DeadNotify
+}
+
+// decodeIndexRec parses what the index keeps of a job record's engine
+// value. It accepts what decodeJob accepts.
+func decodeIndexRec(v []byte, r *indexRec) error {
+	data, err := jobData(v)
+	if err != nil {
+		return err
+	}
+	rd := format.NewReader(data)
+	readIndexRec(&rd, r)
+	if rd.Finish() != nil {
+		j, err := decodeJob(v) // the fallback: the fast reader did not take it
+		if err != nil {
+			return err
+		}
+		*r = indexRec{
+			queue: []byte(j.Queue), state: j.State, priority: j.Priority, order: j.Order,
+			runAt: j.RunAt, dedupKey: j.DedupKey, updatedAt: j.UpdatedAt,
+		}
+	}
+	return checkJobState(r.state)
 }
 
 // Attempt is one failed attempt in a job's history.

@@ -22,17 +22,42 @@ type notification struct {
 	EndedAt   int64
 }
 
+// notificationFields is the number of fields of notification.
+const notificationFields = 7
+
+// encode returns the bytes of format.Marshal(n), written without
+// reflection.
 func (n *notification) encode() []byte {
-	b, err := format.Marshal(n)
-	if err != nil {
-		panic("runtime: encoding a notification: " + err.Error())
+	size := 64 + len(n.RunID) + len(n.Result) + len(n.Error)
+	for k, v := range n.Headers {
+		size += 10 + len(k) + len(v)
 	}
-	return b
+	b := format.AppendArrayLen(make([]byte, 0, size), notificationFields)
+	b = format.AppendString(b, n.RunID)
+	b = format.AppendUint8(b, n.Status)
+	b = format.AppendBytes(b, n.Result)
+	b = format.AppendString(b, n.Error)
+	b = format.AppendStringMap(b, n.Headers)
+	b = format.AppendUint32(b, n.FinalStep)
+	return format.AppendInt64(b, n.EndedAt)
+}
+
+func readNotification(rd *format.Reader, n *notification) {
+	rd.Fields(notificationFields)
+	n.RunID = rd.String()
+	n.Status = rd.Uint8()
+	n.Result = rd.Bytes()
+	n.Error = rd.String()
+	n.Headers = rd.StringMap()
+	n.FinalStep = rd.Uint32()
+	n.EndedAt = rd.Int64()
 }
 
 func decodeNotification(b []byte) (*notification, error) {
 	var n notification
-	if err := format.UnmarshalExact(b, &n); err != nil {
+	rd := format.NewReader(b)
+	readNotification(&rd, &n)
+	if err := format.Exact(&rd, b, &n); err != nil {
 		return nil, err
 	}
 	return &n, nil

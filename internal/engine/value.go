@@ -25,6 +25,14 @@ func Inline(data []byte) []byte {
 	return v
 }
 
+// NewInline returns an empty inline value with room for n bytes of data:
+// append the data to it (saves Inline's copy).
+func NewInline(n int) []byte {
+	v := make([]byte, 1, 1+n)
+	v[0] = tagInline
+	return v
+}
+
 // BlobRef returns the encoded form of a reference to a blob object whose
 // contents have the given size and SHA-256.
 func BlobRef(key string, size int64, sum [32]byte) []byte {

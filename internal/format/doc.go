@@ -36,6 +36,15 @@
 // total entry count). A snapshot without its end frame, with a count that
 // disagrees, or with bytes after the end frame is corrupt.
 //
+// # Record encoding
+//
+// Bodies and records are msgpack with every struct as an array of its
+// fields in declaration order, as Marshal writes them. The hot ones (WAL
+// batches, snapshot frames, and the queue's and runtime's records) are
+// written and read without reflection by hand-listed codecs built on
+// codec.go, which produce the same bytes; tests compare them with Marshal,
+// so a store written by either path reads back with the other.
+//
 // Every decoder returns an error wrapping ErrCorrupt for any malformed input
 // and never panics; fuzz targets in this package keep it so.
 package format

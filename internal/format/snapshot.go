@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
 )
 
 // SnapshotMeta is the first frame of a snapshot.
@@ -32,6 +33,12 @@ type SnapshotEnd struct {
 // chunkBytes is the target size of an entry frame.
 const chunkBytes = 1 << 20
 
+// frameBufs pools the snapshot writers' frame buffers (each grows to about
+// chunkBytes); buffers grown past maxPooledBuf by large values are dropped.
+var frameBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBuf = 4 * chunkBytes
+
 // SnapshotWriter streams a snapshot to w. Call Add for every entry in key
 // order, then Finish.
 type SnapshotWriter struct {
@@ -41,17 +48,20 @@ type SnapshotWriter struct {
 	count   uint64
 	written int64
 	err     error
+	buf     []byte  // frame encoding buffer, reused
+	pooled  *[]byte // buf's holder in frameBufs; nil once returned
 }
 
 // NewSnapshotWriter writes the header and meta frame.
 func NewSnapshotWriter(w io.Writer, meta *SnapshotMeta) (*SnapshotWriter, error) {
-	sw := &SnapshotWriter{w: w}
+	sw := &SnapshotWriter{w: w, pooled: frameBufs.Get().(*[]byte)}
+	sw.buf = (*sw.pooled)[:0]
 	var h [headerLen]byte
 	putHeader(h[:], KindSnapshot)
 	if err := sw.write(h[:]); err != nil {
 		return nil, err
 	}
-	if err := sw.frame(meta); err != nil {
+	if err := sw.frame(appendSnapshotMeta(sw.buf[:0], meta)); err != nil {
 		return nil, err
 	}
 	return sw, nil
@@ -67,17 +77,77 @@ func (sw *SnapshotWriter) write(p []byte) error {
 	return err
 }
 
-func (sw *SnapshotWriter) frame(v any) error {
-	body, err := Marshal(v)
-	if err != nil {
-		return err
-	}
+// frame writes body as one frame; body may be sw.buf (kept for reuse).
+func (sw *SnapshotWriter) frame(body []byte) error {
+	sw.buf = body
 	var fh [frameHeaderLen]byte
 	putFrameHeader(fh[:], body)
 	if err := sw.write(fh[:]); err != nil {
 		return err
 	}
 	return sw.write(body)
+}
+
+// Frame bodies, the bytes Marshal returns for each (see codec.go).
+
+const (
+	metaFields  = 4
+	entryFields = 2
+	endFields   = 2
+)
+
+func appendSnapshotMeta(b []byte, m *SnapshotMeta) []byte {
+	b = AppendArrayLen(b, metaFields)
+	b = AppendUint64(b, m.Seq)
+	b = AppendString(b, m.Writer)
+	b = AppendUint64(b, m.Epoch)
+	return AppendInt64(b, m.UnixNano)
+}
+
+func readSnapshotMeta(r *Reader, m *SnapshotMeta) {
+	r.Fields(metaFields)
+	m.Seq = r.Uint64()
+	m.Writer = r.String()
+	m.Epoch = r.Uint64()
+	m.UnixNano = r.Int64()
+}
+
+func appendEntries(b []byte, entries []Entry) []byte {
+	if entries == nil {
+		return AppendNil(b)
+	}
+	b = AppendArrayLen(b, len(entries))
+	for i := range entries {
+		b = AppendArrayLen(b, entryFields)
+		b = AppendString(b, entries[i].Key)
+		b = AppendBytes(b, entries[i].Value)
+	}
+	return b
+}
+
+func readEntries(r *Reader, entries *[]Entry) {
+	*entries = ReadSlice[Entry](r)
+	for i := range *entries {
+		readEntry(r, &(*entries)[i])
+	}
+}
+
+func readEntry(r *Reader, e *Entry) {
+	r.Fields(entryFields)
+	e.Key = r.String()
+	e.Value = r.Bytes()
+}
+
+func appendSnapshotEnd(b []byte, e *SnapshotEnd) []byte {
+	b = AppendArrayLen(b, endFields)
+	b = AppendBool(b, e.End)
+	return AppendUint64(b, e.Count)
+}
+
+func readSnapshotEnd(r *Reader, e *SnapshotEnd) {
+	r.Fields(endFields)
+	e.End = r.Bool()
+	e.Count = r.Uint64()
 }
 
 // Add appends one entry. The value is referenced until the next flush.
@@ -95,7 +165,7 @@ func (sw *SnapshotWriter) flush() error {
 	if len(sw.chunk) == 0 {
 		return sw.err
 	}
-	err := sw.frame(sw.chunk)
+	err := sw.frame(appendEntries(sw.buf[:0], sw.chunk))
 	clear(sw.chunk)
 	sw.chunk = sw.chunk[:0]
 	sw.size = 0
@@ -108,7 +178,12 @@ func (sw *SnapshotWriter) Finish() (int64, error) {
 	if err := sw.flush(); err != nil {
 		return sw.written, err
 	}
-	err := sw.frame(&SnapshotEnd{End: true, Count: sw.count})
+	err := sw.frame(appendSnapshotEnd(sw.buf[:0], &SnapshotEnd{End: true, Count: sw.count}))
+	if sw.pooled != nil && cap(sw.buf) <= maxPooledBuf {
+		*sw.pooled = sw.buf[:0]
+		frameBufs.Put(sw.pooled)
+	}
+	sw.pooled, sw.buf = nil, nil
 	return sw.written, err
 }
 
@@ -130,7 +205,9 @@ func ReadSnapshot(r io.Reader, fn func(key string, value []byte) error) (*Snapsh
 		return nil, err
 	}
 	var meta SnapshotMeta
-	if err := unmarshalExact(body, &meta); err != nil {
+	mr := NewReader(body)
+	readSnapshotMeta(&mr, &meta)
+	if err := Exact(&mr, body, &meta); err != nil {
 		return nil, err
 	}
 	var count uint64
@@ -144,7 +221,9 @@ func ReadSnapshot(r io.Reader, fn func(key string, value []byte) error) (*Snapsh
 		// an array of arrays. Peek at the first element to tell them apart.
 		if isEndFrame(body) {
 			var end SnapshotEnd
-			if err := unmarshalExact(body, &end); err != nil {
+			er := NewReader(body)
+			readSnapshotEnd(&er, &end)
+			if err := Exact(&er, body, &end); err != nil {
 				return nil, err
 			}
 			if !end.End || end.Count != count {
@@ -156,7 +235,9 @@ func ReadSnapshot(r io.Reader, fn func(key string, value []byte) error) (*Snapsh
 			return &meta, nil
 		}
 		var entries []Entry
-		if err := unmarshalExact(body, &entries); err != nil {
+		er := NewReader(body)
+		readEntries(&er, &entries)
+		if err := Exact(&er, body, &entries); err != nil {
 			return nil, err
 		}
 		for i := range entries {

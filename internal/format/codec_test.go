@@ -1,0 +1,152 @@
+package format_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/format/codectest"
+)
+
+// The fast codecs must write exactly the bytes of format.Marshal and read
+// them back; see codec.go.
+
+// TestAppendPrimitives checks each append function against Marshal of a
+// one-field struct of its type.
+func TestAppendPrimitives(t *testing.T) {
+	r := codectest.New(t)
+	one := func([]byte) []byte { return format.AppendArrayLen(nil, 1) }
+	for range 2000 {
+		s := codectest.String(r)
+		codectest.Same(t, format.AppendString(one(nil), s), &struct{ V string }{s})
+		bs := codectest.Bytes(r)
+		codectest.Same(t, format.AppendBytes(one(nil), bs), &struct{ V []byte }{bs})
+		m := codectest.Map(r, false)
+		codectest.Same(t, format.AppendStringMap(one(nil), m), &struct{ V map[string]string }{m})
+		mm := codectest.Map(r, true)
+		codectest.RoundTrip(t, format.AppendStringMap(one(nil), mm), &struct{ V map[string]string }{mm})
+		i := codectest.Int64(r)
+		codectest.Same(t, format.AppendInt64(one(nil), i), &struct{ V int64 }{i})
+		codectest.Same(t, format.AppendInt32(one(nil), int32(i)), &struct{ V int32 }{int32(i)})
+		u := codectest.Uint64(r)
+		codectest.Same(t, format.AppendUint64(one(nil), u), &struct{ V uint64 }{u})
+		codectest.Same(t, format.AppendUint32(one(nil), uint32(u)), &struct{ V uint32 }{uint32(u)})
+		codectest.Same(t, format.AppendUint8(one(nil), uint8(u)), &struct{ V uint8 }{uint8(u)})
+		codectest.Same(t, format.AppendBool(one(nil), u&1 == 1), &struct{ V bool }{u&1 == 1})
+		n := r.IntN(3)
+		var sl []int64
+		if n > 0 {
+			sl = make([]int64, n-1)
+		}
+		b := one(nil)
+		if sl == nil {
+			b = format.AppendNil(b)
+		} else {
+			b = format.AppendArrayLen(b, len(sl))
+			for _, v := range sl {
+				b = format.AppendInt64(b, v)
+			}
+		}
+		codectest.Same(t, b, &struct{ V []int64 }{sl})
+	}
+}
+
+func randBatch(r *rand.Rand) *format.Batch {
+	b := &format.Batch{
+		Seq: codectest.Uint64(r), Writer: codectest.String(r), Epoch: codectest.Uint64(r),
+		UnixNano: codectest.Int64(r), Marker: r.IntN(2) == 0, Txns: r.Uint32(),
+	}
+	if n := r.IntN(6); n > 0 {
+		b.Muts = make([]format.Mutation, n-1)
+		for i := range b.Muts {
+			b.Muts[i] = format.Mutation{Op: uint8(r.UintN(4)), Key: codectest.String(r), Value: codectest.Bytes(r)}
+		}
+	}
+	return b
+}
+
+func randEntries(r *rand.Rand) []format.Entry {
+	n := r.IntN(6)
+	if n == 0 {
+		return nil
+	}
+	es := make([]format.Entry, n-1)
+	for i := range es {
+		es[i] = format.Entry{Key: codectest.String(r), Value: codectest.Bytes(r)}
+	}
+	return es
+}
+
+func TestFastCodecsMatchMarshal(t *testing.T) {
+	r := codectest.New(t)
+	for range 1000 {
+		b := randBatch(r)
+		codectest.Check(t, format.AppendBatchBody(nil, b), b, true, format.ReadBatchBody)
+		m := &format.SnapshotMeta{Seq: codectest.Uint64(r), Writer: codectest.String(r), Epoch: codectest.Uint64(r), UnixNano: codectest.Int64(r)}
+		codectest.Check(t, format.AppendMetaBody(nil, m), m, true, format.ReadMetaBody)
+		es := randEntries(r)
+		codectest.Check(t, format.AppendEntriesBody(nil, es), &es, true, format.ReadEntriesBody)
+		e := &format.SnapshotEnd{End: r.IntN(2) == 0, Count: codectest.Uint64(r)}
+		codectest.Check(t, format.AppendEndBody(nil, e), e, true, format.ReadEndBody)
+	}
+}
+
+// TestEncodeBatchFraming checks that EncodeBatch frames the fast body as
+// EncodeFramed frames Marshal's.
+func TestEncodeBatchFraming(t *testing.T) {
+	r := codectest.New(t)
+	for range 200 {
+		b := randBatch(r)
+		got, err := format.EncodeBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := format.Marshal(b)
+		if want := format.EncodeFramed(format.KindWAL, body); !bytes.Equal(got, want) {
+			t.Fatalf("EncodeBatch(%+v):\n%x\nwant\n%x", b, got, want)
+		}
+	}
+}
+
+// TestFastReadersFallBack checks that bodies the fast readers do not take
+// (here: nil where a string belongs, which the reflective decoder reads as
+// "") still decode through the reflective path.
+func TestFastReadersFallBack(t *testing.T) {
+	type looseBatch struct {
+		Seq      uint64
+		Writer   any
+		Epoch    uint64
+		UnixNano int64
+		Marker   bool
+		Txns     uint32
+		Muts     []format.Mutation
+	}
+	body, _ := format.Marshal(&looseBatch{Seq: 7, Txns: 2})
+	var fast format.Batch
+	if err := format.ReadExact(body, &fast, format.ReadBatchBody); err == nil {
+		t.Fatal("fast reader took a nil Writer")
+	}
+	b, err := format.DecodeBatch(format.EncodeFramed(format.KindWAL, body))
+	if err != nil || b.Seq != 7 || b.Writer != "" || b.Txns != 2 || b.Muts != nil {
+		t.Fatalf("DecodeBatch = %+v, %v", b, err)
+	}
+}
+
+// FuzzFastReaders: whatever a fast reader accepts, the reflective decoder
+// accepts with the same value; what it rejects wraps ErrCorrupt.
+func FuzzFastReaders(f *testing.F) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 4 {
+		f.Add(format.AppendBatchBody(nil, randBatch(r)))
+		f.Add(format.AppendEntriesBody(nil, randEntries(r)))
+	}
+	f.Add(format.AppendMetaBody(nil, &format.SnapshotMeta{Seq: 1, Writer: "w"}))
+	f.Add(format.AppendEndBody(nil, &format.SnapshotEnd{End: true, Count: 3}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		codectest.Agree(t, data, format.ReadBatchBody)
+		codectest.Agree(t, data, format.ReadMetaBody)
+		codectest.Agree(t, data, format.ReadEntriesBody)
+		codectest.Agree(t, data, format.ReadEndBody)
+	})
+}
