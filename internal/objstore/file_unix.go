@@ -5,7 +5,10 @@ package objstore
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // fileSupported reports whether this platform has the file driver.
@@ -25,6 +28,65 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// openDir opens a directory for syncDirFile and for the *at calls below,
+// failing with ENOTDIR if dir is not one.
+func openDir(dir string) (*os.File, error) {
+	return os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+}
+
+// syncDirFile fsyncs an open directory (see syncDir).
+func syncDirFile(d *os.File) error { return d.Sync() }
+
+// withFds runs fn with the descriptors of a and b, which stay open (and
+// are not closed by a concurrent Close) until fn returns.
+func withFds(a, b *os.File, fn func(afd, bfd int)) error {
+	ra, err := a.SyscallConn()
+	if err != nil {
+		return err
+	}
+	rb, err := b.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var inner error
+	if err := ra.Control(func(afd uintptr) {
+		inner = rb.Control(func(bfd uintptr) { fn(int(afd), int(bfd)) })
+	}); err != nil {
+		return err
+	}
+	return inner
+}
+
+// placeNamed gives the file at path src the name name in the directory d:
+// with linkat(2) when exclusive, which fails with EEXIST if the name exists,
+// atomically across processes (src keeps its name too); otherwise with
+// renameat(2), which atomically replaces.
+func placeNamed(src string, d *os.File, name string, exclusive bool) error {
+	rd, err := d.SyscallConn()
+	if err != nil {
+		return err
+	}
+	op := "renameat"
+	if exclusive {
+		op = "linkat"
+	}
+	var perr error
+	if err := rd.Control(func(dfd uintptr) {
+		perr = ignoringEINTR(func() error {
+			if exclusive {
+				return unix.Linkat(unix.AT_FDCWD, src, int(dfd), name, 0)
+			}
+			return unix.Renameat(unix.AT_FDCWD, src, int(dfd), name)
+		})
+	}); err != nil {
+		return err
+	}
+	if perr != nil {
+		return &os.LinkError{Op: op, Old: src, New: filepath.Join(d.Name(), name), Err: perr}
+	}
+	return nil
 }
 
 // unlinkFile removes a file, never a directory (unlike os.Remove).
