@@ -67,18 +67,8 @@ func linkAnon(f *os.File, d *os.File, name string) error {
 // it back (its size and block map), but not its timestamps: fdatasync(2).
 // A file's name is made durable separately, by syncing its directory.
 func syncData(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = ignoringEINTR(func() error { return unix.Fdatasync(int(fd)) })
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
+	if err := withFd(f, unix.Fdatasync); err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
 	}
 	return nil
 }

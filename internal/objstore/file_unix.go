@@ -64,27 +64,18 @@ func withFds(a, b *os.File, fn func(afd, bfd int)) error {
 // atomically across processes (src keeps its name too); otherwise with
 // renameat(2), which atomically replaces.
 func placeNamed(src string, d *os.File, name string, exclusive bool) error {
-	rd, err := d.SyscallConn()
-	if err != nil {
-		return err
-	}
 	op := "renameat"
 	if exclusive {
 		op = "linkat"
 	}
-	var perr error
-	if err := rd.Control(func(dfd uintptr) {
-		perr = ignoringEINTR(func() error {
-			if exclusive {
-				return unix.Linkat(unix.AT_FDCWD, src, int(dfd), name, 0)
-			}
-			return unix.Renameat(unix.AT_FDCWD, src, int(dfd), name)
-		})
-	}); err != nil {
-		return err
-	}
-	if perr != nil {
-		return &os.LinkError{Op: op, Old: src, New: filepath.Join(d.Name(), name), Err: perr}
+	err := withFd(d, func(dfd int) error {
+		if exclusive {
+			return unix.Linkat(unix.AT_FDCWD, src, dfd, name, 0)
+		}
+		return unix.Renameat(unix.AT_FDCWD, src, dfd, name)
+	})
+	if err != nil {
+		return &os.LinkError{Op: op, Old: src, New: filepath.Join(d.Name(), name), Err: err}
 	}
 	return nil
 }
@@ -104,23 +95,31 @@ func unlinkFile(path string) error {
 // description is closed, including at process death. It returns ErrLocked
 // if the lock is held elsewhere.
 func lockFile(f *os.File) error {
+	err := withFd(f, func(fd int) error { return syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB) })
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return ErrLocked
+	}
+	if err != nil {
+		return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
+// withFd runs the system call fn with f's descriptor, which stays open (and
+// is not closed by a concurrent Close) until fn returns, retrying it on
+// EINTR. It returns fn's error, or why the descriptor was unavailable.
+func withFd(f *os.File, fn func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
-	var lerr error
+	var ferr error
 	if err := rc.Control(func(fd uintptr) {
-		lerr = ignoringEINTR(func() error { return syscall.Flock(int(fd), syscall.LOCK_EX|syscall.LOCK_NB) })
+		ferr = ignoringEINTR(func() error { return fn(int(fd)) })
 	}); err != nil {
 		return err
 	}
-	if errors.Is(lerr, syscall.EWOULDBLOCK) {
-		return ErrLocked
-	}
-	if lerr != nil {
-		return &os.PathError{Op: "flock", Path: f.Name(), Err: lerr}
-	}
-	return nil
+	return ferr
 }
 
 func isNotDir(err error) bool { return errors.Is(err, syscall.ENOTDIR) }
