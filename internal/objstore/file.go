@@ -46,6 +46,12 @@ type fileBucket struct {
 
 	mu       sync.Mutex
 	lockFile *os.File // guarded by mu; non-nil while the lock is held
+
+	spareMu     sync.Mutex
+	spare       *os.File       // guarded by spareMu: unnamed file for the next create-only write
+	refilling   bool           // guarded by spareMu: a goroutine is opening the spare
+	spareClosed bool           // guarded by spareMu: Close was called
+	refill      sync.WaitGroup // the refilling goroutine
 }
 
 // openFile opens (creating if needed) the store directory.
@@ -185,7 +191,7 @@ func (st staged) discard() {
 // existing object with rename(2), always use a named temporary file.
 func (f *fileBucket) stage(ifNotExist bool) (staged, error) {
 	if ifNotExist && f.anon.Load() {
-		file, err := f.inTmpDir(f.openAnon)
+		file, err := f.takeAnon()
 		if err == nil {
 			return staged{file: file, anon: true}, nil
 		}
@@ -196,6 +202,67 @@ func (f *fileBucket) stage(ifNotExist bool) (staged, error) {
 	}
 	file, err := f.inTmpDir(func(dir string) (*os.File, error) { return os.CreateTemp(dir, "obj-*") })
 	return staged{file: file}, err
+}
+
+// takeAnon returns an unnamed file for a create-only write: the spare if
+// one is ready, else a new one. Either way it starts opening the next spare,
+// so that the next write finds one: the open then overlaps this write's
+// syncs instead of adding to the next write's latency (creating an inode
+// waits for the file system's journal, which the syncs keep busy).
+func (f *fileBucket) takeAnon() (*os.File, error) {
+	f.spareMu.Lock()
+	file := f.spare
+	f.spare = nil
+	f.spareMu.Unlock()
+	if file == nil {
+		var err error
+		if file, err = f.inTmpDir(f.openAnon); err != nil {
+			return nil, err
+		}
+	}
+	f.refillSpare()
+	return file, nil
+}
+
+// refillSpare opens the spare unnamed file in the background, unless one is
+// there or being opened. A failure is dropped: the next write opens its own
+// file and reports the error (or falls back to named files).
+func (f *fileBucket) refillSpare() {
+	f.spareMu.Lock()
+	defer f.spareMu.Unlock()
+	if f.refilling || f.spare != nil || f.spareClosed {
+		return
+	}
+	f.refilling = true
+	f.refill.Add(1)
+	go func() {
+		defer f.refill.Done()
+		file, err := f.inTmpDir(f.openAnon)
+		f.spareMu.Lock()
+		defer f.spareMu.Unlock()
+		f.refilling = false
+		if err != nil {
+			return
+		}
+		if f.spareClosed {
+			file.Close()
+			return
+		}
+		f.spare = file
+	}()
+}
+
+// closeSpare closes the spare file and waits for a refill in progress; no
+// spare is opened afterwards.
+func (f *fileBucket) closeSpare() {
+	f.spareMu.Lock()
+	f.spareClosed = true
+	if f.spare != nil {
+		f.spare.Close()
+		f.spare = nil
+	}
+	f.spareMu.Unlock()
+	f.refill.Wait()
 }
 
 // inTmpDir calls create on the temp directory, recreating the directory if
@@ -406,6 +473,7 @@ func (f *fileBucket) Close() error {
 		return nil
 	}
 	f.dirs.close()
+	f.closeSpare()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.lockFile != nil {
