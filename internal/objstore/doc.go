@@ -104,6 +104,9 @@
 //     fails with EEXIST if the name exists (ErrExists), atomically across
 //     processes, like link(2). Until then the file has no name at all, and
 //     after a crash the kernel frees it: a crash leaves nothing behind.
+//     The next write's unnamed file is opened in the background while this
+//     one syncs (creating an inode waits for the journal the syncs keep
+//     busy); Close closes it.
 //   - Other writes, and create-only writes on macOS or on file systems
 //     without O_TMPFILE (the first write that gets EOPNOTSUPP, EISDIR or
 //     EINVAL switches the store over), stage a named file in .tmp: create,
