@@ -79,8 +79,10 @@
 // # Ownership
 //
 // A file:// store is locked with flock(2) on its directory: a second process
-// gets ErrStoreLocked at once, and the lock dies with its process. A bucket
-// store has no such lock, so the writer rewrites the small owner object
+// gets ErrStoreLocked at once (WithTakeover cannot break the lock), and the
+// lock dies with its process. Such a store has no owner object and no
+// heartbeat, so an idle writer makes no requests. A bucket store has no
+// such lock, so the writer rewrites the small owner object
 // every heartbeat (WithHeartbeat, 2s by default); Open watches it for 2.5
 // intervals and refuses with ErrStoreLocked if it changed. Liveness is
 // judged by change, never by comparing clocks. WithTakeover skips the check
@@ -89,11 +91,12 @@
 //
 // # Caveats
 //
-//   - A fenced writer that makes no writes may serve stale reads until its
-//     heartbeat check (every third beat) notices the newer owner.
+//   - A fenced writer that makes no writes (bucket stores) may serve stale
+//     reads until its heartbeat check (every third beat) notices the newer
+//     owner.
 //   - Cancelling the context of a call whose transaction was already
 //     accepted does not withdraw it: the call waits for the batch outcome.
-//   - The local-disk store pays two fsyncs per batch (the file and its
-//     directory), so a lone committer is bound by the disk's fsync rate;
+//   - The local-disk store pays two syncs per batch (the file's data and
+//     its directory), so a lone committer is bound by the disk's fsync rate;
 //     throughput comes from concurrent committers sharing batches.
 package queue

@@ -477,6 +477,34 @@ func TestReadOnlyReader(t *testing.T) {
 	}
 }
 
+// An idle writer on a file:// store makes no object-store requests: its
+// directory lock keeps other writers out, so it keeps no heartbeat. With a
+// pending job and a worker-style lease reaper running, 10 heartbeat
+// intervals pass without a request.
+func TestIdleFileStoreMakesNoRequests(t *testing.T) {
+	const hb = 5 * time.Millisecond
+	q := openT(t, "file://"+t.TempDir(), WithHeartbeat(hb))
+	mustEnqueue(t, q, "q", "job", EnqueueOptions{})
+	requests := func() StorageStats {
+		s := q.StorageStats()
+		return StorageStats{Puts: s.Puts, Gets: s.Gets, Lists: s.Lists, Deletes: s.Deletes, Heads: s.Heads}
+	}
+	// Let Open's background blob sweep (one List) finish first.
+	for prev, i := requests(), 0; i < 20; i++ {
+		time.Sleep(hb)
+		if c := requests(); c == prev {
+			break
+		} else {
+			prev = c
+		}
+	}
+	before := requests()
+	time.Sleep(10 * hb)
+	if after := requests(); after != before {
+		t.Errorf("idle file store: requests went from %+v to %+v", before, after)
+	}
+}
+
 func TestTakeoverFencesFirstWriter(t *testing.T) { takeoverFences(t, memURL(t)) }
 
 // takeoverFences: a second writer opened WithTakeover fences the first; no

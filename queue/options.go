@@ -175,7 +175,8 @@ func WithReadOnly() Option {
 
 // WithHeartbeat sets how often a writer on a bucket store rewrites its owner
 // object. Open on a store with an owner object watches it for 2.5 intervals
-// to tell a live writer from a crashed one. Defaults to 2s.
+// to tell a live writer from a crashed one. file:// stores, locked by the
+// OS, keep no owner object and ignore it. Defaults to 2s.
 func WithHeartbeat(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {

@@ -13,8 +13,10 @@
 // an Indexer is called with it held. One committer goroutine seals and
 // writes batches with a single write in flight; a snapshot goroutine
 // serializes a tree clone; a heartbeat goroutine (bucket stores) rewrites
-// the owner object. Fields are grouped in Engine as immutable after Open and
-// guarded by mu.
+// the owner object. Stores with an OS lock (objstore.Locker: file://) have
+// no owner object and no heartbeat goroutine: the lock keeps other writers
+// out, the open-marker batch fences, and an idle writer makes no requests.
+// Fields are grouped in Engine as immutable after Open and guarded by mu.
 //
 // # Key space
 //

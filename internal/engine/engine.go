@@ -42,12 +42,15 @@ type BulkIndexer interface {
 type Options struct {
 	// Bucket holds the store. Required. The engine closes it on Close.
 	Bucket objstore.Bucket
-	// Heartbeat is the owner-object interval for stores without an OS lock
-	// (see objstore.Locker). Zero disables ownership checks: only for stores
-	// that cannot be shared between processes (mem://).
+	// Heartbeat is the owner-object interval for stores without an OS lock.
+	// Stores with one (objstore.Locker: file://) ignore it: the lock keeps
+	// other writers out, so they write no owner object and make no requests
+	// while idle. Zero disables ownership checks: only for stores that
+	// cannot be shared between processes (mem://).
 	Heartbeat time.Duration
 	// Takeover skips the liveness check of the current owner: the new
-	// engine fences whoever is writing.
+	// engine fences whoever is writing. It cannot take an OS lock held by
+	// another process (Open still fails with ErrLocked).
 	Takeover bool
 	// SnapshotMinBytes: a snapshot is written once the WAL written since the
 	// last one exceeds max(SnapshotMinBytes, size of the last snapshot).
@@ -118,6 +121,7 @@ type Engine struct {
 	writer   string // random identity of this open
 	epoch    uint64 // sequence number of this writer's open marker
 	readOnly bool   // opened by OpenReadOnly: never writes
+	osLock   bool   // the bucket has an OS lock (objstore.Locker)
 	log      *slog.Logger
 	bgCtx    context.Context
 	bgStop   context.CancelFunc
@@ -177,9 +181,14 @@ func newEngine(opts Options) (*Engine, error) {
 		tree:   newTree(),
 		dirty:  map[string]*batch{},
 	}
+	_, e.osLock = objstore.AsLocker(opts.Bucket)
 	e.bgCtx, e.bgStop = context.WithCancel(context.Background())
 	return e, nil
 }
+
+// beats reports whether this writer keeps an owner object: on bucket stores
+// shared between processes, which have no OS lock.
+func (e *Engine) beats() bool { return e.opts.Heartbeat > 0 && !e.osLock }
 
 // Open recovers the store in opts.Bucket and makes this engine its writer.
 func Open(ctx context.Context, opts Options) (*Engine, error) {
@@ -199,7 +208,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		e.Kill()
 		return nil, err
 	}
-	if e.opts.Heartbeat > 0 {
+	if e.beats() {
 		e.bg.Add(1)
 		go e.heartbeatLoop()
 	}
@@ -216,7 +225,7 @@ func (e *Engine) open1(ctx context.Context) error {
 			}
 			return err
 		}
-	} else if e.opts.Heartbeat > 0 && !e.opts.Takeover {
+	} else if e.beats() && !e.opts.Takeover {
 		if err := e.checkOwner(ctx); err != nil {
 			return err
 		}
@@ -234,7 +243,7 @@ func (e *Engine) open1(ctx context.Context) error {
 	e.nextSeq = epoch + 1
 	e.durable = epoch
 	e.stats.Batches = 1
-	if e.opts.Heartbeat > 0 {
+	if e.beats() {
 		if err := e.beat(ctx, 0, false); err != nil {
 			return err
 		}
@@ -317,7 +326,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Unlock()
 	e.bg.Wait()
 	var err error
-	if e.opts.Heartbeat > 0 && failed == nil {
+	if e.beats() && failed == nil {
 		err = e.release(ctx)
 	}
 	if cerr := e.bucket.Close(); err == nil {

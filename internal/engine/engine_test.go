@@ -604,3 +604,76 @@ func TestReadWaitsForDurability(t *testing.T) {
 		t.Fatal("View of a failed batch's data succeeded")
 	}
 }
+
+// On a store with an OS lock (file://) the writer keeps no owner object: an
+// idle writer makes no requests at all, over many heartbeat intervals and
+// at Close, while the lock alone keeps a second writer out, takeover or not.
+// The same engine on a bucket store beats (the control).
+func TestLockedStoreHasNoHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	const hb = 5 * time.Millisecond
+	// idle returns the requests an engine made while idle for 10 heartbeat
+	// intervals and then closing.
+	idle := func(t *testing.T, url string) objstore.Counts {
+		t.Helper()
+		raw, err := objstore.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := objstore.NewCounting(raw)
+		e := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
+		put(t, e, "k", "v")
+		// Let Open's background blob sweep (one List) finish first.
+		for prev, i := b.Counts(), 0; i < 20; i++ {
+			time.Sleep(hb)
+			if c := b.Counts(); c == prev {
+				break
+			} else {
+				prev = c
+			}
+		}
+		before := b.Counts()
+		time.Sleep(10 * hb)
+		if err := e.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return b.Counts().Sub(before)
+	}
+
+	dir := t.TempDir()
+	if got := idle(t, "file://"+dir); got != (objstore.Counts{}) {
+		t.Errorf("idle file store made requests over 10 heartbeats and Close: %+v", got)
+	}
+	probe := objstoretest.Open(t, "file://"+dir)
+	if _, err := probe.Get(ctx, ownerKey); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("file store has an owner object: %v", err)
+	}
+
+	// The lock keeps a second writer out, with or without takeover, and a
+	// reader does not disturb the writer.
+	a := mustOpen(t, Options{Bucket: objstoretest.Open(t, "file://"+dir), Heartbeat: hb})
+	defer a.Close(ctx)
+	for _, takeover := range []bool{false, true} {
+		second, err := objstore.Open(ctx, "file://"+dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(ctx, Options{Bucket: second, Heartbeat: hb, Takeover: takeover}); !errors.Is(err, ErrLocked) {
+			t.Errorf("second writer (takeover=%v) on a locked file store: %v, want ErrLocked", takeover, err)
+		}
+		second.Close()
+	}
+	r, err := OpenReadOnly(ctx, Options{Bucket: objstoretest.Open(t, "file://"+dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dump(t, r); got["k"] != "v" {
+		t.Errorf("reader sees %v", got)
+	}
+	r.Close(ctx)
+	put(t, a, "k2", "v2")
+
+	if got := idle(t, storeURL(t)); got.Puts == 0 {
+		t.Errorf("idle bucket store made no PUTs over 10 heartbeats: %+v; the control is broken", got)
+	}
+}

@@ -17,7 +17,9 @@ import (
 // a few intervals apart: if the bytes changed, someone is beating, so the
 // store is locked. No clocks are compared, so clock skew between machines
 // cannot make a live writer look dead. Safety never depends on this check:
-// the WAL sequence fences a writer that was wrongly judged dead.
+// the WAL sequence fences a writer that was wrongly judged dead. Stores with
+// an OS lock (file://) have no owner object: the lock already keeps a second
+// writer out, and an idle writer makes no requests at all (see beats).
 const ownerKey = "owner"
 
 // livenessWindow is how long an opener watches the owner object.

@@ -91,31 +91,54 @@
 // directory holds:
 //
 //	<dir>/.lock      flock(2) target of Lock; holds the pid of the last holder
-//	<dir>/.tmp/      staging files of writes in progress
+//	<dir>/.tmp/      staging files of writes in progress (named ones are listed)
 //	<dir>/KEY        one regular file per object ("wal/0001" -> <dir>/wal/0001)
 //
-// A write creates a file in .tmp, writes and fsyncs it, then publishes it:
-// a create-only write with link(2), which fails with EEXIST if the name
-// exists (ErrExists), atomically across processes, and then unlinks the
-// temporary name; any other write with rename(2), which atomically
-// replaces. Finally it fsyncs the object's directory, making the new name
-// durable. Directories for key prefixes ("wal/") are created on demand and
-// fsynced into their parents. Delete is unlink(2), without a directory
-// fsync (see above). Directories are never removed.
+// A write stages the object's bytes in a file nobody can see, makes the
+// data durable, then publishes it under the key's name, then makes the name
+// durable:
+//
+//   - Create-only writes (ifNotExist) on Linux stage an unnamed file:
+//     open(.tmp, O_TMPFILE), write, fdatasync. Publishing is
+//     linkat("/proc/self/fd/N", dirfd, name, AT_SYMLINK_FOLLOW), which
+//     fails with EEXIST if the name exists (ErrExists), atomically across
+//     processes, like link(2). Until then the file has no name at all, and
+//     after a crash the kernel frees it: a crash leaves nothing behind.
+//     The next write's unnamed file is opened in the background while this
+//     one syncs (creating an inode waits for the journal the syncs keep
+//     busy); Close closes it.
+//   - Other writes, and create-only writes on macOS or on file systems
+//     without O_TMPFILE (the first write that gets EOPNOTSUPP, EISDIR or
+//     EINVAL switches the store over), stage a named file in .tmp: create,
+//     write, fdatasync (F_FULLFSYNC on macOS). A create-only write publishes
+//     it with link(2) (EEXIST as above) and then unlinks the temporary
+//     name; any other write with rename(2), which atomically replaces.
+//
+// In both, publishing names the file relative to an open descriptor of the
+// object's directory, and fsyncing that descriptor makes the new name
+// durable: the name reaches the disk only after the data it names, so a
+// crash never leaves a partial object visible. fdatasync suffices for the
+// data: it covers the size and block map needed to read the file back, and
+// the link count and the name are the directory fsync's. Directories for
+// key prefixes ("wal/") are created on demand and fsynced into their
+// parents. The store keeps up to 32 directories open between writes and
+// closes them on Close; a cached directory that was removed behind its
+// back is reopened by path. Delete is unlink(2), without a directory fsync
+// (see above). Directories are never removed.
 //
 // Lock takes flock(LOCK_EX|LOCK_NB) on .lock. The lock belongs to the open
 // file, so it excludes other processes and other Buckets of this process
 // alike (ErrLocked); Close releases it, and so does process death. Having
-// taken the lock, Lock deletes everything in .tmp: staging files of
-// writers that crashed.
+// taken the lock, Lock deletes everything in .tmp: named staging files of
+// writers that crashed (unnamed ones are gone with their process).
 //
 // Caveats: a key and a key prefix ending at a '/' cannot coexist ("a" and
 // "a/b": "a" would have to be a file and a directory); the second write
 // fails with ErrInvalidKey. flock is unreliable on network file systems
 // (NFS, SMB); use a local file system. Files are created with mode 0600
 // and directories 0700. Only the lock holder should write: a Lock in
-// another process deletes the staging files of writes in progress, which
-// then fail (without writing anything).
+// another process deletes the named staging files of writes in progress,
+// which then fail (without writing anything).
 //
 // # Cloud caveats
 //

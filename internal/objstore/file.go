@@ -26,6 +26,7 @@ const (
 // File modes for what the driver creates (before the umask).
 const (
 	fileDirMode  fs.FileMode = 0o700
+	fileObjMode  fs.FileMode = 0o600 // as os.CreateTemp's
 	fileLockMode fs.FileMode = 0o600
 )
 
@@ -37,9 +38,20 @@ type fileBucket struct {
 	tmp  string // root/.tmp
 
 	closed atomic.Bool
+	anon   atomic.Bool // create-only writes stage O_TMPFILE files
+	// openAnon is openAnon; tests replace it to simulate a file system
+	// without O_TMPFILE. Set before the bucket is used.
+	openAnon func(dir string) (*os.File, error)
+	dirs     dirCache
 
 	mu       sync.Mutex
 	lockFile *os.File // guarded by mu; non-nil while the lock is held
+
+	spareMu     sync.Mutex
+	spare       *os.File       // guarded by spareMu: unnamed file for the next create-only write
+	refilling   bool           // guarded by spareMu: a goroutine is opening the spare
+	spareClosed bool           // guarded by spareMu: Close was called
+	refill      sync.WaitGroup // the refilling goroutine
 }
 
 // openFile opens (creating if needed) the store directory.
@@ -47,10 +59,11 @@ func openFile(loc *location) (Bucket, error) {
 	if !fileSupported {
 		return nil, opErr("open", loc.display, fmt.Errorf("file stores: %w on this platform", errors.ErrUnsupported))
 	}
-	f := &fileBucket{root: loc.name, tmp: filepath.Join(loc.name, fileTmpDir)}
+	f := &fileBucket{root: loc.name, tmp: filepath.Join(loc.name, fileTmpDir), openAnon: openAnon}
 	if err := mkdirAllSync(f.tmp); err != nil {
 		return nil, opErr("open", loc.display, err)
 	}
+	f.anon.Store(anonSupported())
 	return f, nil
 }
 
@@ -123,84 +136,211 @@ func (f *fileBucket) Put(ctx context.Context, key string, data []byte, ifNotExis
 	if err := f.check(ctx, "put", key); err != nil {
 		return err
 	}
-	tmp, err := f.createTemp()
+	st, err := f.stage(ifNotExist)
 	if err != nil {
 		return opErr("put", key, err)
 	}
-	_, err = tmp.Write(data)
+	_, err = st.file.Write(data)
 	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = f.commit(tmp.Name(), key, ifNotExist)
+		err = f.finish(st, key, ifNotExist)
+	} else {
+		st.discard()
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
 		return opErr("put", key, err)
 	}
 	return nil
 }
 
-// NewWriter implements Bucket. Data is staged in a temporary file and
-// committed like Put by Close.
+// NewWriter implements Bucket. Data is staged like Put's and committed like
+// Put by Close.
 func (f *fileBucket) NewWriter(ctx context.Context, key string, ifNotExist bool) (Writer, error) {
 	if err := f.check(ctx, "put", key); err != nil {
 		return nil, err
 	}
-	tmp, err := f.createTemp()
+	st, err := f.stage(ifNotExist)
 	if err != nil {
 		return nil, opErr("put", key, err)
 	}
 	return &fileWriter{
 		f: f, ctx: ctx, key: key, ifNotExist: ifNotExist,
-		tmp: tmp, buf: bufio.NewWriterSize(tmp, 64<<10),
+		st: st, buf: bufio.NewWriterSize(st.file, 64<<10),
 	}, nil
 }
 
-// createTemp creates a staging file in the temp directory, recreating the
-// directory if something removed it.
-func (f *fileBucket) createTemp() (*os.File, error) {
-	tmp, err := os.CreateTemp(f.tmp, "obj-*")
-	if errors.Is(err, fs.ErrNotExist) {
-		if err = mkdirAllSync(f.tmp); err == nil {
-			tmp, err = os.CreateTemp(f.tmp, "obj-*")
-		}
-	}
-	return tmp, err
+// staged is an object being written: an unnamed O_TMPFILE file (anon), or a
+// named temporary file in the temp directory.
+type staged struct {
+	file *os.File
+	anon bool
 }
 
-// commit moves the synced temporary file tmp to key's path and syncs the
-// directory. Create-only commits use link(2), which fails if the name
-// exists, atomically across processes; others use rename(2), which
-// atomically replaces. Missing parent directories are created (and synced
-// into their parents) when the first attempt finds them absent. On success
-// tmp no longer exists.
-func (f *fileBucket) commit(tmp, key string, ifNotExist bool) error {
-	final := f.path(key)
-	dir := filepath.Dir(final)
-	place := func() error {
-		if ifNotExist {
-			return os.Link(tmp, final)
-		}
-		return os.Rename(tmp, final)
+// discard abandons a staged object.
+func (st staged) discard() {
+	st.file.Close()
+	if !st.anon {
+		os.Remove(st.file.Name())
 	}
-	err := place()
-	if errors.Is(err, fs.ErrNotExist) || isNotDir(err) {
-		if mkErr := mkdirAllSync(dir); mkErr != nil {
-			if isNotDir(mkErr) || errors.Is(mkErr, fs.ErrExist) {
+}
+
+// stage creates the file an object is written into before it is published.
+// Create-only writes use an unnamed O_TMPFILE file where the platform and
+// the file system have it (a crash leaves nothing behind, and publishing is
+// one linkat); the first write that finds it unsupported switches the store
+// to named temporary files for good. Other writes, which must replace an
+// existing object with rename(2), always use a named temporary file.
+func (f *fileBucket) stage(ifNotExist bool) (staged, error) {
+	if ifNotExist && f.anon.Load() {
+		file, err := f.takeAnon()
+		if err == nil {
+			return staged{file: file, anon: true}, nil
+		}
+		if !anonUnsupported(err) {
+			return staged{}, err
+		}
+		f.anon.Store(false)
+	}
+	file, err := f.inTmpDir(func(dir string) (*os.File, error) { return os.CreateTemp(dir, "obj-*") })
+	return staged{file: file}, err
+}
+
+// takeAnon returns an unnamed file for a create-only write: the spare if
+// one is ready, else a new one. Either way it starts opening the next spare,
+// so that the next write finds one: the open then overlaps this write's
+// syncs instead of adding to the next write's latency (creating an inode
+// waits for the file system's journal, which the syncs keep busy).
+func (f *fileBucket) takeAnon() (*os.File, error) {
+	f.spareMu.Lock()
+	file := f.spare
+	f.spare = nil
+	f.spareMu.Unlock()
+	if file == nil {
+		var err error
+		if file, err = f.inTmpDir(f.openAnon); err != nil {
+			return nil, err
+		}
+	}
+	f.refillSpare()
+	return file, nil
+}
+
+// refillSpare opens the spare unnamed file in the background, unless one is
+// there or being opened. A failure is dropped: the next write opens its own
+// file and reports the error (or falls back to named files).
+func (f *fileBucket) refillSpare() {
+	f.spareMu.Lock()
+	defer f.spareMu.Unlock()
+	if f.refilling || f.spare != nil || f.spareClosed {
+		return
+	}
+	f.refilling = true
+	f.refill.Add(1)
+	go func() {
+		defer f.refill.Done()
+		file, err := f.inTmpDir(f.openAnon)
+		f.spareMu.Lock()
+		defer f.spareMu.Unlock()
+		f.refilling = false
+		if err != nil {
+			return
+		}
+		if f.spareClosed {
+			file.Close()
+			return
+		}
+		f.spare = file
+	}()
+}
+
+// closeSpare closes the spare file and waits for a refill in progress; no
+// spare is opened afterwards.
+func (f *fileBucket) closeSpare() {
+	f.spareMu.Lock()
+	f.spareClosed = true
+	if f.spare != nil {
+		f.spare.Close()
+		f.spare = nil
+	}
+	f.spareMu.Unlock()
+	f.refill.Wait()
+}
+
+// inTmpDir calls create on the temp directory, recreating the directory if
+// something removed it.
+func (f *fileBucket) inTmpDir(create func(dir string) (*os.File, error)) (*os.File, error) {
+	file, err := create(f.tmp)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = mkdirAllSync(f.tmp); err == nil {
+			file, err = create(f.tmp)
+		}
+	}
+	return file, err
+}
+
+// finish makes the written staged file durable (its data; the name comes
+// with the directory sync in publish), publishes it at key and releases it.
+// On failure nothing is published and the staged file is gone.
+func (f *fileBucket) finish(st staged, key string, ifNotExist bool) error {
+	err := syncData(st.file)
+	if err == nil && f.closed.Load() {
+		err = ErrClosed
+	}
+	if err == nil && st.anon {
+		// The unnamed file is linked through its descriptor: keep it open.
+		err = f.publish(st, key, ifNotExist)
+		if cerr := st.file.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	if cerr := st.file.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = f.publish(st, key, ifNotExist)
+	}
+	if err != nil && !st.anon {
+		os.Remove(st.file.Name())
+	}
+	return err
+}
+
+// publish gives the synced staged file key's name and syncs the directory
+// that now holds the name, through a cached descriptor of that directory.
+// Create-only writes use linkat(2), which fails if the name exists,
+// atomically across processes; others use renameat(2), which atomically
+// replaces. Missing parent directories are created (and synced into their
+// parents). On success a named staged file no longer exists.
+func (f *fileBucket) publish(st staged, key string, ifNotExist bool) error {
+	final := f.path(key)
+	dir, name := filepath.Dir(final), filepath.Base(final)
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var d *dirHandle
+		d, err = f.dirs.acquire(dir, openDirCreating)
+		if err != nil {
+			if isNotDir(err) || errors.Is(err, fs.ErrExist) {
 				return fmt.Errorf("%w: a parent of %q is an object (file driver limitation)", ErrInvalidKey, key)
 			}
-			return mkErr
+			return err
 		}
-		err = place()
-	}
-	if ifNotExist && err == nil {
-		// The object is committed; a leftover temp name is harmless and
-		// removed at the next Lock.
-		os.Remove(tmp)
+		if st.anon {
+			err = linkAnon(st.file, d.f, name)
+		} else {
+			err = placeNamed(st.file.Name(), d.f, name, ifNotExist)
+		}
+		if err == nil {
+			err = syncDirFile(d.f)
+			f.dirs.release(d)
+			break
+		}
+		f.dirs.release(d)
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		// The cached directory was removed (creating an entry in a removed
+		// directory fails with ENOENT): open the path afresh.
+		f.dirs.evict(d)
 	}
 	if err != nil {
 		if fi, serr := os.Lstat(final); serr == nil && fi.IsDir() {
@@ -211,7 +351,24 @@ func (f *fileBucket) commit(tmp, key string, ifNotExist bool) error {
 		}
 		return err
 	}
-	return syncDir(dir)
+	if ifNotExist && !st.anon {
+		// The object is committed; a leftover temp name is harmless and
+		// removed at the next Lock.
+		os.Remove(st.file.Name())
+	}
+	return nil
+}
+
+// openDirCreating opens dir, first creating it and any missing parents
+// (synced into their parents) if it is absent.
+func openDirCreating(dir string) (*os.File, error) {
+	d, err := openDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = mkdirAllSync(dir); err == nil {
+			d, err = openDir(dir)
+		}
+	}
+	return d, err
 }
 
 // Delete implements Bucket. The directory is not fsynced: after a power
@@ -315,6 +472,8 @@ func (f *fileBucket) Close() error {
 	if f.closed.Swap(true) {
 		return nil
 	}
+	f.dirs.close()
+	f.closeSpare()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.lockFile != nil {
@@ -374,13 +533,13 @@ func (f *fileBucket) removeStaleTemps() {
 	}
 }
 
-// fileWriter streams into a temporary file; Close commits it.
+// fileWriter streams into a staged file; Close publishes it.
 type fileWriter struct {
 	f          *fileBucket
 	ctx        context.Context
 	key        string
 	ifNotExist bool
-	tmp        *os.File
+	st         staged
 	buf        *bufio.Writer
 	done       bool // Close or Abort was called
 	err        error
@@ -414,19 +573,11 @@ func (w *fileWriter) Close() error {
 		err = w.buf.Flush()
 	}
 	if err == nil {
-		err = w.tmp.Sync()
-	}
-	if cerr := w.tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && w.f.closed.Load() {
-		err = ErrClosed
-	}
-	if err == nil {
-		err = w.f.commit(w.tmp.Name(), w.key, w.ifNotExist)
+		err = w.f.finish(w.st, w.key, w.ifNotExist)
+	} else {
+		w.st.discard()
 	}
 	if err != nil {
-		os.Remove(w.tmp.Name())
 		return opErr("put", w.key, err)
 	}
 	return nil
@@ -437,8 +588,7 @@ func (w *fileWriter) Abort() error {
 		return nil
 	}
 	w.done = true
-	w.tmp.Close()
-	os.Remove(w.tmp.Name())
+	w.st.discard()
 	return nil
 }
 

@@ -14,8 +14,16 @@ const fileSupported = false
 
 var errNotDir = errors.ErrUnsupported
 
-func syncDir(string) error    { return errors.ErrUnsupported }
-func unlinkFile(string) error { return errors.ErrUnsupported }
-func lockFile(*os.File) error { return errors.ErrUnsupported }
-func isNotDir(error) bool     { return false }
-func isDirErr(error) bool     { return false }
+func syncDir(string) error                            { return errors.ErrUnsupported }
+func openDir(string) (*os.File, error)                { return nil, errors.ErrUnsupported }
+func syncDirFile(*os.File) error                      { return errors.ErrUnsupported }
+func placeNamed(string, *os.File, string, bool) error { return errors.ErrUnsupported }
+func anonSupported() bool                             { return false }
+func openAnon(string) (*os.File, error)               { return nil, errors.ErrUnsupported }
+func anonUnsupported(error) bool                      { return true }
+func linkAnon(*os.File, *os.File, string) error       { return errors.ErrUnsupported }
+func syncData(*os.File) error                         { return errors.ErrUnsupported }
+func unlinkFile(string) error                         { return errors.ErrUnsupported }
+func lockFile(*os.File) error                         { return errors.ErrUnsupported }
+func isNotDir(error) bool                             { return false }
+func isDirErr(error) bool                             { return false }

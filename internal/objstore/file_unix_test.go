@@ -24,10 +24,11 @@ import (
 // Child processes are this test binary re-executed with -test.run selecting
 // TestFileHelperProcess and childModeEnv saying what to do.
 const (
-	childModeEnv = "OBJSTORE_TEST_CHILD"
-	childDirEnv  = "OBJSTORE_TEST_DIR"
-	childIDEnv   = "OBJSTORE_TEST_ID"
-	childKeysEnv = "OBJSTORE_TEST_KEYS"
+	childModeEnv  = "OBJSTORE_TEST_CHILD"
+	childDirEnv   = "OBJSTORE_TEST_DIR"
+	childIDEnv    = "OBJSTORE_TEST_ID"
+	childKeysEnv  = "OBJSTORE_TEST_KEYS"
+	childNamedEnv = "OBJSTORE_TEST_NAMED" // stage create-only writes in named files
 )
 
 // TestFileHelperProcess is not a test: it is the body of the child
@@ -42,6 +43,9 @@ func TestFileHelperProcess(t *testing.T) {
 	if err != nil {
 		fmt.Printf("error %v\n", err)
 		os.Exit(2)
+	}
+	if os.Getenv(childNamedEnv) != "" {
+		objstore.SetFileStagesUnnamed(b, false)
 	}
 	stdin := bufio.NewReader(os.Stdin)
 	switch mode {
@@ -86,12 +90,14 @@ func TestFileHelperProcess(t *testing.T) {
 		io.Copy(io.Discard, stdin)
 		select {}
 	case "writer":
-		// Write objects until killed, with a streamed write always open.
+		// Write objects until killed, with a streamed write of each kind
+		// always open.
 		l, _ := objstore.AsLocker(b)
 		if err := l.Lock(); err != nil {
 			fmt.Printf("error %v\n", err)
 			os.Exit(2)
 		}
+		var excl objstore.Writer
 		for i := 0; ; i++ {
 			w, err := b.NewWriter(ctx, fmt.Sprintf("partial/%06d", i), false)
 			if err != nil {
@@ -99,6 +105,14 @@ func TestFileHelperProcess(t *testing.T) {
 				os.Exit(2)
 			}
 			w.Write(crashContent(i)[:1000])
+			if excl != nil {
+				excl.Abort()
+			}
+			if excl, err = b.NewWriter(ctx, fmt.Sprintf("partial-excl/%06d", i), true); err != nil {
+				fmt.Printf("error %v\n", err)
+				os.Exit(2)
+			}
+			excl.Write(crashContent(i)[:60000])
 			if err := b.Put(ctx, fmt.Sprintf("crash/%06d", i), crashContent(i), i%2 == 0); err != nil {
 				fmt.Printf("error %v\n", err)
 				os.Exit(2)
@@ -282,10 +296,17 @@ func TestFileLockAcrossProcesses(t *testing.T) {
 
 // TestFileCrash kills a writing process and checks that every object it
 // reported written is there and whole, that no partial object is visible,
-// and that Lock clears the dead writer's temporary files.
+// and that Lock clears the dead writer's temporary files. It runs with
+// create-only writes staged as the platform does (O_TMPFILE on Linux) and
+// in named temporary files.
 func TestFileCrash(t *testing.T) {
+	t.Run("default", func(t *testing.T) { testFileCrash(t) })
+	t.Run("named", func(t *testing.T) { testFileCrash(t, childNamedEnv+"=1") })
+}
+
+func testFileCrash(t *testing.T, env ...string) {
 	dir := t.TempDir()
-	c := startChild(t, "writer", dir)
+	c := startChild(t, "writer", dir, env...)
 	last := -1
 	for last < 40 {
 		l := c.line(t)

@@ -1,0 +1,16 @@
+package objstore
+
+import (
+	"errors"
+	"os"
+)
+
+// macOS has no O_TMPFILE: every write stages a named temporary file.
+func anonSupported() bool                       { return false }
+func openAnon(string) (*os.File, error)         { return nil, errors.ErrUnsupported }
+func anonUnsupported(err error) bool            { return errors.Is(err, errors.ErrUnsupported) }
+func linkAnon(*os.File, *os.File, string) error { return errors.ErrUnsupported }
+
+// syncData uses F_FULLFSYNC (os.File.Sync): fdatasync on macOS does not
+// flush the drive's cache.
+func syncData(f *os.File) error { return f.Sync() }

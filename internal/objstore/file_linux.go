@@ -1,0 +1,74 @@
+package objstore
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// anonSupported reports whether this platform may have O_TMPFILE: an
+// unnamed file in a directory's file system that linkat(2) can later give
+// a name. Whether the file system supports it is learnt at the first write.
+func anonSupported() bool {
+	// linkat reaches the unnamed file through /proc/self/fd.
+	fi, err := os.Stat("/proc/self/fd")
+	return err == nil && fi.IsDir()
+}
+
+// openAnon creates an unnamed regular file in the file system of dir,
+// open for writing. It has no directory entry, so nothing can see it, and
+// the kernel frees it when it is closed, or at the next mount after a crash.
+func openAnon(dir string) (*os.File, error) {
+	var fd int
+	err := ignoringEINTR(func() error {
+		var err error
+		fd, err = unix.Open(dir, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, uint32(fileObjMode))
+		return err
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open O_TMPFILE", Path: dir, Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir, "(unnamed)")), nil
+}
+
+// anonUnsupported reports whether err from openAnon means the kernel or the
+// file system has no O_TMPFILE (EISDIR from kernels before 3.11, which
+// ignore the flag's upper bits and see a directory; EOPNOTSUPP from file
+// systems without it; EINVAL from some), so that the named-temp protocol
+// must be used instead.
+func anonUnsupported(err error) bool {
+	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL)
+}
+
+// linkAnon gives the unnamed file f the name name in the directory d, failing
+// with EEXIST if the name exists. AT_SYMLINK_FOLLOW makes linkat resolve
+// /proc/self/fd/N to the open file itself (the inode), which works for an
+// O_TMPFILE file opened without O_EXCL and needs no privilege (unlike
+// AT_EMPTY_PATH).
+func linkAnon(f *os.File, d *os.File, name string) error {
+	var lerr error
+	err := withFds(f, d, func(fd, dfd int) {
+		src := "/proc/self/fd/" + strconv.Itoa(fd)
+		lerr = ignoringEINTR(func() error { return unix.Linkat(unix.AT_FDCWD, src, dfd, name, unix.AT_SYMLINK_FOLLOW) })
+	})
+	if err == nil {
+		err = lerr
+	}
+	if err != nil {
+		return &os.LinkError{Op: "linkat", Old: f.Name(), New: filepath.Join(d.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// syncData makes f's data durable together with the metadata needed to read
+// it back (its size and block map), but not its timestamps: fdatasync(2).
+// A file's name is made durable separately, by syncing its directory.
+func syncData(f *os.File) error {
+	if err := withFd(f, unix.Fdatasync); err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+	}
+	return nil
+}
