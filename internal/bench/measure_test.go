@@ -13,7 +13,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestMeasure runs one bench described by the JSON Config in
 // $STEPWELL_BENCH (durations in nanoseconds) and prints its table and JSON.
-// It is how docs/BENCHMARKS.md was measured until `stepwell bench` exists:
+// It runs the same code as `stepwell bench`, under the test harness, for
+// profiles and for the MinIO figures in docs/BENCHMARKS.md:
 //
 //	STEPWELL_BENCH='{"Store":"file://","Runs":5000,"Steps":3,"Concurrency":32}' \
 //	    go test -run TestMeasure -count=1 -v -timeout 30m ./internal/bench/
