@@ -20,7 +20,11 @@
 // service acknowledged the PUT. Transactions from concurrent goroutines
 // share WAL objects (group commit): while one WAL write is in flight, the
 // next batch fills, so throughput grows with concurrency while each object
-// store request carries many transactions.
+// store request carries many transactions. Under load (batches of four
+// transactions or more) the writer waits up to half a write's duration for
+// a batch smaller than the previous one to fill, so that committers that
+// each wait for their commit share one write instead of alternating between
+// two half-full ones.
 //
 // Reads (Get, Scan) see every committed transaction, and a read that would
 // observe a transaction not yet durable waits until it is.

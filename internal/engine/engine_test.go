@@ -239,6 +239,37 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// Committers that each wait for their commit fall into two cohorts with one
+// write in flight; the committer's brief linger merges them, so batches
+// carry nearly all of them instead of half.
+func TestGroupCommitMergesCohorts(t *testing.T) {
+	ctx := context.Background()
+	b, _ := memBucket(t)
+	fault := objstoretest.NewFault(b, 1)
+	fault.SetLatency(5*time.Millisecond, 0)
+	e := mustOpen(t, Options{Bucket: fault})
+	defer e.Close(ctx)
+	const workers, each = 16, 40
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				put(t, e, fmt.Sprintf("w%d/%d", w, i), "x")
+			}
+		}()
+	}
+	wg.Wait()
+	s := e.Stats()
+	// Without the linger this is about workers/2.
+	if perBatch := float64(s.Txns) / float64(s.Batches); perBatch < 0.65*workers {
+		t.Fatalf("%.1f transactions per batch with %d closed-loop committers; cohorts are not merging", perBatch, workers)
+	} else {
+		t.Logf("%.1f transactions per batch", perBatch)
+	}
+}
+
 // waitSnapshot waits for the background snapshot writer (Close would
 // cancel one in progress).
 func waitSnapshot(t *testing.T, e *Engine, n uint64) {
