@@ -210,25 +210,8 @@ func TestRollbackAndIndexer(t *testing.T) {
 }
 
 func TestGroupCommit(t *testing.T) {
-	ctx := context.Background()
-	b, _ := memBucket(t)
-	fault := objstoretest.NewFault(b, 1)
-	fault.SetLatency(2*time.Millisecond, 0)
-	e := mustOpen(t, Options{Bucket: fault})
-	defer e.Close(ctx)
 	const workers, each = 64, 20
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				put(t, e, fmt.Sprintf("w%d/%d", w, i), "x")
-			}
-		}()
-	}
-	wg.Wait()
-	s := e.Stats()
+	s := closedLoopPuts(t, 2*time.Millisecond, workers, each)
 	if s.Txns != workers*each {
 		t.Fatalf("Txns = %d, want %d", s.Txns, workers*each)
 	}
@@ -239,17 +222,15 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
-// Committers that each wait for their commit fall into two cohorts with one
-// write in flight; the committer's brief linger merges them, so batches
-// carry nearly all of them instead of half.
-func TestGroupCommitMergesCohorts(t *testing.T) {
-	ctx := context.Background()
+// closedLoopPuts opens an engine whose every write takes latency, runs
+// workers goroutines that each commit each puts, one after another, and
+// returns the engine's stats.
+func closedLoopPuts(t *testing.T, latency time.Duration, workers, each int) Stats {
 	b, _ := memBucket(t)
 	fault := objstoretest.NewFault(b, 1)
-	fault.SetLatency(5*time.Millisecond, 0)
+	fault.SetLatency(latency, 0)
 	e := mustOpen(t, Options{Bucket: fault})
-	defer e.Close(ctx)
-	const workers, each = 16, 40
+	defer e.Close(context.Background())
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -261,7 +242,15 @@ func TestGroupCommitMergesCohorts(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	s := e.Stats()
+	return e.Stats()
+}
+
+// Committers that each wait for their commit fall into two cohorts with one
+// write in flight; the committer's brief linger merges them, so batches
+// carry nearly all of them instead of half.
+func TestGroupCommitMergesCohorts(t *testing.T) {
+	const workers, each = 16, 40
+	s := closedLoopPuts(t, 5*time.Millisecond, workers, each)
 	// Without the linger this is about workers/2.
 	if perBatch := float64(s.Txns) / float64(s.Batches); perBatch < 0.65*workers {
 		t.Fatalf("%.1f transactions per batch with %d closed-loop committers; cohorts are not merging", perBatch, workers)
