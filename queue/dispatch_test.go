@@ -1,8 +1,13 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -210,5 +215,95 @@ func TestDispatchToStoppedWorker(t *testing.T) {
 	}
 	if j := mustClaim(t, q, "w"); j == nil || j.Attempt != 1 {
 		t.Fatalf("claimed %+v", j)
+	}
+}
+
+// A claim of the Work loop that finds the slot it needs taken by a
+// dispatched enqueue must wake when the slot comes back: the ready job it
+// could not claim gets no other signal (the poll interval here is an hour).
+func TestDispatchTakenSlotWakesClaim(t *testing.T) {
+	q := openT(t, memURL(t))
+	release := make(chan struct{})
+	ran := make(chan string, 4)
+	var armed atomic.Bool
+	testHookClaimWait = func() {
+		if st, _ := q.Stats(t0ctx, "w"); st.Pending > 0 || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// Between the loop's idle check and its claim: a dispatched
+		// enqueue takes the only slot, then a plain job becomes ready.
+		if r := mustEnqueue(t, q, "w", "dispatched", EnqueueOptions{Dispatch: true}); !r.Dispatched {
+			t.Error("not dispatched")
+		}
+		mustEnqueue(t, q, "w", "plain", EnqueueOptions{})
+	}
+	t.Cleanup(func() { testHookClaimWait = nil })
+	startWork(t, q, "w", func(ctx context.Context, j *Job) error {
+		ran <- string(j.Payload)
+		if string(j.Payload) == "dispatched" {
+			<-release
+		}
+		return nil
+	}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
+	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
+	armed.Store(true)
+	// Wakes the loop; the hook fires on the claim after this job ran.
+	mustEnqueue(t, q, "w", "wake", EnqueueOptions{})
+	for got := ""; got != "dispatched"; {
+		select {
+		case got = <-ran:
+			if got == "plain" {
+				t.Fatal("plain ran before the dispatched job's slot came back")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the dispatched job did not run")
+		}
+	}
+	close(release)
+	deadline := time.After(10 * time.Second)
+	for seen := map[string]bool{}; !seen["plain"]; {
+		select {
+		case got := <-ran:
+			seen[got] = true
+		case <-deadline:
+			t.Fatal("the ready job waited for the poll interval after the slot came back")
+		}
+	}
+}
+
+// A claim whose large payload cannot be read gives back the slots it took:
+// Work returns the error instead of waiting forever for them.
+func TestDispatchClaimResolveFailurePutsSlots(t *testing.T) {
+	dir := t.TempDir()
+	q := openT(t, "file://"+dir, WithLargeValueThreshold(1024))
+	payload := []byte(strings.Repeat("unreadable-payload ", 200))
+	if _, err := q.Enqueue(t0ctx, "w", payload, EnqueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	removed := 0
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if b, _ := os.ReadFile(p); bytes.Equal(b, payload) {
+			os.Remove(p)
+			removed++
+		}
+		return nil
+	})
+	if removed != 1 {
+		t.Fatalf("removed %d payload objects, want 1", removed)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- q.Work(t0ctx, "w", func(context.Context, *Job) error { return nil }, WorkOptions{Concurrency: 2})
+	}()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("Work returned nil after a failed payload read")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Work hung after a failed payload read (slots leaked)")
 	}
 }

@@ -75,10 +75,13 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 		l.grantLeases(jobs, cfg, now)
 		return nil
 	})
-	if err != nil {
+	putTaken := func() {
 		for ; taken > 0; taken-- {
 			s.put()
 		}
+	}
+	if err != nil {
+		putTaken()
 		return nil, err
 	}
 	l.startLeases(jobs, o)
@@ -87,6 +90,7 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 			continue
 		}
 		if j.Payload, err = l.resolve(ctx, encs[i]); err != nil {
+			putTaken() // the jobs are not run: their slots are free
 			return nil, err
 		}
 	}
@@ -128,6 +132,10 @@ func (l *local) startLeases(jobs []*Job, o options) {
 	}
 }
 
+// testHookClaimWait, when set by a test, runs before each claim of
+// claimWait.
+var testHookClaimWait func()
+
 // claimWait claims up to n jobs, waiting until at least one is claimable or
 // ctx is done. Enqueues and due times wake it; the poll interval bounds the
 // sleep.
@@ -135,6 +143,9 @@ func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s
 	for {
 		if s != nil && s.idle() == 0 {
 			return nil, nil // dispatched jobs took the slots
+		}
+		if h := testHookClaimWait; h != nil {
+			h()
 		}
 		jobs, err := l.claim(ctx, queue, n, o, s)
 		if err != nil || len(jobs) > 0 {
@@ -151,9 +162,17 @@ func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s
 		if due != 0 {
 			wait = min(wait, max(time.Duration(due-l.now().UnixNano()), time.Millisecond))
 		}
+		// A slot put back wakes the wait too: a dispatched enqueue may have
+		// taken the slot this claim needed while jobs were ready, and no
+		// enqueue will signal those jobs again.
+		var freed chan struct{}
+		if s != nil {
+			freed = s.freed
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-notify:
+		case <-freed:
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
