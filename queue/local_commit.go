@@ -53,8 +53,10 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 	// Dispatched enqueues take an idle Work slot now, before the commit, so
 	// that the claim granted in the transaction has somewhere to run.
 	var slotFor map[int]*slots // op index -> slot taken for it
+	now := l.now()
 	for i := range ops {
-		if ops[i].Kind == opEnqueue && ops[i].Dispatch {
+		// A job not due at commit time cannot be granted: take no slot.
+		if ops[i].Kind == opEnqueue && ops[i].Dispatch && resolveTime(ops[i].RunAt, now) <= now.UnixNano() {
 			if s := l.takeSlot(ops[i].Queue); s != nil {
 				if slotFor == nil {
 					slotFor = map[int]*slots{}
@@ -72,7 +74,6 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 	var res TxnResult
 	var unused [][]byte // staged payloads of dedup hits
 	var after []func()  // run once the transaction is applied
-	now := l.now()
 	err := l.eng.Update(ctx, func(tx *engine.Tx) error {
 		res, unused, after = TxnResult{}, nil, nil
 		for i := range ops {

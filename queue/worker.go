@@ -78,15 +78,20 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 	jobBase, stopJobs := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopJobs(context.Canceled)
 	n := max(opts.Concurrency, 1)
-	s := &slots{queue: queue, free: n, total: n, freed: make(chan struct{}, 1)}
+	s := &slots{queue: queue, free: n, total: n, freed: make(chan struct{}, 1), done: ctx.Done()}
 	s.run = func(j *Job, dispatched bool) {
 		go func() {
 			defer s.put()
-			if dispatched && ctx.Err() != nil {
+			if dispatched && (ctx.Err() != nil || s.isClosed()) {
 				// Dispatched to a worker that has begun to stop.
 				if err := q.Release(context.WithoutCancel(jobBase), j); err != nil && !IsClaimLost(err) {
 					q.opts.logf("stepwell: releasing job %s failed: %v", j.ID, err)
 				}
+				return
+			}
+			// The lease ran from the commit; if the commit outlasted it,
+			// the reaper may have requeued the job: then it is not ours.
+			if dispatched && q.Renew(j) != nil {
 				return
 			}
 			q.runSlot(ctx, jobBase, j, h, opts.ManualSettle)
@@ -139,6 +144,7 @@ type slots struct {
 	queue string
 	run   func(j *Job, dispatched bool) // runs j in a taken slot, then puts it back
 	freed chan struct{}                 // signalled (capacity 1) when a slot is put back
+	done  <-chan struct{}               // the loop's ctx.Done(): no more takes
 	wg    sync.WaitGroup                // one per taken slot
 
 	mu     sync.Mutex
@@ -153,6 +159,11 @@ func (s *slots) take() bool {
 	defer s.mu.Unlock()
 	if s.closed || s.free == 0 {
 		return false
+	}
+	select {
+	case <-s.done:
+		return false // stopping: a job taken now would only be released
+	default:
 	}
 	s.free--
 	s.wg.Add(1)
@@ -178,6 +189,12 @@ func (s *slots) idle() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.free
+}
+
+func (s *slots) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 func (s *slots) close() {
