@@ -65,12 +65,6 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 			}
 		}
 	}
-	dispatched := map[int]*slots{} // result index -> slot
-	putSlots := func() {
-		for _, s := range slotFor {
-			s.put()
-		}
-	}
 	var res TxnResult
 	var unused [][]byte // staged payloads of dedup hits
 	var after []func()  // run once the transaction is applied
@@ -105,9 +99,6 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 					}
 				}
 				r := l.enqueueTx(tx, op, ids[i], encs[i], o, now, slotFor[i] != nil)
-				if slotFor[i] != nil {
-					dispatched[len(res.Enqueued)] = slotFor[i]
-				}
 				if r.Duplicate && len(op.Value) > l.opts.largeValue {
 					unused = append(unused, encs[i])
 				}
@@ -161,7 +152,9 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 		if errors.As(err, &cfe) || errors.As(err, &cle) || errors.Is(err, ErrJobExists) {
 			discard(staged) // nothing refers to the staged blobs
 		}
-		putSlots()
+		for _, s := range slotFor {
+			s.put()
+		}
 		return TxnResult{}, err
 	}
 	discard(unused)
@@ -172,17 +165,35 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 		}
 	}
 	l.startLeases(claimed, o)
-	for k, s := range dispatched {
-		r := &res.Enqueued[k]
-		if r.Claimed == nil {
-			s.put() // not granted: the job waits in the queue
-			continue
-		}
-		j := r.Claimed
-		r.Claimed, r.Dispatched = nil, true
-		s.start(j)
+	if slotFor != nil {
+		startDispatched(ops, slotFor, res.Enqueued)
 	}
 	return res, nil
+}
+
+// startDispatched starts each dispatched job that the transaction claimed
+// in the slot taken for it, and gives back the slots of the others (not
+// granted: those jobs wait in the queue). enqueued holds one result per
+// enqueue of ops, in order.
+func startDispatched(ops []txnOp, slotFor map[int]*slots, enqueued []EnqueueResult) {
+	k := 0 // index in enqueued of the next enqueue
+	for i := range ops {
+		if ops[i].Kind != opEnqueue {
+			continue
+		}
+		r := &enqueued[k]
+		k++
+		s := slotFor[i]
+		switch {
+		case s == nil:
+		case r.Claimed == nil:
+			s.put()
+		default:
+			j := r.Claimed
+			r.Claimed, r.Dispatched = nil, true
+			s.start(j)
+		}
+	}
 }
 
 func checkEnqueue(op *txnOp) error {

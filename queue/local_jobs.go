@@ -142,7 +142,13 @@ var testHookClaimWait func()
 func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
 	for {
 		if s != nil && s.idle() == 0 {
-			return nil, nil // dispatched jobs took the slots
+			// Every slot runs a job: wait for one to come back.
+			select {
+			case <-s.freed:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
 		}
 		if h := testHookClaimWait; h != nil {
 			h()

@@ -79,34 +79,16 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 	defer stopJobs(context.Canceled)
 	n := max(opts.Concurrency, 1)
 	s := &slots{queue: queue, free: n, total: n, freed: make(chan struct{}, 1), done: ctx.Done()}
+	stopping := func() bool { return ctx.Err() != nil || s.isClosed() }
 	s.run = func(j *Job, dispatched bool) {
 		go func() {
 			defer s.put()
-			if dispatched && (ctx.Err() != nil || s.isClosed()) {
-				// Dispatched to a worker that has begun to stop.
-				if err := q.Release(context.WithoutCancel(jobBase), j); err != nil && !IsClaimLost(err) {
-					q.opts.logf("stepwell: releasing job %s failed: %v", j.ID, err)
-				}
-				return
-			}
-			// The lease ran from the commit; if the commit outlasted it,
-			// the reaper may have requeued the job: then it is not ours.
-			if dispatched && q.Renew(j) != nil {
-				return
-			}
-			q.runSlot(ctx, jobBase, j, h, opts.ManualSettle)
+			q.runSlot(stopping, jobBase, j, h, opts.ManualSettle, dispatched)
 		}()
 	}
 	q.be.addSlots(s)
 	var runErr error
 	for ctx.Err() == nil {
-		if s.idle() == 0 {
-			select {
-			case <-s.freed:
-			case <-ctx.Done():
-			}
-			continue
-		}
 		jobs, err := q.be.claimWait(ctx, queue, s.total, claimOpts, s)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -142,13 +124,13 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 // never run more than the loop's Concurrency jobs at once.
 type slots struct {
 	queue string
+	total int                           // Concurrency
 	run   func(j *Job, dispatched bool) // runs j in a taken slot, then puts it back
 	freed chan struct{}                 // signalled (capacity 1) when a slot is put back
 	done  <-chan struct{}               // the loop's ctx.Done(): no more takes
 	wg    sync.WaitGroup                // one per taken slot
 
 	mu     sync.Mutex
-	total  int // Concurrency
 	free   int
 	closed bool // the loop is stopping: no more takes
 }
@@ -231,28 +213,32 @@ type handoff struct {
 }
 
 // runSlot runs j and then every job its handlers hand off, until there is
-// none or ctx (the worker's) is done.
-func (q *Queue) runSlot(ctx, base context.Context, j *Job, h Handler, manual bool) {
-	for j != nil {
+// none or the worker is stopping. A job the worker did not claim just now
+// (waited: dispatched to the slot, or handed off) is admitted first.
+func (q *Queue) runSlot(stopping func() bool, base context.Context, j *Job, h Handler, manual, waited bool) {
+	for ; j != nil; waited = true {
+		if waited && !q.admit(stopping(), base, j) {
+			return
+		}
 		ho := &handoff{queue: j.Queue}
 		q.runJob(context.WithValue(base, handoffKey{}, ho), j, h, manual)
 		j = ho.next
-		if j == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			if err := q.Release(context.WithoutCancel(base), j); err != nil && !IsClaimLost(err) {
-				q.opts.logf("stepwell: releasing job %s failed: %v", j.ID, err)
-			}
-			return
-		}
-		// Nothing renewed the handed-off job's lease while the handler that
-		// claimed it ran on. Renew it now; if it ran out, the claim is lost
-		// (the reaper requeues the job, another worker may run it): skip it.
-		if q.Renew(j) != nil {
-			return
-		}
 	}
+}
+
+// admit reports whether a job claimed for a slot before the slot was free
+// may start there. A stopping worker releases it instead (the attempt does
+// not count). Nothing renewed its lease while it waited: if the lease ran
+// out, the claim is lost (the reaper requeues the job, another worker may
+// run it) and the job is skipped.
+func (q *Queue) admit(stopping bool, base context.Context, j *Job) bool {
+	if stopping {
+		if err := q.Release(context.WithoutCancel(base), j); err != nil && !IsClaimLost(err) {
+			q.opts.logf("stepwell: releasing job %s failed: %v", j.ID, err)
+		}
+		return false
+	}
+	return q.Renew(j) == nil
 }
 
 // runJob runs one job with lease renewal and settles it.
