@@ -36,8 +36,6 @@ type schedItem struct {
 	prio  int32
 }
 
-func (it schedItem) ready() readyItem { return readyItem{prio: it.prio, order: it.order, id: it.id} }
-
 func schedLess(a, b schedItem) bool {
 	if a.runAt != b.runAt {
 		return a.runAt < b.runAt
@@ -58,10 +56,12 @@ func timeLess(a, b timeItem) bool {
 }
 
 type queueIndex struct {
-	ready       *btree.BTreeG[readyItem]
-	sched       *btree.BTreeG[schedItem]
-	pendingBulk []schedItem // see jobIndex.bulk
-	claimed     map[string]struct{}
+	ready   *btree.BTreeG[readyItem]
+	sched   *btree.BTreeG[schedItem]
+	claimed map[string]struct{}
+	// Pending jobs of a snapshot being loaded (see jobIndex.bulk).
+	bulkReady []readyItem
+	bulkSched []schedItem
 	// done and dead jobs by UpdatedAt, for retention and listing.
 	done *btree.BTreeG[timeItem]
 	dead *btree.BTreeG[timeItem]
@@ -97,8 +97,8 @@ type jobIndex struct {
 	// Open; the engine's checksums make this a bug, not bit rot).
 	corrupt error
 	// bulk is set while a snapshot loads (engine.BulkIndexer): pending
-	// jobs collect in the queues' pendingBulk and enter the trees at
-	// EndBulk.
+	// jobs collect in the queues' bulkReady and bulkSched and enter the
+	// trees at EndBulk.
 	bulk bool
 }
 
@@ -107,42 +107,30 @@ var _ engine.BulkIndexer = (*jobIndex)(nil)
 // BeginBulk implements engine.BulkIndexer.
 func (ix *jobIndex) BeginBulk() { ix.bulk = true }
 
-// EndBulk implements engine.BulkIndexer. The collected jobs enter the ready
-// and scheduled trees in descending order: see the engine's loadSnapshot on
-// why that makes tight trees.
+// EndBulk implements engine.BulkIndexer.
 func (ix *jobIndex) EndBulk() {
 	ix.bulk = false
-	now := ix.now().UnixNano()
 	for _, qi := range ix.queues {
-		slices.SortFunc(qi.pendingBulk, func(a, b schedItem) int {
-			switch {
-			case readyLess(a.ready(), b.ready()):
-				return -1
-			case readyLess(b.ready(), a.ready()):
-				return 1
-			}
-			return 0
-		})
-		for i := len(qi.pendingBulk) - 1; i >= 0; i-- {
-			if it := qi.pendingBulk[i]; it.runAt <= now {
-				qi.ready.ReplaceOrInsert(it.ready())
-			}
+		loadTight(qi.ready, qi.bulkReady, readyLess)
+		loadTight(qi.sched, qi.bulkSched, schedLess)
+		qi.bulkReady, qi.bulkSched = nil, nil
+	}
+}
+
+// loadTight inserts items into t in descending order: see the engine's
+// loadSnapshot on why that makes tight trees.
+func loadTight[T any](t *btree.BTreeG[T], items []T, less func(a, b T) bool) {
+	slices.SortFunc(items, func(a, b T) int {
+		switch {
+		case less(a, b):
+			return -1
+		case less(b, a):
+			return 1
 		}
-		slices.SortFunc(qi.pendingBulk, func(a, b schedItem) int {
-			switch {
-			case schedLess(a, b):
-				return -1
-			case schedLess(b, a):
-				return 1
-			}
-			return 0
-		})
-		for i := len(qi.pendingBulk) - 1; i >= 0; i-- {
-			if it := qi.pendingBulk[i]; it.runAt > now {
-				qi.sched.ReplaceOrInsert(it)
-			}
-		}
-		qi.pendingBulk = nil
+		return 0
+	})
+	for i := len(items) - 1; i >= 0; i-- {
+		t.ReplaceOrInsert(items[i])
 	}
 }
 
@@ -207,12 +195,20 @@ func (ix *jobIndex) add(id string, r *indexRec) {
 	ix.maxOrder = max(ix.maxOrder, r.order)
 	switch r.state {
 	case statePending:
-		if ix.bulk {
-			qi.pendingBulk = append(qi.pendingBulk, schedItem{runAt: r.runAt, order: r.order, id: id, prio: r.priority})
-		} else if r.runAt > ix.now().UnixNano() {
-			qi.sched.ReplaceOrInsert(schedItem{runAt: r.runAt, order: r.order, id: id, prio: r.priority})
+		if r.runAt > ix.now().UnixNano() {
+			it := schedItem{runAt: r.runAt, order: r.order, id: id, prio: r.priority}
+			if ix.bulk {
+				qi.bulkSched = append(qi.bulkSched, it)
+			} else {
+				qi.sched.ReplaceOrInsert(it)
+			}
 		} else {
-			qi.ready.ReplaceOrInsert(readyItem{prio: r.priority, order: r.order, id: id})
+			it := readyItem{prio: r.priority, order: r.order, id: id}
+			if ix.bulk {
+				qi.bulkReady = append(qi.bulkReady, it)
+			} else {
+				qi.ready.ReplaceOrInsert(it)
+			}
 		}
 		qi.wake()
 		if r.dedupKey != "" {

@@ -292,7 +292,6 @@ func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
 		}
 		e.indexLoaded(items)
 	}
-	items = nil
 	if err != nil {
 		var ce *CorruptionError
 		if errors.As(err, &ce) {
