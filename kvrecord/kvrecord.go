@@ -116,9 +116,7 @@ const (
 func EncodeRun(r *Run) []byte {
 	r.Version = Version
 	size := 128 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue)
-	for k, v := range r.Headers {
-		size += 10 + len(k) + len(v)
-	}
+	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
 

@@ -86,9 +86,7 @@ const jobFields = 15
 // the bytes of format.Marshal, written without reflection.
 func encodeJob(r *jobRec) []byte {
 	size := 100 + len(r.Queue) + len(r.DedupKey) + len(r.DeadNotify)
-	for k, v := range r.Headers {
-		size += 10 + len(k) + len(v)
-	}
+	size += format.StringMapSize(r.Headers)
 	for i := range r.History {
 		size += 16 + len(r.History[i].Error)
 	}

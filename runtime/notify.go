@@ -29,9 +29,7 @@ const notificationFields = 7
 // reflection.
 func (n *notification) encode() []byte {
 	size := 64 + len(n.RunID) + len(n.Result) + len(n.Error)
-	for k, v := range n.Headers {
-		size += 10 + len(k) + len(v)
-	}
+	size += format.StringMapSize(n.Headers)
 	b := format.AppendArrayLen(make([]byte, 0, size), notificationFields)
 	b = format.AppendString(b, n.RunID)
 	b = format.AppendUint8(b, n.Status)

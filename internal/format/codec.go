@@ -65,6 +65,16 @@ func AppendStringMap(b []byte, m map[string]string) []byte {
 	return b
 }
 
+// StringMapSize bounds the bytes AppendStringMap appends for m, for sizing
+// a buffer up front.
+func StringMapSize(m map[string]string) int {
+	n := 5
+	for k, v := range m {
+		n += 10 + len(k) + len(v)
+	}
+	return n
+}
+
 // msgpack type codes of the fixed-width integers.
 const (
 	codeUint8  = 0xcc

@@ -3,6 +3,7 @@ package format_test
 import (
 	"bytes"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stepwell/stepwell/internal/format"
@@ -149,4 +150,13 @@ func FuzzFastReaders(f *testing.F) {
 		codectest.Agree(t, data, format.ReadEntriesBody)
 		codectest.Agree(t, data, format.ReadEndBody)
 	})
+}
+
+func TestStringMapSizeBounds(t *testing.T) {
+	long := strings.Repeat("x", 70000) // a str32 header
+	for _, m := range []map[string]string{nil, {}, {"a": ""}, {"k": long, long: "v", "": ""}} {
+		if n, max := len(format.AppendStringMap(nil, m)), format.StringMapSize(m); n > max {
+			t.Errorf("AppendStringMap wrote %d bytes, StringMapSize said at most %d", n, max)
+		}
+	}
 }
