@@ -173,12 +173,15 @@ type StorageStats struct {
 	Puts, Gets, Lists, Deletes, Heads int64
 	BytesWritten, BytesRead           int64
 
-	WALBatches   uint64 // WAL objects written (including the open marker)
-	Transactions uint64 // transactions committed
-	Mutations    uint64 // key changes committed
-	WALBytes     uint64
-	Snapshots    uint64 // snapshots written
-	Keys         int    // keys in the state (all spaces)
+	WALBatches uint64 // WAL batches written (including the open marker)
+	// WALSegmentBatches counts the WAL batches written as records of WAL
+	// segments (file:// stores) rather than as objects of their own.
+	WALSegmentBatches uint64
+	Transactions      uint64 // transactions committed
+	Mutations         uint64 // key changes committed
+	WALBytes          uint64
+	Snapshots         uint64 // snapshots written
+	Keys              int    // keys in the state (all spaces)
 }
 
 // StorageStats returns the store's request and commit counters.
@@ -285,7 +288,7 @@ func (l *local) storageStats() StorageStats {
 	return StorageStats{
 		Puts: c.Puts, Gets: c.Gets, Lists: c.Lists, Deletes: c.Deletes, Heads: c.Heads,
 		BytesWritten: c.BytesWritten, BytesRead: c.BytesRead,
-		WALBatches: s.Batches, Transactions: s.Txns, Mutations: s.Mutations,
+		WALBatches: s.Batches, WALSegmentBatches: s.SegmentBatches, Transactions: s.Txns, Mutations: s.Mutations,
 		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys,
 	}
 }

@@ -125,13 +125,15 @@ func (r Requests) per(d float64) RequestRates {
 
 // Engine is the engine's work over a window (a StorageStats delta).
 type Engine struct {
-	WALBatches   uint64 `json:"wal_batches"`
-	Transactions uint64 `json:"transactions"`
-	Mutations    uint64 `json:"mutations"`
-	WALBytes     uint64 `json:"wal_bytes"`
-	Snapshots    uint64 `json:"snapshots"`
+	WALBatches uint64 `json:"wal_batches"`
+	// WALSegmentBatches of them were records of WAL segments (file://).
+	WALSegmentBatches uint64 `json:"wal_segment_batches"`
+	Transactions      uint64 `json:"transactions"`
+	Mutations         uint64 `json:"mutations"`
+	WALBytes          uint64 `json:"wal_bytes"`
+	Snapshots         uint64 `json:"snapshots"`
 	// TxnsPerWALObject is Transactions / WALBatches: how many
-	// transactions group commit put in each WAL object.
+	// transactions group commit put in each WAL write.
 	TxnsPerWALObject float64 `json:"txns_per_wal_object"`
 	// KeysAtEnd is the number of keys in the state at the end.
 	KeysAtEnd int `json:"keys_at_end"`
@@ -145,7 +147,7 @@ func delta(after, before queue.StorageStats) (Requests, Engine) {
 		BytesRead: after.BytesRead - before.BytesRead,
 	}
 	e := Engine{
-		WALBatches: after.WALBatches - before.WALBatches, Transactions: after.Transactions - before.Transactions,
+		WALBatches: after.WALBatches - before.WALBatches, WALSegmentBatches: after.WALSegmentBatches - before.WALSegmentBatches, Transactions: after.Transactions - before.Transactions,
 		Mutations: after.Mutations - before.Mutations, WALBytes: after.WALBytes - before.WALBytes,
 		Snapshots: after.Snapshots - before.Snapshots, KeysAtEnd: after.Keys,
 	}
@@ -292,8 +294,8 @@ func (r Result) WriteTable(w io.Writer) error {
 		row("requests/transition", "%.3f puts  %.3f gets  %.3f lists  %.3f deletes  %s written",
 			p.Puts, p.Gets, p.Lists, p.Deletes, fmtBytes(p.BytesWritten))
 		reqs("requests (total)", t.Storage)
-		row("WAL", "%d objects, %d txns (%.1f per object), %s, %d snapshots",
-			t.Engine.WALBatches, t.Engine.Transactions, t.Engine.TxnsPerWALObject,
+		row("WAL", "%d batches (%d in segments), %d txns (%.1f per batch), %s, %d snapshots",
+			t.Engine.WALBatches, t.Engine.WALSegmentBatches, t.Engine.Transactions, t.Engine.TxnsPerWALObject,
 			fmtBytes(float64(t.Engine.WALBytes)), t.Engine.Snapshots)
 		row("CPU", "%.2fs (%.2f cores busy)", t.CPUSeconds, t.CPUCores)
 	}
@@ -316,7 +318,7 @@ func (r Result) WriteTable(w io.Writer) error {
 		row("requests/minute", "%.1f (%.1f puts  %.1f gets  %.1f lists  %.1f deletes)  %s written",
 			p.Total, p.Puts, p.Gets, p.Lists, p.Deletes, fmtBytes(p.BytesWritten))
 		reqs("requests (total)", v.Storage)
-		row("WAL", "%d objects, %d txns", v.Engine.WALBatches, v.Engine.Transactions)
+		row("WAL", "%d batches (%d in segments), %d txns", v.Engine.WALBatches, v.Engine.WALSegmentBatches, v.Engine.Transactions)
 		row("CPU", "%.3fs", v.CPUSeconds)
 	}
 	row("peak heap", "%s", fmtBytes(float64(r.PeakHeapBytes)))

@@ -242,8 +242,9 @@ func waitBatch(ctx context.Context, b *batch) error {
 func (e *Engine) commitLoop() {
 	defer e.loopWG.Done()
 	var last struct {
-		txns  uint32        // transactions in the previous batch
-		write time.Duration // how long its write took
+		txns   uint32        // transactions in the previous batch
+		during uint32        // transactions applied while it was written
+		write  time.Duration // how long its write took
 	}
 	for {
 		e.mu.Lock()
@@ -260,8 +261,8 @@ func (e *Engine) commitLoop() {
 			<-e.kick
 			continue
 		}
-		if last.txns >= lingerMinTxns && e.open.txns < last.txns && !e.closing {
-			e.lingerLocked(last.txns, last.write/lingerFraction)
+		if want := last.txns + last.during; last.txns >= lingerMinTxns && e.open.txns < want && !e.closing {
+			e.lingerLocked(want, last.write/lingerFraction)
 			if e.err != nil {
 				e.mu.Unlock()
 				return
@@ -284,8 +285,9 @@ func (e *Engine) commitLoop() {
 			UnixNano: time.Now().UnixNano(), Txns: b.txns, Muts: b.muts,
 		})
 		start := time.Now()
+		var inSeg bool
 		if err == nil {
-			err = e.writeCreateOnly(e.bgCtx, walKey(b.seq), data)
+			inSeg, err = e.writeWAL(b.seq, data)
 		}
 		last.txns, last.write = b.txns, time.Since(start)
 
@@ -295,6 +297,7 @@ func (e *Engine) commitLoop() {
 			e.mu.Unlock()
 			return
 		}
+		last.during = e.open.txns
 		e.inflight = nil
 		e.durable = b.seq
 		for _, m := range b.muts {
@@ -308,6 +311,9 @@ func (e *Engine) commitLoop() {
 		e.stats.Txns += uint64(b.txns)
 		e.stats.Mutations += uint64(len(b.muts))
 		e.stats.WALBytes += uint64(len(data))
+		if inSeg {
+			e.stats.SegmentBatches++
+		}
 		e.mu.Unlock()
 		close(b.done)
 		if len(b.freed) > 0 {
@@ -317,9 +323,34 @@ func (e *Engine) commitLoop() {
 	}
 }
 
+// writeWAL makes batch seq, encoded as data, durable: as a record of the
+// current WAL segment if the bucket has segments and one is at hand (it
+// reports true), else as the object wal/<seq>.
+func (e *Engine) writeWAL(seq uint64, data []byte) (inSeg bool, err error) {
+	if e.seg != nil {
+		inSeg, err = e.seg.write(e.bgCtx, seq, data, e.prepareSegment)
+		if inSeg || err != nil {
+			return inSeg, err
+		}
+	}
+	return false, e.writeCreateOnly(e.bgCtx, walKey(seq), data)
+}
+
+// prepareSegment stages the next WAL segment in the background.
+func (e *Engine) prepareSegment() {
+	e.seg.prepare(e.bgCtx, func(fn func()) {
+		e.bg.Add(1)
+		go func() {
+			defer e.bg.Done()
+			fn()
+		}()
+	})
+}
+
 // The committer waits for a batch to fill (see lingerLocked) only when the
 // previous batch held at least lingerMinTxns transactions and the open one
-// fewer, and for at most 1/lingerFraction of the previous write's duration.
+// fewer than that batch and those that arrived while it was written, and
+// for at most 1/lingerFraction of the previous write's duration.
 const (
 	lingerMinTxns  = 4
 	lingerFraction = 2
@@ -332,8 +363,9 @@ const (
 // their commits (workers, submitters) into two cohorts: while one cohort's
 // batch is written, the other's fills, and the first cohort, released by the
 // write, arrives just after the next write started. Batches then hold half
-// the committers each. Waiting briefly, when the open batch is smaller than
-// the previous one, lets the released cohort join it: fewer, fuller writes.
+// the committers each. Waiting briefly, until the open batch holds the
+// released cohort (the previous batch) as well as the other (what arrived
+// during its write), merges them: fewer, fuller writes.
 // Light load never waits (batches of fewer than lingerMinTxns).
 //
 // REQUIRES: e.mu held; it is released while waiting.

@@ -118,10 +118,11 @@ type Engine struct {
 	// Immutable after Open.
 	bucket   objstore.Bucket
 	opts     Options
-	writer   string // random identity of this open
-	epoch    uint64 // sequence number of this writer's open marker
-	readOnly bool   // opened by OpenReadOnly: never writes
-	osLock   bool   // the bucket has an OS lock (objstore.Locker)
+	writer   string  // random identity of this open
+	epoch    uint64  // sequence number of this writer's open marker
+	readOnly bool    // opened by OpenReadOnly: never writes
+	osLock   bool    // the bucket has an OS lock (objstore.Locker)
+	seg      *segLog // the writer's WAL segments; nil if the bucket has none
 	log      *slog.Logger
 	bgCtx    context.Context
 	bgStop   context.CancelFunc
@@ -164,7 +165,10 @@ type Stats struct {
 	Keys         int
 	DurableSeq   uint64
 	Epoch        uint64
-	RecoveredWAL int // WAL objects replayed at Open
+	RecoveredWAL int // WAL batches replayed at Open
+	// SegmentBatches counts the batches written into WAL segments (the
+	// rest of Batches were written as WAL objects).
+	SegmentBatches uint64
 }
 
 // newEngine validates opts and returns an engine with empty state.
@@ -198,9 +202,15 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.writer = ulid.Make().String()
 	e.open = newBatch()
+	if sg, ok := objstore.AsSegmenter(e.bucket); ok {
+		e.seg = newSegLog(sg, e.log)
+	}
 	if err := e.open1(ctx); err != nil {
 		e.bgStop()
 		return nil, err
+	}
+	if e.seg != nil {
+		e.prepareSegment()
 	}
 	e.loopWG.Add(1)
 	go e.commitLoop()
@@ -227,6 +237,15 @@ func (e *Engine) open1(ctx context.Context) error {
 		}
 	} else if e.beats() && !e.opts.Takeover {
 		if err := e.checkOwner(ctx); err != nil {
+			return err
+		}
+	}
+	if e.seg != nil {
+		// A writer that crashed may have left batches in the page cache,
+		// not yet durable. This writer reads them and builds on them (its
+		// marker goes after them), so they must not be lost to a power
+		// failure after the marker lands: sync them first.
+		if err := e.seg.sg.SyncPrefix(ctx, "wal/"); err != nil {
 			return err
 		}
 	}
@@ -325,6 +344,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.failLocked(ErrClosed)
 	e.mu.Unlock()
 	e.bg.Wait()
+	if e.seg != nil {
+		e.seg.close()
+	}
 	var err error
 	if e.beats() && failed == nil {
 		err = e.release(ctx)
@@ -348,6 +370,9 @@ func (e *Engine) Kill() {
 	e.wake()
 	e.loopWG.Wait()
 	e.bg.Wait()
+	if e.seg != nil {
+		e.seg.close()
+	}
 	_ = e.bucket.Close()
 }
 

@@ -643,6 +643,11 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 		b := objstore.NewCounting(raw)
 		e := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
 		put(t, e, "k", "v")
+		if e.seg != nil {
+			// The put took the staged WAL segment; the next is being
+			// staged (a write of its own) in the background.
+			waitSegmentReady(t, e)
+		}
 		// Let Open's background blob sweep (one List) finish first.
 		for prev, i := b.Counts(), 0; i < 20; i++ {
 			time.Sleep(hb)

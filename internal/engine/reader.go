@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // OpenReadOnly loads the store in opts.Bucket without becoming its writer:
@@ -31,52 +30,48 @@ func (e *Engine) Refresh(ctx context.Context) error {
 	if !e.readOnly {
 		return errors.New("engine: Refresh is only for read-only engines")
 	}
-	objs, err := e.bucket.List(ctx, "wal/")
+	wal, err := e.listWAL(ctx)
 	if err != nil {
 		return err
 	}
 	e.mu.Lock()
 	from := e.durable + 1
 	e.mu.Unlock()
-	var seqs []uint64
-	for _, o := range objs {
-		if s, ok := parseSeqKey("wal/", o.Key); ok && s >= from {
-			seqs = append(seqs, s)
+	for seq := from; ; seq++ {
+		ok, err := wal.has(ctx, seq)
+		if errors.Is(err, errRaced) {
+			break
 		}
-	}
-	slices.Sort(seqs)
-	if len(seqs) == 0 {
-		// Nothing new in the WAL, unless collection deleted it all after a
-		// snapshot newer than our state.
-		newer, err := e.newerSnapshot(ctx, from-1)
-		if err != nil || !newer {
+		if err != nil {
 			return err
 		}
-	}
-	contiguous := len(seqs) > 0 && seqs[0] == from
-	for i := 1; contiguous && i < len(seqs); i++ {
-		contiguous = seqs[i] == seqs[i-1]+1
-	}
-	if contiguous {
-		for _, s := range seqs {
-			b, err := e.readBatch(ctx, s)
-			if errors.Is(err, errRaced) {
-				contiguous = false
-				break
+		if !ok {
+			if seq > from {
+				return nil // caught up
 			}
-			if err != nil {
-				return err
-			}
-			e.mu.Lock()
-			for _, m := range b.Muts {
-				e.applyRecovered(m)
-			}
-			e.durable = s
-			e.mu.Unlock()
+			break
 		}
-		if contiguous {
-			return nil
+		b, err := wal.batch(ctx, seq)
+		if errors.Is(err, errRaced) {
+			break
 		}
+		if err != nil {
+			return err
+		}
+		e.mu.Lock()
+		for _, m := range b.Muts {
+			e.applyRecovered(m)
+		}
+		e.durable = seq
+		e.mu.Unlock()
+	}
+	e.mu.Lock()
+	from = e.durable + 1
+	e.mu.Unlock()
+	// Nothing new in the WAL after from, unless collection deleted it after
+	// a snapshot newer than our state.
+	if newer, err := e.newerSnapshot(ctx, from-1); err != nil || !newer {
+		return err
 	}
 	// Collected past us: reload from the newest snapshot.
 	e.mu.Lock()

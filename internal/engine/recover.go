@@ -65,18 +65,24 @@ func markerMutation(seq uint64, writer string) format.Mutation {
 	return format.Mutation{Op: format.OpPut, Key: epochKey(seq), Value: Inline([]byte(writer))}
 }
 
-// topSeq returns the highest sequence named by any WAL object or snapshot.
+// topSeq returns the highest sequence named by any snapshot or held by the
+// WAL.
 func (e *Engine) topSeq(ctx context.Context) (uint64, error) {
-	var top uint64
-	for _, p := range []string{"wal/", "snap/"} {
-		objs, err := e.bucket.List(ctx, p)
-		if err != nil {
-			return 0, err
-		}
-		for _, o := range objs {
-			if s, ok := parseSeqKey(p, o.Key); ok {
-				top = max(top, s)
-			}
+	w, err := e.listWAL(ctx)
+	if err != nil {
+		return 0, err
+	}
+	top, err := w.top(ctx)
+	if err != nil {
+		return 0, err
+	}
+	objs, err := e.bucket.List(ctx, "snap/")
+	if err != nil {
+		return 0, err
+	}
+	for _, o := range objs {
+		if s, ok := parseSeqKey("snap/", o.Key); ok {
+			top = max(top, s)
 		}
 	}
 	return top, nil
@@ -98,27 +104,24 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	walObjs, err := e.bucket.List(ctx, "wal/")
+	wal, err := e.listWAL(ctx)
 	if err != nil {
 		return err
 	}
-	walSet := make(map[uint64]int64, len(walObjs))
-	var top uint64
-	for _, o := range walObjs {
-		if s, ok := parseSeqKey("wal/", o.Key); ok {
-			walSet[s] = o.Size
-			top = max(top, s)
-		}
-	}
-	for _, o := range snapObjs {
-		if s, ok := parseSeqKey("snap/", o.Key); ok {
-			top = max(top, s)
-		}
-	}
-	// A writer replays up to its marker; a reader up to the newest object
-	// listed (writers never leave gaps, so everything below it exists).
+	// A writer replays up to its marker; a reader up to the newest batch
+	// or snapshot listed (writers never leave gaps, so everything below it
+	// exists).
 	upper := e.epoch
 	if e.readOnly {
+		top, err := wal.top(ctx)
+		if err != nil {
+			return err
+		}
+		for _, o := range snapObjs {
+			if s, ok := parseSeqKey("snap/", o.Key); ok {
+				top = max(top, s)
+			}
+		}
 		upper = top + 1
 	}
 	var snaps []uint64
@@ -158,7 +161,11 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 
 	// The WAL after the snapshot must be contiguous up to the marker.
 	for seq := base + 1; seq < upper; seq++ {
-		if _, ok := walSet[seq]; !ok {
+		ok, err := wal.has(ctx, seq)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			if snapErr != nil {
 				return fmt.Errorf("%w (and the WAL it superseded is gone: %s missing)", snapErr, walKey(seq))
 			}
@@ -167,7 +174,7 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			} else if newer {
 				return errRaced
 			}
-			return &CorruptionError{Key: walKey(seq), Err: fmt.Errorf("%w: WAL object missing (the log has a gap before %s)", format.ErrCorrupt, walKey(upper))}
+			return &CorruptionError{Key: walKey(seq), Err: fmt.Errorf("%w: WAL batch missing (the log has a gap before %s)", format.ErrCorrupt, walKey(upper))}
 		}
 	}
 	var walBytes int64
@@ -179,7 +186,7 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 		g.SetLimit(16)
 		for seq := lo; seq < hi; seq++ {
 			g.Go(func() error {
-				b, err := e.readBatch(gctx, seq)
+				b, err := wal.batch(gctx, seq)
 				batches[seq-lo] = b
 				return err
 			})
@@ -191,7 +198,7 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			for _, m := range b.Muts {
 				e.applyRecovered(m)
 			}
-			walBytes += walSet[lo+uint64(i)]
+			walBytes += wal.size(lo + uint64(i))
 		}
 	}
 	e.walBytes = walBytes
@@ -216,19 +223,25 @@ func (e *Engine) newerSnapshot(ctx context.Context, than uint64) (bool, error) {
 
 func (e *Engine) readBatch(ctx context.Context, seq uint64) (*format.Batch, error) {
 	key := walKey(seq)
-	data, err := e.getRetry(ctx, key, time.Now().Add(e.opts.WriteRetry))
+	data, err := e.getRetry(ctx, key, deadlineFrom(e.opts.WriteRetry))
 	if errors.Is(err, objstore.ErrNotFound) {
 		return nil, errRaced
 	}
 	if err != nil {
 		return nil, err
 	}
+	return decodeBatch(key, seq, data)
+}
+
+// decodeBatch decodes the WAL object data of batch seq, found at key, and
+// checks it.
+func decodeBatch(key string, seq uint64, data []byte) (*format.Batch, error) {
 	b, err := format.DecodeBatch(data)
 	if err != nil {
 		return nil, &CorruptionError{Key: key, Err: err}
 	}
 	if b.Seq != seq {
-		return nil, &CorruptionError{Key: key, Err: fmt.Errorf("%w: batch says sequence %d", format.ErrCorrupt, b.Seq)}
+		return nil, &CorruptionError{Key: key, Err: fmt.Errorf("%w: batch says sequence %d, want %d", format.ErrCorrupt, b.Seq, seq)}
 	}
 	for i, m := range b.Muts {
 		if m.Op == format.OpPut {
@@ -239,6 +252,8 @@ func (e *Engine) readBatch(ctx context.Context, seq uint64) (*format.Batch, erro
 	}
 	return b, nil
 }
+
+func deadlineFrom(d time.Duration) time.Time { return time.Now().Add(d) }
 
 // applyRecovered applies a replayed mutation (single-threaded, at Open).
 func (e *Engine) applyRecovered(m format.Mutation) {

@@ -173,6 +173,9 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 		if prevSnap < seq { // never the snapshot just written
 			doomed = append(doomed, snapKey(prevSnap))
 		}
+		if e.seg != nil {
+			doomed = append(doomed, e.seg.collectible(seq)...)
+		}
 		e.deleteKeys(ctx, doomed)
 		return
 	}
@@ -195,7 +198,15 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 			if s, ok := parseSeqKey(p.prefix, o.Key); ok && !p.keep(s) {
 				doomed = append(doomed, o.Key)
 			}
+			// Earlier writers' segments end below this writer's marker,
+			// and seq is above it.
+			if s, ok := parseSegKey(o.Key); ok && s < e.epoch {
+				doomed = append(doomed, o.Key)
+			}
 		}
+	}
+	if e.seg != nil {
+		doomed = append(doomed, e.seg.collectible(seq)...)
 	}
 	e.deleteKeys(ctx, e.withoutMarkers(doomed))
 }

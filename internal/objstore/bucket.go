@@ -98,3 +98,73 @@ func AsLocker(b Bucket) (Locker, bool) {
 	}
 	return nil, false
 }
+
+// Segmenter is implemented by buckets that can hold log segments: objects
+// created at a fixed size, full of zeros, and then overwritten in place,
+// each write made durable by Segment.Sync without creating anything (the
+// local-disk driver). A durable overwrite of allocated blocks is several
+// times cheaper than a durable new object, which also needs its name and
+// its allocation made durable. The engine keeps its WAL in segments where
+// the bucket has them.
+//
+// Find the Segmenter of a possibly wrapped bucket with AsSegmenter.
+type Segmenter interface {
+	// NewSegment stages a segment of size zero bytes (size > 0), durable
+	// but without a name: nothing can see it until Publish, and a crash
+	// before Publish leaves nothing behind.
+	NewSegment(ctx context.Context, size int64) (Segment, error)
+	// SyncPrefix makes durable every object under prefix, its data and its
+	// name, including writes a crashed process left unsynced in the
+	// operating system's cache. A new writer calls it before it trusts
+	// what it reads there.
+	SyncPrefix(ctx context.Context, prefix string) error
+}
+
+// Segment is a preallocated object being written in place; see Segmenter.
+// A Segment is not safe for concurrent use, except that Close may be called
+// at any time to release it.
+type Segment interface {
+	// Size is the segment's fixed size in bytes.
+	Size() int64
+	// Publish names the segment key, create-only (ErrExists if the key
+	// exists), and makes the name durable. Writes made before Publish
+	// are part of the object.
+	Publish(ctx context.Context, key string) error
+	// WriteAt writes p at offset off; off+len(p) must not exceed Size.
+	// Readers may see the bytes before Sync.
+	WriteAt(p []byte, off int64) error
+	// Sync makes every completed WriteAt durable. After a failed Sync the
+	// segment's content is unknown: do not retry, stop writing to it.
+	Sync() error
+	// Close releases the segment. An unpublished segment is discarded.
+	Close() error
+}
+
+// SegmentWrapper is implemented by wrappers (see AsLocker) that observe or
+// alter segment requests: AsSegmenter hands the wrapped bucket's Segmenter
+// to WrapSegmenter. A wrapper without it is bypassed for segment requests.
+type SegmentWrapper interface {
+	WrapSegmenter(Segmenter) Segmenter
+}
+
+// AsSegmenter returns the Segmenter of b, looking through wrappers as
+// AsLocker does and letting each wrapper that implements SegmentWrapper wrap
+// it. It reports false if no bucket in the chain has segments (memory and
+// cloud buckets).
+func AsSegmenter(b Bucket) (Segmenter, bool) {
+	if s, ok := b.(Segmenter); ok {
+		return s, true
+	}
+	u, ok := b.(interface{ Unwrap() Bucket })
+	if !ok {
+		return nil, false
+	}
+	s, ok := AsSegmenter(u.Unwrap())
+	if !ok {
+		return nil, false
+	}
+	if w, ok := b.(SegmentWrapper); ok {
+		s = w.WrapSegmenter(s)
+	}
+	return s, true
+}

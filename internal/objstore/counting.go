@@ -11,7 +11,10 @@ import (
 // takes. It is safe for concurrent use.
 //
 // Counting does not implement Locker; AsLocker finds the inner bucket's
-// lock through Unwrap.
+// lock through Unwrap. It counts segment requests (see Segmenter, found
+// with AsSegmenter) as writes: staging a segment is a put of its size,
+// publishing one is a put, and each Segment.Sync is a put of the bytes
+// written since the previous one; SyncPrefix is a list.
 type Counting struct {
 	inner Bucket
 
@@ -23,7 +26,7 @@ type Counting struct {
 // counted when made, whether or not they succeed.
 type Counts struct {
 	// Puts counts Put calls and Writer.Close calls (an aborted Writer makes
-	// no request). A large streamed object may really take several
+	// no request), and segment writes (see Counting). A large streamed object may really take several
 	// requests (a multipart upload); it counts as one.
 	Puts int64
 	// Gets counts Get and NewReader calls.
@@ -170,4 +173,47 @@ func (w *countingWriter) Close() error {
 func (w *countingWriter) Abort() error {
 	w.closed = true
 	return w.Writer.Abort()
+}
+
+// WrapSegmenter implements SegmentWrapper: it counts segment requests.
+func (c *Counting) WrapSegmenter(s Segmenter) Segmenter { return &countingSegmenter{s, c} }
+
+type countingSegmenter struct {
+	inner Segmenter
+	c     *Counting
+}
+
+func (s *countingSegmenter) NewSegment(ctx context.Context, size int64) (Segment, error) {
+	s.c.puts.Add(1)
+	s.c.bytesWritten.Add(size)
+	seg, err := s.inner.NewSegment(ctx, size)
+	if err != nil {
+		return nil, err
+	}
+	return &countingSegment{Segment: seg, c: s.c}, nil
+}
+
+func (s *countingSegmenter) SyncPrefix(ctx context.Context, prefix string) error {
+	s.c.lists.Add(1)
+	return s.inner.SyncPrefix(ctx, prefix)
+}
+
+type countingSegment struct {
+	Segment
+	c *Counting
+}
+
+func (s *countingSegment) Publish(ctx context.Context, key string) error {
+	s.c.puts.Add(1)
+	return s.Segment.Publish(ctx, key)
+}
+
+func (s *countingSegment) WriteAt(p []byte, off int64) error {
+	s.c.bytesWritten.Add(int64(len(p)))
+	return s.Segment.WriteAt(p, off)
+}
+
+func (s *countingSegment) Sync() error {
+	s.c.puts.Add(1)
+	return s.Segment.Sync()
 }

@@ -79,7 +79,11 @@ func (e *FaultError) Retryable() bool { return true }
 // reproducible sequence.
 //
 // Fault does not implement objstore.Locker; objstore.AsLocker finds the
-// inner bucket's through Unwrap.
+// inner bucket's through Unwrap. Segment requests (objstore.Segmenter,
+// found with objstore.AsSegmenter) are writes (OpPut) to its knobs:
+// staging a segment (key ""), publishing it and each Segment.Sync (the
+// segment's key), which an ambiguous fault reports failed after it
+// succeeded. SyncPrefix is an OpList of the prefix.
 type Fault struct {
 	inner objstore.Bucket
 
@@ -348,4 +352,60 @@ func (w *faultWriter) Close() error {
 func (w *faultWriter) Abort() error {
 	w.done = true
 	return w.Writer.Abort()
+}
+
+// WrapSegmenter implements objstore.SegmentWrapper: segment requests get
+// the knobs too.
+func (f *Fault) WrapSegmenter(s objstore.Segmenter) objstore.Segmenter {
+	return &faultSegmenter{inner: s, f: f}
+}
+
+type faultSegmenter struct {
+	inner objstore.Segmenter
+	f     *Fault
+}
+
+func (s *faultSegmenter) NewSegment(ctx context.Context, size int64) (objstore.Segment, error) {
+	if err := s.f.before(ctx, OpPut, ""); err != nil {
+		return nil, err
+	}
+	seg, err := s.inner.NewSegment(ctx, size)
+	if err != nil {
+		return nil, err
+	}
+	return &faultSegment{Segment: seg, f: s.f}, nil
+}
+
+func (s *faultSegmenter) SyncPrefix(ctx context.Context, prefix string) error {
+	if err := s.f.before(ctx, OpList, prefix); err != nil {
+		return err
+	}
+	return s.inner.SyncPrefix(ctx, prefix)
+}
+
+type faultSegment struct {
+	objstore.Segment
+	f   *Fault
+	key string
+}
+
+func (s *faultSegment) Publish(ctx context.Context, key string) error {
+	if err := s.f.before(ctx, OpPut, key); err != nil {
+		return err
+	}
+	if err := s.Segment.Publish(ctx, key); err != nil {
+		return err
+	}
+	s.key = key
+	return nil
+}
+
+func (s *faultSegment) Sync() error {
+	if err := s.f.before(context.Background(), OpPut, s.key); err != nil {
+		return err
+	}
+	if err := s.Segment.Sync(); err != nil {
+		return err
+	}
+	return s.f.after(s.key)
 }

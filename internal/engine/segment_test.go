@@ -1,0 +1,382 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+)
+
+// smallSegments makes segments tiny for the test, so that they fill and
+// roll over after a few batches.
+func smallSegments(t *testing.T) {
+	old := segmentSizes
+	segmentSizes.first, segmentSizes.max = 4*format.SegmentAlign, 16*format.SegmentAlign
+	t.Cleanup(func() { segmentSizes = old })
+}
+
+func fileStore(t *testing.T) (dir string, open func() objstore.Bucket) {
+	dir = t.TempDir()
+	return dir, func() objstore.Bucket { return objstoretest.Open(t, "file://"+dir) }
+}
+
+// walObjects returns the WAL's batch objects and segments.
+func walObjects(t *testing.T, b objstore.Bucket) (singles, segs []uint64) {
+	t.Helper()
+	objs, err := b.List(context.Background(), "wal/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if s, ok := parseSeqKey("wal/", o.Key); ok {
+			singles = append(singles, s)
+		} else if s, ok := parseSegKey(o.Key); ok {
+			segs = append(segs, s)
+		} else {
+			t.Errorf("unexpected WAL object %s", o.Key)
+		}
+	}
+	return singles, segs
+}
+
+// waitSegmentReady waits until the engine has a staged segment, so that the
+// next batch goes into a segment.
+func waitSegmentReady(t *testing.T, e *Engine) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.seg.mu.Lock()
+		ready := e.seg.spare != nil
+		e.seg.mu.Unlock()
+		if ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no WAL segment staged after 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// On file:// the WAL goes into segments, which roll over when full, are
+// collected once a snapshot covers them, and are replayed at reopen.
+func TestSegmentsRollCollectAndRecover(t *testing.T) {
+	smallSegments(t)
+	ctx := context.Background()
+	_, open := fileStore(t)
+	e := mustOpen(t, Options{Bucket: open(), SnapshotMaxObjects: 40, SnapshotMinBytes: 1})
+	waitSegmentReady(t, e)
+	want := map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 60; i++ {
+				k := fmt.Sprintf("g%d-%02d", g, i%25)
+				v := fmt.Sprintf("%d-%s", i, strings.Repeat("v", i*37))
+				put(t, e, k, v)
+				mu.Lock()
+				want[k] = v
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	st := e.Stats()
+	if st.SegmentBatches == 0 {
+		t.Fatalf("no batch went into a segment: %+v", st)
+	}
+	if st.Snapshots == 0 {
+		t.Fatalf("no snapshot: %+v", st)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	probe := open()
+	_, segs := walObjects(t, probe)
+	if len(segs) == 0 {
+		t.Fatal("no WAL segment in the bucket")
+	}
+	// The segments are staged at 4, 8, then 16 blocks; 480 batches of a
+	// block or more fill dozens. Collection keeps only those a snapshot
+	// does not cover.
+	if len(segs) > 6 {
+		t.Errorf("%d segments left: collection is not deleting covered ones (%v)", len(segs), segs)
+	}
+	e2 := mustOpen(t, Options{Bucket: probe})
+	if got := dump(t, e2); !maps.Equal(got, want) {
+		t.Fatalf("state after reopen differs: got %d keys, want %d", len(got), len(want))
+	}
+	// The next writer keeps appending, and collects the earlier writer's
+	// segments at its first collection.
+	put(t, e2, "after", "reopen")
+	want["after"] = "reopen"
+	if err := e2.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if _, err := probe.Get(ctx, segKey(s)); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("earlier writer's segment %s survived the new writer's collection: %v", segKey(s), err)
+		}
+	}
+	if err := e2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e3 := mustOpen(t, Options{Bucket: open()})
+	defer e3.Close(ctx)
+	if got := dump(t, e3); !maps.Equal(got, want) {
+		t.Fatalf("state after second reopen differs: got %d keys, want %d", len(got), len(want))
+	}
+}
+
+// killWithBatches commits keys one batch each into a segment, then crashes
+// the engine. It returns the segment's first sequence and the sequence of
+// each key's batch.
+func killWithBatches(t *testing.T, open func() objstore.Bucket, keys ...string) (uint64, map[string]uint64) {
+	t.Helper()
+	e := mustOpen(t, Options{Bucket: open()})
+	waitSegmentReady(t, e)
+	seqs := map[string]uint64{}
+	for _, k := range keys {
+		put(t, e, k, "value of "+k)
+		seqs[k] = e.Stats().DurableSeq
+	}
+	if got := e.Stats().SegmentBatches; got != uint64(len(keys)) {
+		t.Fatalf("%d of %d batches went into segments", got, len(keys))
+	}
+	first := seqs[keys[0]]
+	e.Kill()
+	return first, seqs
+}
+
+// segmentRecordOffset returns where the n-th record (from 0) of a segment
+// holding one-block records starts.
+func segmentRecordOffset(n int) int64 { return int64(n) * format.SegmentAlign }
+
+func damage(t *testing.T, path string, off int64, fn func([]byte)) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, format.SegmentAlign)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		t.Fatal(err)
+	}
+	fn(buf)
+	if _, err := f.WriteAt(buf, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A write cut short by a crash ends the log: the batches before it are
+// recovered, the torn one is not (it was never acknowledged), and the next
+// writer continues from there.
+func TestSegmentTornTailEndsLog(t *testing.T) {
+	ctx := context.Background()
+	dir, open := fileStore(t)
+	first, seqs := killWithBatches(t, open, "a", "b", "c")
+	// Tear c's record: its second half never reached the disk.
+	damage(t, filepath.Join(dir, filepath.FromSlash(segKey(first))), segmentRecordOffset(2), func(b []byte) {
+		n := format.SegmentRecordHeaderLen + 40
+		clear(b[n:])
+	})
+	e := mustOpen(t, Options{Bucket: open()})
+	if got, want := dump(t, e), map[string]string{"a": "value of a", "b": "value of b"}; !maps.Equal(got, want) {
+		t.Fatalf("after a torn tail: %v, want %v", got, want)
+	}
+	if e.Epoch() != seqs["c"] {
+		t.Errorf("new writer's marker at %d, want %d (the torn batch's sequence)", e.Epoch(), seqs["c"])
+	}
+	put(t, e, "d", "value of d")
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e2 := mustOpen(t, Options{Bucket: open()})
+	defer e2.Close(ctx)
+	if got, want := dump(t, e2), map[string]string{"a": "value of a", "b": "value of b", "d": "value of d"}; !maps.Equal(got, want) {
+		t.Fatalf("after the next writer: %v, want %v", got, want)
+	}
+}
+
+// Damage to a record that later records follow is not a torn write (the
+// writer writes one record at a time): the writer refuses to open, naming
+// the segment, rather than drop acknowledged batches.
+func TestSegmentDamageBeforeValidRecordIsCorruption(t *testing.T) {
+	ctx := context.Background()
+	dir, open := fileStore(t)
+	first, _ := killWithBatches(t, open, "a", "b", "c")
+	damage(t, filepath.Join(dir, filepath.FromSlash(segKey(first))), segmentRecordOffset(1), func(b []byte) {
+		b[format.SegmentRecordHeaderLen+20] ^= 0x10
+	})
+	// Nothing is written: the error is the same the second time.
+	for range 2 {
+		b := open()
+		_, err := Open(ctx, Options{Bucket: b})
+		b.Close() // a failed Open leaves the bucket to the caller
+		var ce *CorruptionError
+		if !errors.As(err, &ce) || ce.Key != segKey(first) || !errors.Is(err, format.ErrCorrupt) {
+			t.Fatalf("Open = %v, want a CorruptionError naming %s", err, segKey(first))
+		}
+	}
+}
+
+// A damaged record inside a segment, with every later record gone too, is
+// indistinguishable from a torn tail; but a batch missing in the middle of
+// the WAL (its segment deleted) is a gap.
+func TestSegmentMissingIsGap(t *testing.T) {
+	ctx := context.Background()
+	_, open := fileStore(t)
+	first, _ := killWithBatches(t, open, "a", "b")
+	e := mustOpen(t, Options{Bucket: open()})
+	put(t, e, "c", "value of c")
+	e.Kill()
+	probe := open()
+	if err := probe.Delete(ctx, segKey(first)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ctx, Options{Bucket: probe})
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.Key != walKey(first) {
+		t.Fatalf("Open with a deleted segment = %v, want a CorruptionError naming %s", err, walKey(first))
+	}
+}
+
+// When no segment is staged, batches go to WAL objects; the WAL then mixes
+// both, and recovery reads both in order. Stores written before segments
+// existed (objects only) open the same way.
+func TestSegmentsMixWithObjects(t *testing.T) {
+	ctx := context.Background()
+	_, open := fileStore(t)
+	want := map[string]string{}
+	// A store written with objects only: a wrapper that hides the
+	// bucket's segments (and lock).
+	old := mustOpen(t, Options{Bucket: struct{ objstore.Bucket }{open()}})
+	for i := 0; i < 5; i++ {
+		k := fmt.Sprintf("old%d", i)
+		put(t, old, k, k)
+		want[k] = k
+	}
+	if old.Stats().SegmentBatches != 0 {
+		t.Fatal("a bucket without segments wrote segments")
+	}
+	old.Kill()
+
+	f := objstoretest.NewFault(open(), 1)
+	// Staging fails: everything goes to objects.
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return op == objstoretest.OpPut && key == "" })
+	f.SetErrorRate(objstoretest.OpPut, 1)
+	e := mustOpen(t, Options{Bucket: f})
+	for i := 0; i < 5; i++ {
+		k := fmt.Sprintf("obj%d", i)
+		put(t, e, k, k)
+		want[k] = k
+	}
+	if e.Stats().SegmentBatches != 0 {
+		t.Fatal("batches went into segments that failed to stage")
+	}
+	// Staging works again: the next batches go into a segment.
+	f.Reset()
+	e.prepareSegment()
+	waitSegmentReady(t, e)
+	for i := 0; i < 5; i++ {
+		k := fmt.Sprintf("seg%d", i)
+		put(t, e, k, k)
+		want[k] = k
+	}
+	if got := e.Stats().SegmentBatches; got != 5 {
+		t.Fatalf("%d batches in segments, want 5", got)
+	}
+	e.Kill()
+	singles, segs := walObjects(t, open())
+	if len(singles) < 12 || len(segs) != 1 {
+		t.Fatalf("WAL has objects %v and segments %v; want both", singles, segs)
+	}
+	e2 := mustOpen(t, Options{Bucket: open()})
+	defer e2.Close(ctx)
+	if got := dump(t, e2); !maps.Equal(got, want) {
+		t.Fatalf("state differs: got %v, want %v", got, want)
+	}
+}
+
+// A failed segment sync is terminal (the file's content is then unknown;
+// retrying fsync can report success for lost data), and loses nothing that
+// was acknowledged.
+func TestSegmentSyncFailureIsTerminal(t *testing.T) {
+	ctx := context.Background()
+	_, open := fileStore(t)
+	f := objstoretest.NewFault(open(), 1)
+	e := mustOpen(t, Options{Bucket: f})
+	waitSegmentReady(t, e)
+	put(t, e, "a", "1")
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return strings.HasSuffix(key, segSuffix) })
+	f.SetAmbiguousPutRate(1) // the sync happens, its answer is lost
+	err := e.Update(ctx, func(tx *Tx) error { tx.Put("b", Inline([]byte("2"))); return nil })
+	var we *WriteError
+	if !errors.As(err, &we) || !strings.HasSuffix(we.Key, segSuffix) {
+		t.Fatalf("Update with a failing sync = %v, want a WriteError on the segment", err)
+	}
+	if err := e.Update(ctx, func(tx *Tx) error { tx.Put("c", Inline([]byte("3"))); return nil }); err == nil {
+		t.Fatal("the engine kept committing after a failed sync")
+	}
+	e.Kill()
+	e2 := mustOpen(t, Options{Bucket: open()})
+	defer e2.Close(ctx)
+	got := dump(t, e2)
+	if got["a"] != "1" || got["c"] != "" {
+		t.Fatalf("after a failed sync: %v (a is acknowledged, c was never applied)", got)
+	}
+}
+
+// A read-only engine reads the segments the writer is appending to, and
+// Refresh catches up with records written since, across a roll-over.
+func TestSegmentReaderRefresh(t *testing.T) {
+	smallSegments(t)
+	ctx := context.Background()
+	_, open := fileStore(t)
+	e := mustOpen(t, Options{Bucket: open()})
+	defer e.Close(ctx)
+	waitSegmentReady(t, e)
+	put(t, e, "k0", "v0")
+	r, err := OpenReadOnly(ctx, Options{Bucket: open()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	if got := dump(t, r); got["k0"] != "v0" {
+		t.Fatalf("reader state %v", got)
+	}
+	for i := 1; i < 40; i++ {
+		put(t, e, fmt.Sprintf("k%d", i), strings.Repeat("v", 3000))
+		if i%7 == 0 {
+			if err := r.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := dump(t, r); len(got) != i+1 {
+				t.Fatalf("after Refresh at %d the reader has %d keys", i, len(got))
+			}
+		}
+	}
+	if _, segs := walObjects(t, open()); len(segs) < 2 {
+		t.Fatalf("the writer did not roll over to a new segment: %v", segs)
+	}
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, r), dump(t, e); !maps.Equal(got, want) {
+		t.Fatalf("reader has %d keys, writer %d", len(got), len(want))
+	}
+}
