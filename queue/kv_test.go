@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 var storeSeq atomic.Int64
@@ -156,7 +157,17 @@ func kvSuite(t *testing.T, newURL func(t *testing.T) string) {
 	})
 	t.Run("BadInput", func(t *testing.T) {
 		q := openT(t, newURL(t), WithMaxValueSize(1000))
+		// A file:// store stages its first WAL segment (a write) in the
+		// background after Open: let it finish.
 		before := q.StorageStats()
+		for i := 0; i < 100; i++ {
+			time.Sleep(10 * time.Millisecond)
+			now := q.StorageStats()
+			if now == before {
+				break
+			}
+			before = now
+		}
 		cases := map[string]struct {
 			err  error
 			call func() error

@@ -1,8 +1,9 @@
 // Package engine is Stepwell's storage engine: a single-writer,
 // transactional, ordered key-value store whose state lives in memory
 // (copy-on-write B-trees) and whose durability is a log of group-commit
-// batches (wal/<seq>) and background snapshots (snap/<seq>) in a bucket
-// (internal/objstore). The on-bucket formats are in internal/format; the
+// batches (wal/<seq> objects, or records of wal/<seq>.log segments on
+// buckets that have them: file://) and background snapshots (snap/<seq>)
+// in a bucket (internal/objstore). The on-bucket formats are in internal/format; the
 // correctness argument (fencing, group commit, recovery) is in the package
 // documentation of queue, which is built on this package.
 //
@@ -11,7 +12,9 @@
 // One mutex (Engine.mu) guards the tree, the open batch and the counters.
 // Transaction functions (Update, Apply) and reads (View) run with it held;
 // an Indexer is called with it held. One committer goroutine seals and
-// writes batches with a single write in flight; a snapshot goroutine
+// writes batches with a single write in flight (it alone writes into the
+// current WAL segment; a background goroutine stages the next); a snapshot
+// goroutine
 // serializes a tree clone; a heartbeat goroutine (bucket stores) rewrites
 // the owner object. Stores with an OS lock (objstore.Locker: file://) have
 // no owner object and no heartbeat goroutine: the lock keeps other writers

@@ -62,8 +62,19 @@ type segLog struct {
 	preparing bool             // guarded by mu
 	closed    bool             // guarded by mu
 	nextSize  int64            // guarded by mu
-	own       []uint64         // guarded by mu: first seqs of our published segments, in order
+	own       []ownSeg         // guarded by mu: our published segments, in order
+	reusable  []string         // guarded by mu: collected segments to stage again
+	reused    int              // guarded by mu: segments staged again (for tests)
 }
+
+type ownSeg struct {
+	first uint64
+	size  int64
+}
+
+// keepReusable bounds the collected segments kept for reuse; the rest are
+// deleted.
+const keepReusable = 2
 
 func newSegLog(sg objstore.Segmenter, log *slog.Logger) *segLog {
 	return &segLog{sg: sg, log: log, nextSize: segmentSizes.first}
@@ -80,9 +91,26 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 	}
 	s.preparing = true
 	size := s.nextSize
+	var reuse string
+	if n := len(s.reusable); n > 0 {
+		reuse = s.reusable[n-1]
+		s.reusable = s.reusable[:n-1]
+	}
 	s.mu.Unlock()
 	start(func() {
-		sp, err := s.sg.NewSegment(ctx, size)
+		var sp objstore.Segment
+		var err error
+		if reuse != "" {
+			// Its blocks are allocated and written: no zeros to write.
+			if sp, err = s.sg.ReuseSegment(ctx, reuse); err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("stepwell: reusing a WAL segment failed; staging a new one", "key", reuse, "err", err)
+				}
+				sp, err = s.sg.NewSegment(ctx, size)
+			}
+		} else {
+			sp, err = s.sg.NewSegment(ctx, size)
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.preparing = false
@@ -97,7 +125,12 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 			return
 		}
 		s.spare = sp
-		s.nextSize = min(size*2, segmentSizes.max)
+		if reuse != "" && err == nil {
+			s.reused++
+		}
+		if reuse == "" {
+			s.nextSize = min(size*2, segmentSizes.max)
+		}
 	})
 }
 
@@ -139,7 +172,7 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 		}
 		s.cur, s.curFirst, s.off = sp, seq, 0
 		s.mu.Lock()
-		s.own = append(s.own, seq)
+		s.own = append(s.own, ownSeg{first: seq, size: sp.Size()})
 		s.mu.Unlock()
 	}
 	s.buf = format.AppendSegmentRecord(s.buf[:0], s.curFirst, data)
@@ -157,22 +190,27 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 	return true, nil
 }
 
-// collectible returns the keys of this writer's segments whose records are
-// all at or below seq: every one but the newest (still being written), up
-// to the first that reaches past seq.
-func (s *segLog) collectible(seq uint64) []string {
+// collect takes this writer's segments whose records are all at or below
+// seq (every one but the newest, still being written, up to the first that
+// reaches past seq): full-sized ones are kept to be staged again, up to
+// keepReusable; it returns the keys of the others, to delete.
+func (s *segLog) collect(seq uint64) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for n+1 < len(s.own) && s.own[n+1]-1 <= seq {
+	for n+1 < len(s.own) && s.own[n+1].first-1 <= seq {
 		n++
 	}
-	keys := make([]string, n)
-	for i, first := range s.own[:n] {
-		keys[i] = segKey(first)
+	var doomed []string
+	for _, o := range s.own[:n] {
+		if o.size == segmentSizes.max && len(s.reusable) < keepReusable && !s.closed {
+			s.reusable = append(s.reusable, segKey(o.first))
+		} else {
+			doomed = append(doomed, segKey(o.first))
+		}
 	}
 	s.own = s.own[n:]
-	return keys
+	return doomed
 }
 
 // close releases the current and the staged segment. The committer must

@@ -101,6 +101,12 @@ func TestSegmentsRollCollectAndRecover(t *testing.T) {
 	if st.Snapshots == 0 {
 		t.Fatalf("no snapshot: %+v", st)
 	}
+	e.seg.mu.Lock()
+	reused := e.seg.reused
+	e.seg.mu.Unlock()
+	if reused == 0 {
+		t.Error("no collected segment was staged again")
+	}
 	if err := e.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -378,5 +384,59 @@ func TestSegmentReaderRefresh(t *testing.T) {
 	}
 	if got, want := dump(t, r), dump(t, e); !maps.Equal(got, want) {
 		t.Fatalf("reader has %d keys, writer %d", len(got), len(want))
+	}
+}
+
+// A collected segment is staged again with its old records in it; they
+// belong to another first sequence, so recovery, strict as it is, reads
+// past none of them.
+func TestSegmentReuseIgnoresStaleRecords(t *testing.T) {
+	old := segmentSizes
+	segmentSizes.first, segmentSizes.max = 4*format.SegmentAlign, 4*format.SegmentAlign
+	t.Cleanup(func() { segmentSizes = old })
+	ctx := context.Background()
+	_, open := fileStore(t)
+	e := mustOpen(t, Options{Bucket: open()})
+	want := map[string]string{}
+	n := 0
+	puts := func(k int) { // each batch takes one block
+		for range k {
+			key := fmt.Sprintf("k%02d", n)
+			put(t, e, key, key)
+			want[key] = key
+			n++
+		}
+	}
+	waitSegmentReady(t, e)
+	puts(4) // segment A full
+	waitSegmentReady(t, e)
+	puts(1)                                 // B
+	if err := e.Snapshot(ctx); err != nil { // covers A: kept for reuse
+		t.Fatal(err)
+	}
+	puts(3) // B full
+	waitSegmentReady(t, e)
+	puts(1) // C, staged before A was collected; A is staged next
+	waitSegmentReady(t, e)
+	puts(3)
+	puts(2) // D: A again, two new records over A's four
+	e.seg.mu.Lock()
+	reused, own := e.seg.reused, len(e.seg.own)
+	e.seg.mu.Unlock()
+	if reused != 1 {
+		t.Fatalf("%d segments reused, want 1", reused)
+	}
+	if st := e.Stats(); st.SegmentBatches != uint64(n) {
+		t.Fatalf("%d of %d batches in segments", st.SegmentBatches, n)
+	}
+	e.Kill()
+	_, segs := walObjects(t, open())
+	if len(segs) != own {
+		t.Fatalf("segments %v, want %d (A was renamed away)", segs, own)
+	}
+	e2 := mustOpen(t, Options{Bucket: open()})
+	defer e2.Close(ctx)
+	if got := dump(t, e2); !maps.Equal(got, want) {
+		t.Fatalf("state after reopen: %v, want %v", got, want)
 	}
 }

@@ -174,7 +174,7 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 			doomed = append(doomed, snapKey(prevSnap))
 		}
 		if e.seg != nil {
-			doomed = append(doomed, e.seg.collectible(seq)...)
+			doomed = append(doomed, e.seg.collect(seq)...)
 		}
 		e.deleteKeys(ctx, doomed)
 		return
@@ -206,7 +206,7 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 		}
 	}
 	if e.seg != nil {
-		doomed = append(doomed, e.seg.collectible(seq)...)
+		doomed = append(doomed, e.seg.collect(seq)...)
 	}
 	e.deleteKeys(ctx, e.withoutMarkers(doomed))
 }

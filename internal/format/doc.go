@@ -6,6 +6,10 @@
 // # Object names
 //
 //	wal/<seq:020d>    one group-commit batch, written create-only
+//	wal/<seq:020d>.log
+//	                  a WAL segment: batches seq, seq+1, ... as segment
+//	                  records, written in place (stores with preallocated
+//	                  segments: file://; see ScanSegment for the layout)
 //	snap/<seq:020d>   the whole state as of <seq>, written create-only
 //	blob/<epoch:020d>-<n:010d>
 //	                  a large value, written before the batch that refers to it

@@ -113,6 +113,13 @@ type Segmenter interface {
 	// but without a name: nothing can see it until Publish, and a crash
 	// before Publish leaves nothing behind.
 	NewSegment(ctx context.Context, size int64) (Segment, error)
+	// ReuseSegment turns the object key, a segment the caller no longer
+	// needs, into a staged segment of the same size that still holds the
+	// old bytes (the log written into it must tell its records from stale
+	// ones). The key is gone at once; its blocks, already allocated and
+	// written, are overwritten later without the cost of new ones. A crash
+	// may bring the key back, holding the old bytes.
+	ReuseSegment(ctx context.Context, key string) (Segment, error)
 	// SyncPrefix makes durable every object under prefix, its data and its
 	// name, including writes a crashed process left unsynced in the
 	// operating system's cache. A new writer calls it before it trusts

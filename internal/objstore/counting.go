@@ -13,7 +13,7 @@ import (
 // Counting does not implement Locker; AsLocker finds the inner bucket's
 // lock through Unwrap. It counts segment requests (see Segmenter, found
 // with AsSegmenter) as writes: staging a segment is a put of its size,
-// publishing one is a put, and each Segment.Sync is a put of the bytes
+// reusing one a put of nothing, publishing one a put, and each Segment.Sync is a put of the bytes
 // written since the previous one; SyncPrefix is a list.
 type Counting struct {
 	inner Bucket
@@ -187,6 +187,15 @@ func (s *countingSegmenter) NewSegment(ctx context.Context, size int64) (Segment
 	s.c.puts.Add(1)
 	s.c.bytesWritten.Add(size)
 	seg, err := s.inner.NewSegment(ctx, size)
+	if err != nil {
+		return nil, err
+	}
+	return &countingSegment{Segment: seg, c: s.c}, nil
+}
+
+func (s *countingSegmenter) ReuseSegment(ctx context.Context, key string) (Segment, error) {
+	s.c.puts.Add(1)
+	seg, err := s.inner.ReuseSegment(ctx, key)
 	if err != nil {
 		return nil, err
 	}

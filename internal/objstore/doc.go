@@ -126,6 +126,15 @@
 // back is reopened by path. Delete is unlink(2), without a directory fsync
 // (see above). Directories are never removed.
 //
+// The file driver also implements Segmenter: NewSegment stages a file as a
+// create-only write does, fills it with zeros by write(2) (not fallocate:
+// an fallocated block stays "unwritten" until its first write, which the
+// file system's journal must then commit, so overwriting it costs as much
+// as a new file) and fdatasyncs it; Publish links it like a create-only
+// write and fsyncs the directory; Segment.Sync is one fdatasync of the
+// overwritten blocks, which needs no metadata made durable. SyncPrefix
+// fdatasyncs every file under a prefix and fsyncs their directories.
+//
 // Lock takes flock(LOCK_EX|LOCK_NB) on .lock. The lock belongs to the open
 // file, so it excludes other processes and other Buckets of this process
 // alike (ErrLocked); Close releases it, and so does process death. Having
@@ -154,5 +163,6 @@
 // Counting counts requests by kind (for cost accounting and request-count
 // tests). Package objstoretest has a fault-injecting wrapper and the
 // conformance suite every driver passes. Wrappers expose the bucket they
-// wrap with an Unwrap() Bucket method; AsLocker looks through them.
+// wrap with an Unwrap() Bucket method; AsLocker and AsSegmenter look
+// through them, and both wrappers see segment requests (SegmentWrapper).
 package objstore

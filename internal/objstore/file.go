@@ -164,8 +164,30 @@ func (f *fileBucket) NewWriter(ctx context.Context, key string, ifNotExist bool)
 	}
 	return &fileWriter{
 		f: f, ctx: ctx, key: key, ifNotExist: ifNotExist,
-		st: st, buf: bufio.NewWriterSize(st.file, 64<<10),
+		st: st, buf: bufio.NewWriterSize(&pacedWriter{f: st.file}, 64<<10),
 	}, nil
+}
+
+// writeBackChunk is how many bytes a streamed write (a snapshot, a WAL
+// segment's zeros) writes before it starts writing them back to the disk.
+const writeBackChunk = 1 << 20
+
+// pacedWriter writes to a file sequentially, starting the write-back of each
+// writeBackChunk as it completes and waiting for the one before (see
+// writeBack): at most about two chunks are ever in flight to the disk.
+type pacedWriter struct {
+	f                  *os.File
+	prev, started, off int64 // chunk waited for next; chunk being written back; end
+}
+
+func (w *pacedWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.off += int64(n)
+	if w.off-w.started >= writeBackChunk {
+		writeBack(w.f, w.prev, w.started, w.off-w.started)
+		w.prev, w.started = w.started, w.off
+	}
+	return n, err
 }
 
 // staged is an object being written: an unnamed O_TMPFILE file (anon), or a

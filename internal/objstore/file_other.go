@@ -27,3 +27,4 @@ func unlinkFile(string) error                         { return errors.ErrUnsuppo
 func lockFile(*os.File) error                         { return errors.ErrUnsupported }
 func isNotDir(error) bool                             { return false }
 func isDirErr(error) bool                             { return false }
+func writeBack(*os.File, int64, int64, int64)         {}

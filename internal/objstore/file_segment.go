@@ -19,7 +19,8 @@ var zeroBlock = make([]byte, 1<<20)
 // zeros by write(2), not fallocate(2): blocks that were really written are
 // overwritten later without the file system recording anything (an
 // fallocated block is "unwritten" until its first write, which the journal
-// must then commit), and fdatasynced. Publish links it like a create-only
+// must then commit), written back a chunk at a time (see pacedWriter) so
+// as not to hold up the WAL's syncs, and fdatasynced. Publish links it like a create-only
 // Put and fsyncs the directory.
 func (f *fileBucket) NewSegment(ctx context.Context, size int64) (Segment, error) {
 	if f.closed.Load() {
@@ -35,9 +36,10 @@ func (f *fileBucket) NewSegment(ctx context.Context, size int64) (Segment, error
 	if err != nil {
 		return nil, opErr("segment", "", err)
 	}
+	pw := &pacedWriter{f: st.file}
 	for off := int64(0); off < size && err == nil; {
 		n := min(size-off, int64(len(zeroBlock)))
-		_, err = st.file.WriteAt(zeroBlock[:n], off)
+		_, err = pw.Write(zeroBlock[:n])
 		off += n
 		if err == nil {
 			err = ctx.Err()
@@ -51,6 +53,44 @@ func (f *fileBucket) NewSegment(ctx context.Context, size int64) (Segment, error
 		return nil, opErr("segment", "", err)
 	}
 	return &fileSegment{f: f, st: st, size: size}, nil
+}
+
+// ReuseSegment implements Segmenter: it renames the object's file into the
+// temp directory, where it is staged like a named create-only write. The
+// rename is not synced: after a crash the old name may reappear, with the
+// old bytes or with records written since (the caller's log format tells
+// them apart), until Publish fsyncs the directory, which makes the old
+// name's removal durable along with the new one.
+func (f *fileBucket) ReuseSegment(ctx context.Context, key string) (Segment, error) {
+	if err := f.check(ctx, "segment", key); err != nil {
+		return nil, err
+	}
+	// A fresh name in the temp directory, which the rename replaces.
+	tmp, err := f.inTmpDir(func(dir string) (*os.File, error) { return os.CreateTemp(dir, "seg-*") })
+	if err != nil {
+		return nil, opErr("segment", key, err)
+	}
+	tmp.Close()
+	var file *os.File
+	var fi fs.FileInfo
+	if err = os.Rename(f.path(key), tmp.Name()); err == nil {
+		if file, err = os.OpenFile(tmp.Name(), os.O_RDWR, 0); err == nil {
+			if fi, err = file.Stat(); err == nil && !fi.Mode().IsRegular() {
+				err = fmt.Errorf("%w: not a regular file", ErrNotFound)
+			}
+			if err != nil {
+				file.Close()
+			}
+		}
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		if notFound(err) {
+			err = ErrNotFound
+		}
+		return nil, opErr("segment", key, err)
+	}
+	return &fileSegment{f: f, st: staged{file: file}, size: fi.Size()}, nil
 }
 
 // SyncPrefix implements Segmenter: it fdatasyncs every object under prefix

@@ -81,7 +81,7 @@ func (e *FaultError) Retryable() bool { return true }
 // Fault does not implement objstore.Locker; objstore.AsLocker finds the
 // inner bucket's through Unwrap. Segment requests (objstore.Segmenter,
 // found with objstore.AsSegmenter) are writes (OpPut) to its knobs:
-// staging a segment (key ""), publishing it and each Segment.Sync (the
+// staging a segment (key "", or the reused segment's key), publishing it and each Segment.Sync (the
 // segment's key), which an ambiguous fault reports failed after it
 // succeeded. SyncPrefix is an OpList of the prefix.
 type Fault struct {
@@ -370,6 +370,17 @@ func (s *faultSegmenter) NewSegment(ctx context.Context, size int64) (objstore.S
 		return nil, err
 	}
 	seg, err := s.inner.NewSegment(ctx, size)
+	if err != nil {
+		return nil, err
+	}
+	return &faultSegment{Segment: seg, f: s.f}, nil
+}
+
+func (s *faultSegmenter) ReuseSegment(ctx context.Context, key string) (objstore.Segment, error) {
+	if err := s.f.before(ctx, OpPut, key); err != nil {
+		return nil, err
+	}
+	seg, err := s.inner.ReuseSegment(ctx, key)
 	if err != nil {
 		return nil, err
 	}
