@@ -313,6 +313,8 @@ func (e *Engine) commitLoop() {
 		e.stats.WALBytes += uint64(len(data))
 		if inSeg {
 			e.stats.SegmentBatches++
+		} else if e.seg != nil {
+			e.singles = append(e.singles, b.seq)
 		}
 		e.mu.Unlock()
 		close(b.done)

@@ -151,7 +151,11 @@ type Engine struct {
 	// collected is the sequence up to which WAL objects have been deleted
 	// (0 until the first collection, which lists the bucket); prevSnapSeq
 	// is the snapshot that collection kept.
-	collected   uint64
+	collected uint64
+	// singles lists, on buckets with segments, the sequences this writer
+	// wrote as WAL objects (the marker, batches that found no segment)
+	// since the last collection: the only ones it has to delete.
+	singles     []uint64
 	prevSnapSeq uint64
 }
 

@@ -74,7 +74,8 @@ func TestSegmentsRollCollectAndRecover(t *testing.T) {
 	smallSegments(t)
 	ctx := context.Background()
 	_, open := fileStore(t)
-	e := mustOpen(t, Options{Bucket: open(), SnapshotMaxObjects: 40, SnapshotMinBytes: 1})
+	counting := objstore.NewCounting(open())
+	e := mustOpen(t, Options{Bucket: counting, SnapshotMaxObjects: 40, SnapshotMinBytes: 1})
 	waitSegmentReady(t, e)
 	want := map[string]string{}
 	var mu sync.Mutex
@@ -100,6 +101,11 @@ func TestSegmentsRollCollectAndRecover(t *testing.T) {
 	}
 	if st.Snapshots == 0 {
 		t.Fatalf("no snapshot: %+v", st)
+	}
+	// Collection deletes segments, snapshots and the few batches written as
+	// objects, not one key per sequence.
+	if d := counting.Counts().Deletes; d > int64(st.Batches-st.SegmentBatches)+int64(2*st.Snapshots)+20 {
+		t.Errorf("%d deletes for %d batches (%d in segments) and %d snapshots", d, st.Batches, st.SegmentBatches, st.Snapshots)
 	}
 	e.seg.mu.Lock()
 	reused := e.seg.reused

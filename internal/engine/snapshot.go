@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/google/btree"
@@ -163,11 +164,28 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 	e.mu.Lock()
 	from, prevSnap := e.collected, e.prevSnapSeq
 	e.collected, e.prevSnapSeq = seq, seq
+	singles := e.singles
+	if e.seg != nil {
+		// Keep those above seq for the next collection.
+		i := 0
+		for i < len(singles) && singles[i] <= seq {
+			i++
+		}
+		singles, e.singles = singles[:i], slices.Clone(singles[i:])
+	}
 	e.mu.Unlock()
 	if from > 0 {
 		var doomed []string
-		for s := from + 1; s <= seq; s++ {
-			doomed = append(doomed, walKey(s))
+		if e.seg != nil {
+			for _, s := range singles {
+				if s > from {
+					doomed = append(doomed, walKey(s))
+				}
+			}
+		} else {
+			for s := from + 1; s <= seq; s++ {
+				doomed = append(doomed, walKey(s))
+			}
 		}
 		doomed = e.withoutMarkers(doomed)
 		if prevSnap < seq { // never the snapshot just written
