@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/objstore"
@@ -65,7 +66,12 @@ type segLog struct {
 	own       []ownSeg         // guarded by mu: our published segments, in order
 	reusable  []string         // guarded by mu: collected segments to stage again
 	reused    int              // guarded by mu: segments staged again (for tests)
+	retryAt   time.Time        // guarded by mu: after a failure, no staging before
 }
+
+// stageRetry is how long the log waits after a failure to stage a segment
+// before it tries again (writing WAL objects meanwhile).
+const stageRetry = 5 * time.Second
 
 type ownSeg struct {
 	first uint64
@@ -85,7 +91,7 @@ func newSegLog(sg objstore.Segmenter, log *slog.Logger) *segLog {
 // the engine's background WaitGroup).
 func (s *segLog) prepare(ctx context.Context, start func(func())) {
 	s.mu.Lock()
-	if s.spare != nil || s.preparing || s.closed {
+	if s.spare != nil || s.preparing || s.closed || time.Now().Before(s.retryAt) {
 		s.mu.Unlock()
 		return
 	}
@@ -116,8 +122,9 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 		s.preparing = false
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("stepwell: staging a WAL segment failed; writing WAL objects meanwhile", "err", err)
+				s.log.Warn("stepwell: staging a WAL segment failed; writing WAL objects meanwhile", "retry_in", stageRetry, "err", err)
 			}
+			s.retryAt = time.Now().Add(stageRetry)
 			return
 		}
 		if s.closed {

@@ -300,8 +300,15 @@ func TestSegmentsMixWithObjects(t *testing.T) {
 	if e.Stats().SegmentBatches != 0 {
 		t.Fatal("batches went into segments that failed to stage")
 	}
+	// After a failure staging waits stageRetry, not one attempt a batch.
+	if n := f.Injected(); n != 1 {
+		t.Errorf("%d staging attempts failed, want 1", n)
+	}
 	// Staging works again: the next batches go into a segment.
 	f.Reset()
+	e.seg.mu.Lock()
+	e.seg.retryAt = time.Time{}
+	e.seg.mu.Unlock()
 	e.prepareSegment()
 	waitSegmentReady(t, e)
 	for i := 0; i < 5; i++ {
