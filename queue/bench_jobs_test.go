@@ -21,7 +21,7 @@ import (
 const benchDepth = 100_000
 
 // fillQueue enqueues n jobs in EnqueueBatch chunks.
-func fillQueue(b *testing.B, q *Queue, queue string, n int, opts EnqueueOptions) {
+func fillQueue(b testing.TB, q *Queue, queue string, n int, opts EnqueueOptions) {
 	b.Helper()
 	ctx := context.Background()
 	payload := make([]byte, 100)

@@ -47,16 +47,35 @@ func (s State) String() string {
 // Engine key spaces of the job queue.
 const (
 	jobSpace     = "j/" // j/<id>: job record
-	payloadSpace = "p/" // p/<id>: job payload (inline or blob)
+	payloadSpace = "p/" // p/<id>: job payload not kept in its record (blob, or large)
 )
+
+// inlinePayloadMax is the largest payload kept inside its job record
+// (jobRec.Payload) rather than under p/<id>. A payload in the record costs
+// no key, tree item or allocation of its own (about 100 bytes of heap per
+// job), but every rewrite of the record (claim, retry) writes it to the
+// WAL again: small payloads gain, large ones would pay for each attempt.
+const inlinePayloadMax = 512
 
 // maxHistory bounds the attempt history kept in a job record.
 const maxHistory = 16
 
 // jobRec is the stored job record (msgpack, as an array: field order is the
-// format). A new field goes at the end, and the decoders must then also
-// accept the shorter records already in buckets (see format.Marshal).
+// format; jobCore's fields come first, flattened). A new field goes at the
+// end, and the decoders must then also accept the shorter records already
+// in buckets (see format.Marshal): version 1 records are jobCore alone.
 type jobRec struct {
+	jobCore
+	// Payload is the job's payload when it is kept in the record: non-nil,
+	// possibly empty. Nil means it is under p/<id> (a blob reference or a
+	// large inline value), or that the job has none (done jobs, kept
+	// without their payloads). Version 1 records have no such field.
+	Payload []byte
+}
+
+// jobCore is the first 15 fields of a job record, and the whole record as
+// written before payloads moved into records.
+type jobCore struct {
 	Queue       string
 	State       uint8
 	Priority    int32
@@ -79,13 +98,17 @@ type attemptRec struct {
 	Error string
 }
 
-// jobFields is the number of fields of jobRec.
-const jobFields = 15
+// jobFields is the number of fields of jobRec; jobFieldsV1 of version 1
+// records (jobCore).
+const (
+	jobFields   = 16
+	jobFieldsV1 = 15
+)
 
 // encodeJob returns the engine value (inline-tagged msgpack) of a record:
 // the bytes of format.Marshal, written without reflection.
 func encodeJob(r *jobRec) []byte {
-	size := 100 + len(r.Queue) + len(r.DedupKey) + len(r.DeadNotify)
+	size := 100 + len(r.Queue) + len(r.DedupKey) + len(r.DeadNotify) + len(r.Payload)
 	size += format.StringMapSize(r.Headers)
 	for i := range r.History {
 		size += 16 + len(r.History[i].Error)
@@ -118,12 +141,14 @@ func appendJob(b []byte, r *jobRec) []byte {
 		}
 	}
 	b = format.AppendInt64(b, r.Size)
-	return format.AppendString(b, r.DeadNotify)
+	b = format.AppendString(b, r.DeadNotify)
+	return format.AppendBytes(b, r.Payload)
 }
 
-// readJob is the fast reader of appendJob's output.
+// readJob is the fast reader of appendJob's output, and of version 1
+// records. The payload aliases the input.
 func readJob(rd *format.Reader, r *jobRec) {
-	rd.Fields(jobFields)
+	n := rd.FieldsIn(jobFieldsV1, jobFields)
 	r.Queue = rd.String()
 	r.State = rd.Uint8()
 	r.Priority = rd.Int32()
@@ -142,6 +167,9 @@ func readJob(rd *format.Reader, r *jobRec) {
 	}
 	r.Size = rd.Int64()
 	r.DeadNotify = rd.String()
+	if n == jobFields {
+		r.Payload = rd.BytesZC()
+	}
 }
 
 func readAttempt(rd *format.Reader, a *attemptRec) {
@@ -175,13 +203,29 @@ func decodeJob(v []byte) (*jobRec, error) {
 	var r jobRec
 	rd := format.NewReader(data)
 	readJob(&rd, &r)
-	if err := format.Exact(&rd, data, &r); err != nil {
-		return nil, fmt.Errorf("job record: %w", err)
+	if rd.Finish() != nil {
+		if err := unmarshalJob(data, &r); err != nil {
+			return nil, fmt.Errorf("job record: %w", err)
+		}
 	}
 	if err := checkJobState(r.State); err != nil {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// unmarshalJob is the reflective decoder of job records, of either
+// version: what the fast reader must agree with.
+func unmarshalJob(data []byte, r *jobRec) error {
+	*r = jobRec{}
+	err := format.UnmarshalExact(data, r)
+	if err != nil {
+		*r = jobRec{}
+		if format.UnmarshalExact(data, &r.jobCore) == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // indexRec is the part of a job record the job index keeps.
@@ -198,7 +242,7 @@ type indexRec struct {
 // readIndexRec is readJob reading only what the index keeps: it checks the
 // other fields' types as readJob does but does not allocate for them.
 func readIndexRec(rd *format.Reader, r *indexRec) {
-	rd.Fields(jobFields)
+	n := rd.FieldsIn(jobFieldsV1, jobFields)
 	r.queue = rd.StringBytes()
 	r.state = rd.Uint8()
 	r.priority = rd.Int32()
@@ -218,6 +262,9 @@ func readIndexRec(rd *format.Reader, r *indexRec) {
 	}
 	rd.Int64()       // Size
 	rd.StringBytes() // DeadNotify
+	if n == jobFields {
+		rd.BytesZC() // Payload
+	}
 }
 
 // decodeIndexRec parses what the index keeps of a job record's engine

@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/stepwell/stepwell/internal/engine"
@@ -11,13 +12,13 @@ import (
 )
 
 func randJobRec(r *rand.Rand, multi bool) *jobRec {
-	j := &jobRec{
+	j := &jobRec{jobCore: jobCore{
 		Queue: codectest.String(r), State: uint8(r.UintN(6)), Priority: int32(codectest.Int64(r)),
 		Order: codectest.Uint64(r), RunAt: codectest.Int64(r), Attempts: uint32(codectest.Uint64(r)),
 		MaxAttempts: r.Uint32(), Headers: codectest.Map(r, multi), DedupKey: codectest.String(r),
 		EnqueuedAt: codectest.Int64(r), UpdatedAt: codectest.Int64(r), CancelReq: r.IntN(2) == 0,
 		Size: codectest.Int64(r), DeadNotify: codectest.String(r),
-	}
+	}, Payload: codectest.Bytes(r)}
 	if n := r.IntN(5); n > 0 {
 		j.History = make([]attemptRec, n-1)
 		for i := range j.History {
@@ -74,18 +75,21 @@ func checkIndexRec(t *testing.T, v []byte) {
 func FuzzDecodeJob(f *testing.F) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 4 {
-		f.Add(encodeJob(randJobRec(r, false))[1:])
+		j := randJobRec(r, false)
+		f.Add(encodeJob(j)[1:])
+		v1, _ := format.Marshal(&j.jobCore) // a version 1 record
+		f.Add(v1)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		codectest.Agree(t, data, readJob)
+		codectest.AgreeWith(t, data, readJob, unmarshalJob)
 		checkIndexRec(t, engine.Inline(data))
 	})
 }
 
 func BenchmarkJobCodec(b *testing.B) {
-	j := &jobRec{Queue: "workflow.steps", State: statePending, Order: 12345, RunAt: 1e18, Attempts: 1, MaxAttempts: 25,
+	j := &jobRec{jobCore: jobCore{Queue: "workflow.steps", State: statePending, Order: 12345, RunAt: 1e18, Attempts: 1, MaxAttempts: 25,
 		Headers: map[string]string{"workflow.run_id": "run-000123", "workflow.step": "2"}, DedupKey: "run:run-000123:2",
-		EnqueuedAt: 1e18, UpdatedAt: 1e18, Size: 64}
+		EnqueuedAt: 1e18, UpdatedAt: 1e18, Size: 64}, Payload: make([]byte, 64)}
 	v := encodeJob(j)
 	b.Run("encode", func(b *testing.B) {
 		b.ReportAllocs()
@@ -114,4 +118,36 @@ func BenchmarkJobCodec(b *testing.B) {
 			format.UnmarshalExact(data, &r)
 		}
 	})
+}
+
+// TestJobCodecReadsVersion1 holds the readers to records written before
+// payloads moved into them (jobCore alone, 15 fields): they decode with no
+// payload in the record, on the fast path and the reflective one alike.
+func TestJobCodecReadsVersion1(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		j := randJobRec(r, false)
+		data, err := format.Marshal(&j.jobCore)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fast jobRec
+		if err := format.ReadExact(data, &fast, readJob); err != nil {
+			t.Fatalf("fast reader rejects a version 1 record: %v", err)
+		}
+		if fast.Payload != nil || !reflect.DeepEqual(fast.jobCore, j.jobCore) {
+			t.Fatalf("fast reader read %+v, want %+v and no payload", fast, j.jobCore)
+		}
+		var slow jobRec
+		if err := unmarshalJob(data, &slow); err != nil || !reflect.DeepEqual(slow, fast) {
+			t.Fatalf("unmarshalJob = %+v, %v; want %+v", slow, err, fast)
+		}
+		codectest.AgreeWith(t, data, readJob, unmarshalJob)
+		checkIndexRec(t, engine.Inline(data))
+	}
+	// Neither version's field count is accepted for the other's shape.
+	short, _ := format.Marshal([]int{1, 2, 3})
+	if _, err := decodeJob(engine.Inline(short)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("decodeJob(3 fields) = %v, want ErrCorrupt", err)
+	}
 }

@@ -265,14 +265,15 @@ func TestOpenErrors(t *testing.T) {
 		}
 	}
 	for name, opt := range map[string]Option{
-		"lease":     WithLease(0),
-		"attempts":  WithMaxAttempts(0),
-		"backoff":   WithRetryBackoff(2, 1),
-		"heartbeat": WithHeartbeat(-1),
-		"threshold": WithLargeValueThreshold(10),
-		"maxvalue":  WithMaxValueSize(0),
-		"snapshot":  WithSnapshotThreshold(0, 1),
-		"retry":     WithWriteRetry(0),
+		"lease":                   WithLease(0),
+		"attempts":                WithMaxAttempts(0),
+		"backoff":                 WithRetryBackoff(2, 1),
+		"heartbeat":               WithHeartbeat(-1),
+		"threshold":               WithLargeValueThreshold(10),
+		"threshold above 256 MiB": WithLargeValueThreshold(maxLargeValue + 1),
+		"maxvalue":                WithMaxValueSize(0),
+		"snapshot":                WithSnapshotThreshold(0, 1),
+		"retry":                   WithWriteRetry(0),
 	} {
 		if _, err := Open(ctx, memURL(t), opt); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("%s: Open = %v, want ErrInvalidOption", name, err)

@@ -38,6 +38,9 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 				ids[i] = ulid.Make().String()
 			}
 		}
+		if op.Kind == opEnqueue && l.inlinePayload(op.Value) {
+			continue // goes into the job record (see enqueueTx)
+		}
 		if len(op.Value) > l.opts.largeValue {
 			ref, err := l.eng.PutBlob(ctx, op.Value)
 			if err != nil {
@@ -231,7 +234,15 @@ func resolveTime(t int64, now time.Time) int64 {
 	return t
 }
 
+// inlinePayload reports whether an enqueued payload is kept in its job
+// record (jobRec.Payload) rather than under p/<id>.
+func (l *local) inlinePayload(p []byte) bool {
+	return len(p) <= inlinePayloadMax && len(p) <= l.opts.largeValue
+}
+
 // enqueueTx adds one job, or reports the pending job holding its dedup key.
+// payload is the engine value to store under p/<id>, or nil to keep
+// op.Value in the job record (see inlinePayload).
 //
 // REQUIRES: inside an engine transaction.
 //
@@ -248,12 +259,18 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 	if maxAttempts == 0 {
 		maxAttempts = cfg.MaxAttempts
 	}
-	rec := &jobRec{
+	rec := &jobRec{jobCore: jobCore{
 		Queue: op.Queue, State: statePending, Priority: op.Priority,
 		Order: l.ix.maxOrder + 1, RunAt: resolveTime(op.RunAt, now),
 		MaxAttempts: maxAttempts, Headers: op.Headers, DedupKey: op.DedupKey,
 		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(op.Value)),
 		DeadNotify: op.DeadNotify,
+	}}
+	if payload == nil {
+		rec.Payload = op.Value
+		if rec.Payload == nil {
+			rec.Payload = []byte{}
+		}
 	}
 	due := rec.RunAt <= now.UnixNano()
 	claim := due && (op.Claim && !l.readyAbove(op.Queue, op.Priority, now, false) ||
@@ -261,7 +278,9 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 	if claim {
 		rec.State, rec.Attempts = stateClaimed, 1
 	}
-	tx.Put(payloadSpace+id, payload)
+	if payload != nil {
+		tx.Put(payloadSpace+id, payload)
+	}
 	tx.Put(jobSpace+id, encodeJob(rec)) // the index sees it here
 	res := EnqueueResult{JobID: id}
 	if claim {
@@ -342,12 +361,14 @@ func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (fu
 // finishTx records a job as done: deleted, or kept without its payload for
 // the done retention.
 func (l *local) finishTx(tx *engine.Tx, id string, rec *jobRec, cfg QueueConfig, now time.Time) {
-	tx.Delete(payloadSpace + id)
+	if rec.Payload == nil {
+		tx.Delete(payloadSpace + id)
+	}
 	if cfg.DoneRetention <= 0 {
 		tx.Delete(jobSpace + id)
 		return
 	}
-	rec.State, rec.UpdatedAt, rec.CancelReq = stateDone, now.UnixNano(), false
+	rec.State, rec.UpdatedAt, rec.CancelReq, rec.Payload = stateDone, now.UnixNano(), false, nil
 	tx.Put(jobSpace+id, encodeJob(rec))
 }
 
@@ -394,12 +415,11 @@ func (l *local) deadNoticeTx(tx *engine.Tx, id string, rec *jobRec, reason strin
 	maps.Copy(h, rec.Headers)
 	h[HeaderDeadJob], h[HeaderDeadReason] = id, reason
 	nid := ulid.Make().String()
-	notice := &jobRec{
+	notice := &jobRec{jobCore: jobCore{
 		Queue: rec.DeadNotify, State: statePending, Order: l.ix.maxOrder + 1, RunAt: now.UnixNano(),
 		MaxAttempts: l.opts.config(rec.DeadNotify).MaxAttempts, Headers: h,
 		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(id)),
-	}
-	tx.Put(payloadSpace+nid, engine.Inline([]byte(id)))
+	}, Payload: []byte(id)}
 	tx.Put(jobSpace+nid, encodeJob(notice))
 }
 
@@ -431,7 +451,9 @@ func (l *local) cancelTx(tx *engine.Tx, id string, now time.Time) (CancelOutcome
 	switch rec.State {
 	case statePending:
 		tx.Delete(jobSpace + id)
-		tx.Delete(payloadSpace + id)
+		if rec.Payload == nil {
+			tx.Delete(payloadSpace + id)
+		}
 		return CancelRemoved, nil
 	case stateClaimed:
 		if !rec.CancelReq {

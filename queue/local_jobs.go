@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,11 +67,11 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 			rec.Attempts++
 			rec.UpdatedAt = now.UnixNano()
 			tx.Put(jobSpace+it.id, encodeJob(rec)) // removes it from ready
-			p, _ := tx.Get(payloadSpace + it.id)
 			j := rec.toJob(it.id, now)
+			j.Payload = bytes.Clone(rec.Payload)
 			j.token = l.nextToken.Add(1)
 			jobs = append(jobs, j)
-			encs = append(encs, p)
+			encs = append(encs, l.payloadValue(&tx.Reader, it.id, rec))
 		}
 		l.grantLeases(jobs, cfg, now)
 		return nil
@@ -95,6 +96,18 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 		}
 	}
 	return jobs, nil
+}
+
+// payloadValue returns the engine value of a job's payload if it is not in
+// its record: under p/<id>, or nil if there is none.
+//
+// REQUIRES: inside an engine transaction or view.
+func (l *local) payloadValue(r *engine.Reader, id string, rec *jobRec) []byte {
+	if rec.Payload != nil {
+		return nil
+	}
+	v, _ := r.Get(payloadSpace + id)
+	return v
 }
 
 // grantLeases registers this process's leases on freshly claimed jobs.
@@ -449,21 +462,24 @@ func (l *local) queues(ctx context.Context) ([]string, error) {
 func (l *local) getJob(ctx context.Context, id string) (*Job, error) {
 	for attempt := 0; ; attempt++ {
 		var rec *jobRec
-		var enc []byte
+		var enc, payload []byte
 		err := l.eng.View(ctx, func(r *engine.Reader) error {
 			v, ok := r.Get(jobSpace + id)
 			if !ok {
 				return ErrJobNotFound
 			}
 			var err error
-			rec, err = decodeJob(v)
-			enc, _ = r.Get(payloadSpace + id)
+			if rec, err = decodeJob(v); err == nil {
+				enc = l.payloadValue(r, id, rec)
+				payload = bytes.Clone(rec.Payload)
+			}
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
 		j := rec.toJob(id, l.now())
+		j.Payload = payload
 		if enc != nil {
 			j.Payload, err = l.resolve(ctx, enc)
 			if errors.Is(err, objstore.ErrNotFound) && attempt < 5 {
@@ -541,8 +557,8 @@ func (l *local) requeueDead(ctx context.Context, id string) error {
 		if rec.State != stateDead {
 			return fmt.Errorf("%w: job %s", ErrNotDead, id)
 		}
-		if _, ok := tx.Get(payloadSpace + id); !ok {
-			tx.Put(payloadSpace+id, engine.Inline(nil))
+		if _, ok := tx.Get(payloadSpace + id); !ok && rec.Payload == nil {
+			rec.Payload = []byte{} // lost: run it with an empty one
 		}
 		rec.State, rec.Attempts, rec.RunAt, rec.UpdatedAt = statePending, 0, now.UnixNano(), now.UnixNano()
 		rec.CancelReq = false

@@ -188,17 +188,21 @@ func WithHeartbeat(d time.Duration) Option {
 }
 
 // WithLargeValueThreshold sets the size above which a value is stored in
-// its own object instead of inline in the WAL and snapshots. Defaults to
-// 256 KiB.
+// its own object instead of inline in the WAL and snapshots: from 1 KiB to
+// 256 MiB (an inline value must fit in one WAL object with the rest of its
+// batch). Defaults to 256 KiB.
 func WithLargeValueThreshold(n int) Option {
 	return func(o *options) error {
-		if n < 1024 {
-			return invalid("large value threshold %d must be at least 1024", n)
+		if n < 1024 || n > maxLargeValue {
+			return invalid("large value threshold %d must be from 1024 to %d", n, maxLargeValue)
 		}
 		o.largeValue = n
 		return nil
 	}
 }
+
+// maxLargeValue bounds WithLargeValueThreshold.
+const maxLargeValue = 256 << 20
 
 // WithMaxValueSize sets the largest value (and job payload) accepted.
 // Defaults to 64 MiB.

@@ -150,6 +150,17 @@ func (r *Reader) Fields(n int) {
 	}
 }
 
+// FieldsIn reads a struct's array header and returns its field count,
+// failing unless it is in [lo, hi]: the reader of a record that gained
+// fields reads the older, shorter records too.
+func (r *Reader) FieldsIn(lo, hi int) int {
+	got := r.ArrayLen()
+	if (got < lo || got > hi) && r.err == nil {
+		r.fail(msgp.ArrayError{Wanted: uint32(hi), Got: uint32(got)})
+	}
+	return got
+}
+
 // nil reads nil if it comes next, and reports whether it did.
 func (r *Reader) nil() bool {
 	if r.err == nil && len(r.b) > 0 && r.b[0] == codeNil {
@@ -190,6 +201,19 @@ func (r *Reader) Bytes() []byte {
 		return nil
 	}
 	return append(make([]byte, 0, len(v)), v...)
+}
+
+// BytesZC is Bytes without the copy: the result aliases the input (nil for
+// nil; empty binary reads as an empty, non-nil slice).
+func (r *Reader) BytesZC() []byte {
+	if r.nil() {
+		return nil
+	}
+	v := read(r, msgp.ReadBytesZC)
+	if r.err != nil {
+		return nil
+	}
+	return v
 }
 
 // BytesArray reads binary of exactly len(dst) bytes into dst.

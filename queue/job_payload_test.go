@@ -1,0 +1,180 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/format"
+)
+
+// payloadKeyExists reports whether the job has a p/<id> entry.
+func payloadKeyExists(t *testing.T, q *Queue, id string) bool {
+	t.Helper()
+	var ok bool
+	err := q.be.(*local).eng.View(context.Background(), func(r *engine.Reader) error {
+		_, ok = r.Get(payloadSpace + id)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestPayloadInRecord: payloads up to inlinePayloadMax live in the job
+// record (no p/<id> entry), larger ones under p/<id>; both read back
+// byte for byte through Claim, GetJob, retries and a reopen, and neither
+// leaves anything behind once acknowledged. An empty payload reads back
+// empty, and the caller's slice is not retained.
+func TestPayloadInRecord(t *testing.T) {
+	ctx := context.Background()
+	url := "file://" + t.TempDir()
+	clock := newFakeClock()
+	q, err := Open(ctx, url, withClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := bytes.Repeat([]byte("s"), inlinePayloadMax)
+	large := bytes.Repeat([]byte("L"), inlinePayloadMax+1)
+	cases := []struct {
+		name     string
+		payload  []byte
+		inRecord bool
+	}{
+		{"empty", nil, true},
+		{"small", small, true},
+		{"large", large, false},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		p := bytes.Clone(c.payload)
+		res, err := q.Enqueue(ctx, "q-"+c.name, p, EnqueueOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range p {
+			p[i] = 'x' // the queue must have copied it
+		}
+		ids[c.name] = res.JobID
+		if got := payloadKeyExists(t, q, res.JobID); got == c.inRecord {
+			t.Errorf("%s: p/<id> exists = %v, want %v", c.name, got, !c.inRecord)
+		}
+	}
+	check := func(stage string, q *Queue) {
+		t.Helper()
+		for _, c := range cases {
+			j, err := q.GetJob(ctx, ids[c.name])
+			if err != nil {
+				t.Fatalf("%s: %s: GetJob: %v", stage, c.name, err)
+			}
+			if !bytes.Equal(j.Payload, c.payload) || j.Payload == nil {
+				t.Fatalf("%s: %s: GetJob payload %d bytes (nil %v), want %d", stage, c.name, len(j.Payload), j.Payload == nil, len(c.payload))
+			}
+		}
+	}
+	check("enqueued", q)
+	// A failed attempt rewrites the record; the payload survives it.
+	for _, c := range cases {
+		j, err := q.Claim(ctx, "q-"+c.name)
+		if err != nil || j == nil {
+			t.Fatalf("%s: Claim = %v, %v", c.name, j, err)
+		}
+		if !bytes.Equal(j.Payload, c.payload) || j.Payload == nil {
+			t.Fatalf("%s: claimed payload %q, want %q", c.name, j.Payload, c.payload)
+		}
+		j.Payload = append(j.Payload[:0], "scribble"...) // the caller's copy
+		if err := q.Nack(ctx, j, errors.New("again"), time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("retried", q)
+	if err := q.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q, err = Open(ctx, url, withClock(clock)); err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close(ctx)
+	check("reopened", q)
+	clock.Advance(time.Second) // past the retries' backoff
+	for _, c := range cases {
+		j, err := q.Claim(ctx, "q-"+c.name)
+		if err != nil || j == nil {
+			t.Fatalf("%s: Claim after reopen = %v, %v", c.name, j, err)
+		}
+		if !bytes.Equal(j.Payload, c.payload) {
+			t.Fatalf("%s: payload after reopen %q, want %q", c.name, j.Payload, c.payload)
+		}
+		if err := q.Ack(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		if payloadKeyExists(t, q, j.ID) {
+			t.Errorf("%s: p/<id> left after Ack", c.name)
+		}
+		if _, err := q.GetJob(ctx, j.ID); !errors.Is(err, ErrJobNotFound) {
+			t.Errorf("%s: GetJob after Ack: %v, want ErrJobNotFound", c.name, err)
+		}
+	}
+}
+
+// TestVersion1JobRecords: a store written before payloads moved into job
+// records holds 15-field records whose payload is under p/<id>. Such jobs
+// are claimed with their payload, keep it across a retry (which rewrites
+// the record in the new shape) and a reopen, and leave nothing behind.
+func TestVersion1JobRecords(t *testing.T) {
+	ctx := context.Background()
+	url := "file://" + t.TempDir()
+	clock := newFakeClock()
+	q, err := Open(ctx, url, withClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "01JOLDJOB0000000000000000A"
+	now := clock.Now().UnixNano()
+	old := jobCore{Queue: "legacy", State: statePending, Order: 1, RunAt: now, MaxAttempts: 5,
+		EnqueuedAt: now, UpdatedAt: now, Size: 5}
+	rec, err := format.Marshal(&old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = q.be.(*local).eng.Update(ctx, func(tx *engine.Tx) error {
+		tx.Put(payloadSpace+id, engine.Inline([]byte("hello")))
+		tx.Put(jobSpace+id, engine.Inline(rec))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := q.Stats(ctx, "legacy"); s.Pending != 1 {
+		t.Fatalf("Stats = %+v, want the version 1 job pending", s)
+	}
+	j, err := q.Claim(ctx, "legacy")
+	if err != nil || j == nil || j.ID != id || string(j.Payload) != "hello" {
+		t.Fatalf("Claim = %+v, %v; want job %s with payload hello", j, err, id)
+	}
+	if err := q.Nack(ctx, j, errors.New("again"), time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q, err = Open(ctx, url, withClock(clock)); err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close(ctx)
+	clock.Advance(time.Second)
+	j, err = q.Claim(ctx, "legacy")
+	if err != nil || j == nil || string(j.Payload) != "hello" || j.Attempt != 2 {
+		t.Fatalf("Claim after a retry and a reopen = %+v, %v; want payload hello, attempt 2", j, err)
+	}
+	if err := q.Ack(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if payloadKeyExists(t, q, id) {
+		t.Error("p/<id> of a version 1 job left after Ack")
+	}
+}
