@@ -83,7 +83,7 @@ func (e *Engine) sweepBlobs() {
 	tree := e.tree.Clone() // scan a copy-on-write clone without the lock
 	e.mu.Unlock()
 	tree.Ascend(func(it item) bool {
-		if k := blobKeyOf(it.val); k != "" {
+		if k := blobKeyOf(it.val()); k != "" {
 			live[k] = true
 		}
 		return true

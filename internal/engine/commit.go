@@ -42,8 +42,8 @@ func (r *Reader) ObservePending() {
 // Get returns the encoded value of key.
 func (r *Reader) Get(key string) ([]byte, bool) {
 	r.observe(key)
-	it, ok := r.e.tree.Get(item{key: key})
-	return it.val, ok
+	it, ok := r.e.tree.Get(probe(key))
+	return it.val(), ok
 }
 
 // Ascend calls fn for keys with the given prefix that are >= from, in order,
@@ -55,11 +55,12 @@ func (r *Reader) Ascend(prefix, from string, fn func(key string, val []byte) boo
 	// A scan also observes the absence of keys deleted by pending batches,
 	// which are not in the tree to check: wait for every pending batch.
 	r.ObservePending()
-	r.e.tree.AscendGreaterOrEqual(item{key: from}, func(it item) bool {
-		if !strings.HasPrefix(it.key, prefix) {
+	r.e.tree.AscendGreaterOrEqual(probe(from), func(it item) bool {
+		k := it.key()
+		if !strings.HasPrefix(k, prefix) {
 			return false
 		}
-		return fn(it.key, it.val)
+		return fn(k, it.val())
 	})
 }
 
@@ -72,42 +73,55 @@ func (r *Reader) Len() int { return r.e.tree.Len() }
 type Tx struct {
 	Reader
 	muts  []format.Mutation
-	undo  []item // previous values, nil val = absent
+	undo  []undo
 	freed []string
 }
 
+// undo is how to revert one change: put old back, or delete key if there
+// was none.
+type undo struct {
+	key string
+	old item
+	had bool
+}
+
 // Put sets key to the encoded value val (see Inline, BlobRef). The engine
-// keeps val: the caller must not modify it afterwards.
+// stores a copy: the caller may reuse val. Mutations, the indexer and
+// readers see the engine's copy.
 func (tx *Tx) Put(key string, val []byte) {
 	if val == nil {
 		panic("engine: Put with a nil encoded value")
 	}
-	old, had := tx.e.tree.ReplaceOrInsert(item{key: key, val: val})
-	tx.record(key, old.val, had, val)
+	it := newItem(key, val)
+	old, had := tx.e.tree.ReplaceOrInsert(it)
+	key, val = it.key(), it.val()
+	tx.record(key, old, had, val)
 	tx.muts = append(tx.muts, format.Mutation{Op: format.OpPut, Key: key, Value: val})
 }
 
 // Delete removes key, reporting whether it existed.
 func (tx *Tx) Delete(key string) bool {
-	old, had := tx.e.tree.Delete(item{key: key})
+	old, had := tx.e.tree.Delete(probe(key))
 	if !had {
 		return false
 	}
-	tx.record(key, old.val, true, nil)
+	key = old.key() // the tree's copy: key may be the caller's buffer
+	tx.record(key, old, true, nil)
 	tx.muts = append(tx.muts, format.Mutation{Op: format.OpDelete, Key: key})
 	return true
 }
 
-func (tx *Tx) record(key string, old []byte, had bool, val []byte) {
-	if !had {
-		old = nil
+func (tx *Tx) record(key string, old item, had bool, val []byte) {
+	tx.undo = append(tx.undo, undo{key: key, old: old, had: had})
+	var oldVal []byte
+	if had {
+		oldVal = old.val()
 	}
-	tx.undo = append(tx.undo, item{key: key, val: old})
-	if bk := blobKeyOf(old); bk != "" && bk != blobKeyOf(val) {
+	if bk := blobKeyOf(oldVal); bk != "" && bk != blobKeyOf(val) {
 		tx.freed = append(tx.freed, bk)
 	}
 	if ix := tx.e.opts.Indexer; ix != nil {
-		ix.Apply(key, old, val)
+		ix.Apply(key, oldVal, val)
 	}
 }
 
@@ -116,16 +130,16 @@ func (tx *Tx) rollback() {
 	ix := tx.e.opts.Indexer
 	for i := len(tx.undo) - 1; i >= 0; i-- {
 		u := tx.undo[i]
-		var cur []byte
-		if u.val == nil {
-			it, _ := tx.e.tree.Delete(item{key: u.key})
-			cur = it.val
+		var cur item
+		var old []byte
+		if u.had {
+			cur, _ = tx.e.tree.ReplaceOrInsert(u.old)
+			old = u.old.val()
 		} else {
-			it, _ := tx.e.tree.ReplaceOrInsert(u)
-			cur = it.val
+			cur, _ = tx.e.tree.Delete(probe(u.key))
 		}
 		if ix != nil {
-			ix.Apply(u.key, cur, u.val)
+			ix.Apply(u.key, cur.val(), old)
 		}
 	}
 }

@@ -590,7 +590,7 @@ func TestReadWaitsForDurability(t *testing.T) {
 	for {
 		var seen bool
 		e.mu.Lock()
-		_, seen = e.tree.Get(item{key: "k"})
+		_, seen = e.tree.Get(probe("k"))
 		e.mu.Unlock()
 		if seen {
 			break
@@ -700,5 +700,54 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 
 	if got := idle(t, storeURL(t)); got.Puts == 0 {
 		t.Errorf("idle bucket store made no PUTs over 10 heartbeats: %+v; the control is broken", got)
+	}
+}
+
+// TestTreeKeepsCopies: the tree stores its own copy of each key and value
+// (item: one allocation for both), so a caller may reuse its buffers; Get,
+// Ascend, the indexer and a rolled-back transaction all see the stored
+// bytes, including empty values.
+func TestTreeKeepsCopies(t *testing.T) {
+	ctx := context.Background()
+	b, _ := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	kb := []byte("k1")
+	val := []byte{0, 'a', 'b'}
+	err := e.Update(ctx, func(tx *Tx) error {
+		tx.Put(string(kb), val)
+		tx.Put("k2", []byte{})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb[1], val[1] = '9', 'z' // the caller reuses its buffers
+	err = e.Update(ctx, func(tx *Tx) error {
+		tx.Put("k1", []byte{0, 'n', 'e', 'w'})
+		tx.Delete("k2")
+		return errors.New("roll back")
+	})
+	if err == nil {
+		t.Fatal("a failing transaction committed")
+	}
+	got := map[string]string{}
+	err = e.View(ctx, func(r *Reader) error {
+		if v, ok := r.Get("k2"); !ok || v == nil || len(v) != 0 {
+			t.Errorf("Get(k2) = %q, %v; want an empty, non-nil value", v, ok)
+		}
+		if _, ok := r.Get("k9"); ok {
+			t.Error("Get of a key never written found it")
+		}
+		r.Ascend("k", "", func(k string, v []byte) bool {
+			got[k] = string(v)
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["k1"] != "\x00ab" || got["k2"] != "" {
+		t.Fatalf("after reuse and a rollback the tree holds %q", got)
 	}
 }

@@ -257,22 +257,21 @@ func deadlineFrom(d time.Duration) time.Time { return time.Now().Add(d) }
 
 // applyRecovered applies a replayed mutation (single-threaded, at Open).
 func (e *Engine) applyRecovered(m format.Mutation) {
-	var old []byte
+	var old item
+	key, val := m.Key, []byte(nil)
 	switch m.Op {
 	case format.OpPut:
-		it, had := e.tree.ReplaceOrInsert(item{key: m.Key, val: m.Value})
-		if had {
-			old = it.val
-		}
+		it := newItem(m.Key, m.Value)
+		old, _ = e.tree.ReplaceOrInsert(it)
+		key, val = it.key(), it.val()
 	case format.OpDelete:
-		it, had := e.tree.Delete(item{key: m.Key})
-		if !had {
+		var had bool
+		if old, had = e.tree.Delete(probe(m.Key)); !had {
 			return
 		}
-		old = it.val
 	}
 	if ix := e.opts.Indexer; ix != nil {
-		ix.Apply(m.Key, old, m.Value)
+		ix.Apply(key, old.val(), val)
 	}
 }
 
@@ -298,7 +297,7 @@ func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
 		if _, err := Decode(v); err != nil {
 			return &CorruptionError{Key: key, Err: fmt.Errorf("%w: value of %q: %v", format.ErrCorrupt, k, err)}
 		}
-		items = append(items, item{key: k, val: v})
+		items = append(items, newItem(k, v))
 		return nil
 	})
 	if err == nil {
@@ -348,7 +347,7 @@ func (e *Engine) indexLoaded(items []item) {
 		bulk.BeginBulk()
 	}
 	for _, it := range items {
-		ix.Apply(it.key, nil, it.val)
+		ix.Apply(it.key(), nil, it.val())
 	}
 	if bulk != nil {
 		bulk.EndBulk()

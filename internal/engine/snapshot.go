@@ -137,7 +137,7 @@ func (e *Engine) encodeSnapshot(ctx context.Context, key string, seq uint64, tre
 		return 0, err
 	}
 	tree.Ascend(func(it item) bool {
-		err = sw.Add(it.key, it.val)
+		err = sw.Add(it.key(), it.val())
 		return err == nil
 	})
 	var size int64
@@ -236,7 +236,7 @@ func (e *Engine) withoutMarkers(keys []string) []string {
 	defer e.mu.Unlock()
 	out := keys[:0]
 	for _, k := range keys {
-		if s, ok := parseSeqKey("wal/", k); ok && e.tree.Has(item{key: epochKey(s)}) {
+		if s, ok := parseSeqKey("wal/", k); ok && e.tree.Has(probe(epochKey(s))) {
 			continue
 		}
 		out = append(out, k)
