@@ -67,7 +67,13 @@
 // object back: byte-equal means our own earlier attempt landed (batches
 // carry the writer's random identity, so two writers never produce equal
 // bytes); anything else means this writer is fenced, and it fails every
-// pending and later call with ErrFenced without acknowledging them.
+// pending and later call with ErrFenced without acknowledging them. A WAL
+// segment (file:// only) is published create-only like an object, but its
+// records are then written in place, which no marker can fence: segments
+// are used only where an OS lock (flock(2), see Ownership) keeps any other
+// writer out while they are written, so on file:// stores claim 2 rests on
+// that lock, and a file system that does not honour it (NFS mounted with
+// nolock or local_lock) is not a safe place for a store.
 //
 // Claim 3: the state a new writer recovers is exactly the committed state.
 // The marker makes the WAL below m final (claim 2); recovery replays all of
@@ -88,7 +94,11 @@
 // cannot damage the one before it); the next writer syncs the segments a
 // crashed writer may have left in the page cache before it builds on them,
 // and refuses to open, naming the segment, if an unreadable record is
-// followed by a valid one (damage, not a torn write). A snapshot is created before the objects it supersedes are
+// followed by a valid one (damage, not a torn write). Damage to the last
+// record of the log cannot be told from a torn write: a segment's newest
+// record is protected by its checksum and the disk, as an object is by the
+// store, but a damaged one ends the log one batch early instead of
+// stopping Open. A snapshot is created before the objects it supersedes are
 // deleted, so a crash during collection leaves extra objects that recovery
 // ignores. Large values are uploaded before the transaction referring to
 // them; uploads of a transaction that never committed are swept at the next

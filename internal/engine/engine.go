@@ -206,6 +206,9 @@ type Engine struct {
 	// since the last collection: the only ones it has to delete.
 	singles     []uint64
 	prevSnapSeq uint64
+	// undeleted lists garbage whose delete failed, retried at the next
+	// collection.
+	undeleted []string
 }
 
 // Stats are engine counters.
@@ -255,7 +258,10 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.writer = ulid.Make().String()
 	e.open = newBatch()
-	if sg, ok := objstore.AsSegmenter(e.bucket); ok {
+	// Segments only where an OS lock keeps other writers out: appending in
+	// place creates no object, so a successor's marker would not fence a
+	// writer still appending (see Claim 2 of queue/doc.go).
+	if sg, ok := objstore.AsSegmenter(e.bucket); ok && e.osLock {
 		e.seg = newSegLog(sg, e.log)
 	}
 	if err := e.open1(ctx); err != nil {

@@ -46,8 +46,18 @@ func (e *Engine) Refresh(ctx context.Context) error {
 			return err
 		}
 		if !ok {
+			// Caught up, unless the WAL goes on past a gap: collection
+			// deletes in no particular order, and a delete can fail and
+			// leave a leftover, so a batch may be listed while an earlier
+			// one is gone. Then a newer snapshot covers the gap (below).
 			if seq > from {
-				return nil // caught up
+				top, err := wal.top(ctx)
+				if err != nil && !errors.Is(err, errRaced) {
+					return err
+				}
+				if err == nil && top < seq {
+					return nil
+				}
 			}
 			break
 		}

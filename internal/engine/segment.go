@@ -66,6 +66,7 @@ type segLog struct {
 	own       []ownSeg         // guarded by mu: our published segments, in order
 	reusable  []string         // guarded by mu: collected segments to stage again
 	reused    int              // guarded by mu: segments staged again (for tests)
+	orphans   []string         // guarded by mu: keys of segments whose Publish failed
 	retryAt   time.Time        // guarded by mu: after a failure, no staging before
 }
 
@@ -106,15 +107,16 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 	start(func() {
 		var sp objstore.Segment
 		var err error
+		reused := false
 		if reuse != "" {
 			// Its blocks are allocated and written: no zeros to write.
-			if sp, err = s.sg.ReuseSegment(ctx, reuse); err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("stepwell: reusing a WAL segment failed; staging a new one", "key", reuse, "err", err)
-				}
-				sp, err = s.sg.NewSegment(ctx, size)
+			if sp, err = s.sg.ReuseSegment(ctx, reuse); err == nil {
+				reused = true
+			} else if ctx.Err() == nil {
+				s.log.Warn("stepwell: reusing a WAL segment failed; staging a new one", "key", reuse, "err", err)
 			}
-		} else {
+		}
+		if !reused {
 			sp, err = s.sg.NewSegment(ctx, size)
 		}
 		s.mu.Lock()
@@ -132,10 +134,9 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 			return
 		}
 		s.spare = sp
-		if reuse != "" && err == nil {
+		if reused {
 			s.reused++
-		}
-		if reuse == "" {
+		} else {
 			s.nextSize = min(size*2, segmentSizes.max)
 		}
 	})
@@ -175,6 +176,11 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 				return true, fmt.Errorf("%w: %s was written by another writer", ErrFenced, segKey(seq))
 			}
 			s.log.Warn("stepwell: publishing a WAL segment failed; writing a WAL object instead", "err", err)
+			// Its name may have been made before the failure: it holds no
+			// record, so collection deletes it whenever it runs.
+			s.mu.Lock()
+			s.orphans = append(s.orphans, segKey(seq))
+			s.mu.Unlock()
 			return false, nil
 		}
 		s.cur, s.curFirst, s.off = sp, seq, 0
@@ -208,7 +214,8 @@ func (s *segLog) collect(seq uint64) []string {
 	for n+1 < len(s.own) && s.own[n+1].first-1 <= seq {
 		n++
 	}
-	var doomed []string
+	doomed := s.orphans
+	s.orphans = nil
 	for _, o := range s.own[:n] {
 		if o.size == segmentSizes.max && len(s.reusable) < keepReusable && !s.closed {
 			s.reusable = append(s.reusable, segKey(o.first))

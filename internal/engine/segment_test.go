@@ -453,3 +453,187 @@ func TestSegmentReuseIgnoresStaleRecords(t *testing.T) {
 		t.Fatalf("state after reopen: %v, want %v", got, want)
 	}
 }
+
+// TestCollectsEmptySegmentAtMarker: a writer that published a segment and
+// died before its first record leaves a segment starting at the sequence
+// where the next writer's marker goes. That writer's collection deletes it
+// (it holds no record) instead of leaving it for the writer after.
+func TestCollectsEmptySegmentAtMarker(t *testing.T) {
+	ctx := context.Background()
+	_, open := fileStore(t)
+	e := mustOpen(t, Options{Bucket: open()})
+	put(t, e, "a", "1")
+	top := e.Stats().DurableSeq
+	e.Kill()
+	b := open()
+	sg, _ := objstore.AsSegmenter(b)
+	seg, err := sg.NewSegment(ctx, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seg.Publish(ctx, segKey(top+1)); err != nil {
+		t.Fatal(err)
+	}
+	seg.Close()
+	b.Close()
+	e2 := mustOpen(t, Options{Bucket: open()})
+	if e2.Epoch() != top+1 {
+		t.Fatalf("marker at %d, want %d (after the empty segment's first)", e2.Epoch(), top+1)
+	}
+	for i := range 3 {
+		put(t, e2, fmt.Sprint("k", i), "v")
+		if err := e2.Snapshot(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := open()
+	defer p.Close()
+	if _, err := p.Get(ctx, segKey(top+1)); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("%s survived the next writer's collections: %v", segKey(top+1), err)
+	}
+}
+
+// TestRefreshAcrossCollectionGap: a collection that failed to delete one
+// WAL object leaves it below a newer snapshot, with the WAL after it gone.
+// A reader that finds it applies it, then must not take the gap after it
+// for the end of the log: it reloads from the snapshot and sees everything
+// acknowledged.
+func TestRefreshAcrossCollectionGap(t *testing.T) {
+	ctx := context.Background()
+	_, open := fileStore(t)
+	f := objstoretest.NewFault(struct{ objstore.Bucket }{open()}, 1)
+	w := mustOpen(t, Options{Bucket: f})
+	defer w.Close(ctx)
+	put(t, w, "k0", "v")
+	r, err := OpenReadOnly(ctx, Options{Bucket: open()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	d := r.Stats().DurableSeq
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return op == objstoretest.OpDelete && key == walKey(d+1) })
+	f.SetErrorRate(objstoretest.OpDelete, 1)
+	for i := 1; i <= 5; i++ {
+		put(t, w, fmt.Sprint("k", i), "v")
+	}
+	if err := w.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	put(t, w, "k6", "v") // acknowledged before Refresh starts
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := dump(t, r); len(got) != 7 || got["k6"] == "" {
+		t.Errorf("after Refresh the reader holds %d keys (durable %d, writer at %d), want k0-k6", len(got), r.Stats().DurableSeq, w.Stats().DurableSeq)
+	}
+}
+
+// segmentsNoLock is a bucket with segments but no OS lock.
+type segmentsNoLock struct {
+	objstore.Bucket
+	objstore.Segmenter
+}
+
+// TestSegmentsOnlyWithOSLock: records appended in place to a segment create
+// no object, so a successor's marker cannot fence their writer: segments
+// are used only where an OS lock keeps a second writer out. On a bucket
+// with segments and no lock, a writer taken over is fenced as on any
+// bucket, and nothing it acknowledged is lost.
+func TestSegmentsOnlyWithOSLock(t *testing.T) {
+	ctx := context.Background()
+	_, open := fileStore(t)
+	mk := func() objstore.Bucket {
+		b := open()
+		sg, _ := objstore.AsSegmenter(b)
+		return segmentsNoLock{b, sg}
+	}
+	a := mustOpen(t, Options{Bucket: mk()})
+	put(t, a, "a1", "v")
+	if n := a.Stats().SegmentBatches; n != 0 {
+		t.Fatalf("%d batches written into segments without an OS lock", n)
+	}
+	b := mustOpen(t, Options{Bucket: mk(), Takeover: true})
+	errA := a.Update(ctx, func(tx *Tx) error { tx.Put("a2", Inline([]byte("v"))); return nil })
+	if !errors.Is(errA, ErrFenced) {
+		t.Errorf("write after a takeover: %v, want ErrFenced", errA)
+	}
+	b.Kill()
+	a.Kill()
+	c := mustOpen(t, Options{Bucket: open()})
+	defer c.Close(ctx)
+	got := dump(t, c)
+	if got["a1"] == "" || errA == nil && got["a2"] == "" {
+		t.Errorf("recovered %v after acknowledged a1 and a2 (a2: %v)", got, errA)
+	}
+}
+
+// TestCollectionRetriesFailedDeletes: garbage whose delete failed is
+// deleted at the next collection instead of being left for the next
+// writer.
+func TestCollectionRetriesFailedDeletes(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	f := objstoretest.NewFault(b, 1)
+	e := mustOpen(t, Options{Bucket: f})
+	defer e.Close(ctx)
+	put(t, e, "k0", "v")
+	doomed := walKey(e.Stats().DurableSeq)
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return op == objstoretest.OpDelete && key == doomed })
+	f.SetErrorRate(objstoretest.OpDelete, 1)
+	put(t, e, "k1", "v")
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := reopen()
+	defer p.Close()
+	if _, err := p.Get(ctx, doomed); err != nil {
+		t.Fatalf("the injected delete failure did not leave %s: %v", doomed, err)
+	}
+	f.SetErrorRate(objstoretest.OpDelete, 0)
+	put(t, e, "k2", "v")
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, doomed); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("%s not deleted by the next collection: %v", doomed, err)
+	}
+}
+
+// TestFailedPublishLeavesNoSegment: a segment whose Publish failed after
+// its name was made (an ambiguous failure) holds no record: its batch goes
+// to a WAL object, and the writer's next collection deletes the segment.
+func TestFailedPublishLeavesNoSegment(t *testing.T) {
+	ctx := context.Background()
+	_, open := fileStore(t)
+	f := objstoretest.NewFault(open(), 1)
+	e := mustOpen(t, Options{Bucket: f})
+	defer e.Close(ctx)
+	waitSegmentReady(t, e)
+	seq := e.Stats().DurableSeq + 1
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return op == objstoretest.OpPut && key == segKey(seq) })
+	f.SetAmbiguousPutRate(1) // published, reported failed
+	put(t, e, "a", "1")
+	if n := e.Stats().SegmentBatches; n != 0 {
+		t.Fatalf("%d batches went into a segment whose Publish failed", n)
+	}
+	p := open()
+	defer p.Close()
+	if _, err := p.Get(ctx, segKey(seq)); err != nil {
+		t.Fatalf("the ambiguous Publish left no %s: %v", segKey(seq), err)
+	}
+	f.Reset()
+	waitSegmentReady(t, e)
+	put(t, e, "b", "2")
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, segKey(seq)); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("%s left after a collection: %v", segKey(seq), err)
+	}
+	if got := dump(t, e); got["a"] != "1" || got["b"] != "2" {
+		t.Errorf("state %v", got)
+	}
+}

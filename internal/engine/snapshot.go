@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/btree"
@@ -194,7 +195,7 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 		if e.seg != nil {
 			doomed = append(doomed, e.seg.collect(seq)...)
 		}
-		e.deleteKeys(ctx, doomed)
+		e.deleteGarbage(ctx, doomed)
 		return
 	}
 	var doomed []string
@@ -217,8 +218,10 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 				doomed = append(doomed, o.Key)
 			}
 			// Earlier writers' segments end below this writer's marker,
-			// and seq is above it.
-			if s, ok := parseSegKey(o.Key); ok && s < e.epoch {
+			// and seq is above it. One starting at the marker's sequence
+			// holds no record (else the marker would have gone after it):
+			// its writer published it and died before its first record.
+			if s, ok := parseSegKey(o.Key); ok && s <= e.epoch {
 				doomed = append(doomed, o.Key)
 			}
 		}
@@ -226,7 +229,7 @@ func (e *Engine) collect(ctx context.Context, seq uint64) {
 	if e.seg != nil {
 		doomed = append(doomed, e.seg.collect(seq)...)
 	}
-	e.deleteKeys(ctx, e.withoutMarkers(doomed))
+	e.deleteGarbage(ctx, e.withoutMarkers(doomed))
 }
 
 // withoutMarkers drops the WAL keys of open markers that must be kept (see
@@ -261,16 +264,41 @@ func (e *Engine) pruneEpochs(ctx context.Context) error {
 	})
 }
 
-func (e *Engine) deleteKeys(ctx context.Context, keys []string) {
+// deleteKeys deletes keys, 8 at a time, and returns those it could not
+// delete (logged; a missing key counts as deleted).
+func (e *Engine) deleteKeys(ctx context.Context, keys []string) (failed []string) {
+	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for _, k := range keys {
 		g.Go(func() error {
-			if err := e.bucket.Delete(gctx, k); err != nil && gctx.Err() == nil {
-				e.log.Warn("stepwell: delete failed; will retry at a later collection", "key", k, "err", err)
+			err := e.bucket.Delete(gctx, k)
+			if err != nil && !errors.Is(err, objstore.ErrNotFound) {
+				if gctx.Err() == nil {
+					e.log.Warn("stepwell: delete failed; will retry at a later collection", "key", k, "err", err)
+				}
+				mu.Lock()
+				failed = append(failed, k)
+				mu.Unlock()
 			}
 			return nil
 		})
 	}
 	_ = g.Wait()
+	return failed
+}
+
+// deleteGarbage deletes WAL objects, segments and snapshots that a
+// durable snapshot made garbage, with those whose delete failed at an
+// earlier collection, and keeps the failures for the next one.
+func (e *Engine) deleteGarbage(ctx context.Context, doomed []string) {
+	e.mu.Lock()
+	doomed = append(doomed, e.undeleted...)
+	e.undeleted = nil
+	e.mu.Unlock()
+	slices.Sort(doomed)
+	failed := e.deleteKeys(ctx, slices.Compact(doomed))
+	e.mu.Lock()
+	e.undeleted = append(e.undeleted, failed...)
+	e.mu.Unlock()
 }

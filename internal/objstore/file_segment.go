@@ -57,10 +57,10 @@ func (f *fileBucket) NewSegment(ctx context.Context, size int64) (Segment, error
 
 // ReuseSegment implements Segmenter: it renames the object's file into the
 // temp directory, where it is staged like a named create-only write. The
-// rename is not synced: after a crash the old name may reappear, with the
-// old bytes or with records written since (the caller's log format tells
-// them apart), until Publish fsyncs the directory, which makes the old
-// name's removal durable along with the new one.
+// rename is not synced: after a crash before Publish the old name may
+// reappear with its old bytes (garbage a snapshot already covers). Publish
+// fsyncs the directory, which makes the old name's removal durable along
+// with the new name, before any record is written to the file.
 func (f *fileBucket) ReuseSegment(ctx context.Context, key string) (Segment, error) {
 	if err := f.check(ctx, "segment", key); err != nil {
 		return nil, err

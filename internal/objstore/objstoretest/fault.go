@@ -408,7 +408,7 @@ func (s *faultSegment) Publish(ctx context.Context, key string) error {
 		return err
 	}
 	s.key = key
-	return nil
+	return s.f.after(key)
 }
 
 func (s *faultSegment) Sync() error {
