@@ -294,6 +294,17 @@ func (w *walSet) load(ctx context.Context, i int) error {
 	if err != nil {
 		return &CorruptionError{Key: sr.key, Err: err}
 	}
+	// Keep the records alone, not the file: its padding and zero tail
+	// (most of a segment in use, up to segmentSizes.max) go at once.
+	n := 0
+	for _, o := range objs {
+		n += len(o)
+	}
+	buf := make([]byte, 0, n)
+	for i, o := range objs {
+		buf = append(buf, o...)
+		objs[i] = buf[len(buf)-len(o):]
+	}
 	sr.objs, sr.loaded = objs, true
 	return nil
 }
@@ -358,7 +369,5 @@ func (w *walSet) batch(ctx context.Context, seq uint64) (*format.Batch, error) {
 		return w.e.readBatch(ctx, seq)
 	}
 	sr := &w.segs[w.segFor(seq)]
-	// A copy: the state keeps the decoded values, which would otherwise
-	// pin the whole segment in memory.
-	return decodeBatch(sr.key, seq, append([]byte(nil), sr.objs[seq-sr.first]...))
+	return decodeBatch(sr.key, seq, sr.objs[seq-sr.first]) // applying it copies what the state keeps
 }

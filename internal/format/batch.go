@@ -55,7 +55,8 @@ func EncodeBatch(b *Batch) ([]byte, error) {
 	return out, nil
 }
 
-// DecodeBatch parses a WAL object.
+// DecodeBatch parses a WAL object. The mutations' values alias data (the
+// engine copies what it keeps); everything else is copied.
 func DecodeBatch(data []byte) (*Batch, error) {
 	body, err := DecodeFramed(KindWAL, data)
 	if err != nil {
@@ -126,7 +127,7 @@ func readMutation(r *Reader, m *Mutation) {
 	r.Fields(3)
 	m.Op = r.Uint8()
 	m.Key = r.String()
-	m.Value = r.Bytes()
+	m.Value = r.BytesZC()
 }
 
 // Marshal encodes v as msgpack with every struct as an array of its fields
