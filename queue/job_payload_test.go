@@ -11,6 +11,19 @@ import (
 	"github.com/stepwell/stepwell/internal/format"
 )
 
+// openFileWithClock opens a file:// store in a temporary directory with a
+// fake clock.
+func openFileWithClock(t *testing.T) (string, *fakeClock, *Queue) {
+	t.Helper()
+	url := "file://" + t.TempDir()
+	clock := newFakeClock()
+	q, err := Open(context.Background(), url, withClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, clock, q
+}
+
 // payloadKeyExists reports whether the job has a p/<id> entry.
 func payloadKeyExists(t *testing.T, q *Queue, id string) bool {
 	t.Helper()
@@ -32,12 +45,8 @@ func payloadKeyExists(t *testing.T, q *Queue, id string) bool {
 // empty, and the caller's slice is not retained.
 func TestPayloadInRecord(t *testing.T) {
 	ctx := context.Background()
-	url := "file://" + t.TempDir()
-	clock := newFakeClock()
-	q, err := Open(ctx, url, withClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, clock, q := openFileWithClock(t)
+	var err error
 	small := bytes.Repeat([]byte("s"), inlinePayloadMax)
 	large := bytes.Repeat([]byte("L"), inlinePayloadMax+1)
 	cases := []struct {
@@ -127,12 +136,8 @@ func TestPayloadInRecord(t *testing.T) {
 // the record in the new shape) and a reopen, and leave nothing behind.
 func TestVersion1JobRecords(t *testing.T) {
 	ctx := context.Background()
-	url := "file://" + t.TempDir()
-	clock := newFakeClock()
-	q, err := Open(ctx, url, withClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, clock, q := openFileWithClock(t)
+	var err error
 	const id = "01JOLDJOB0000000000000000A"
 	now := clock.Now().UnixNano()
 	old := jobCore{Queue: "legacy", State: statePending, Order: 1, RunAt: now, MaxAttempts: 5,

@@ -193,11 +193,8 @@ func (r *Reader) ArrayLen() int {
 // Bytes reads binary into a new slice, or nil as a nil slice (so an empty
 // binary reads as an empty, non-nil slice, as with the reflective decoder).
 func (r *Reader) Bytes() []byte {
-	if r.nil() {
-		return nil
-	}
-	v := read(r, msgp.ReadBytesZC)
-	if r.err != nil {
+	v := r.BytesZC()
+	if v == nil {
 		return nil
 	}
 	return append(make([]byte, 0, len(v)), v...)
