@@ -91,7 +91,9 @@
 // Claim 5: a crash at any point leaves a store that opens. Objects appear
 // atomically. A crash during a segment write leaves a torn record that ends
 // the log (it was never acknowledged; records are 4 KiB-aligned, so it
-// cannot damage the one before it); the next writer syncs the segments a
+// cannot damage the one before it, and each carries the random nonce of
+// its use of the file, so bytes left by an earlier use, job payloads
+// included, never pass for a record); the next writer syncs the segments a
 // crashed writer may have left in the page cache before it builds on them,
 // and refuses to open, naming the segment, if an unreadable record is
 // followed by a valid one (damage, not a torn write). Damage to the last

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,8 +24,10 @@ import (
 //
 // A segment holds consecutive sequences from its first; the WAL is the
 // union of wal/<seq> objects and segment records, and recovery reads both.
-// Segments are staged (zero-filled and synced) in the background, one
-// ahead; a batch that finds none ready, or that does not fit in one, is
+// Segments are staged in the background, one ahead: zero-filled (or a
+// collected segment taken back), then given a header with a fresh random
+// nonce, and synced; every record carries the nonce, so nothing left from
+// the file's earlier use reads as a record of this one; a batch that finds none ready, or that does not fit in one, is
 // written as a wal/<seq> object as on other buckets. So is the open
 // marker. A segment becomes garbage like WAL objects do, once a snapshot
 // covers its last record.
@@ -53,26 +57,47 @@ type segLog struct {
 	log *slog.Logger
 
 	// Committer only.
-	cur      objstore.Segment // nil: no segment; batches go to objects
+	cur      stagedSeg // cur.seg nil: no segment; batches go to objects
 	curFirst uint64
 	off      int64
 	buf      []byte
 
 	mu        sync.Mutex
-	spare     objstore.Segment // guarded by mu: staged, unpublished
-	preparing bool             // guarded by mu
-	closed    bool             // guarded by mu
-	nextSize  int64            // guarded by mu
-	own       []ownSeg         // guarded by mu: our published segments, in order
-	reusable  []string         // guarded by mu: collected segments to stage again
-	reused    int              // guarded by mu: segments staged again (for tests)
-	orphans   []string         // guarded by mu: keys of segments whose Publish failed
-	retryAt   time.Time        // guarded by mu: after a failure, no staging before
+	spare     stagedSeg // guarded by mu: staged, unpublished
+	preparing bool      // guarded by mu
+	closed    bool      // guarded by mu
+	nextSize  int64     // guarded by mu
+	own       []ownSeg  // guarded by mu: our published segments, in order
+	reusable  []string  // guarded by mu: collected segments to stage again
+	reused    int       // guarded by mu: segments staged again (for tests)
+	orphans   []string  // guarded by mu: keys of segments whose Publish failed
+	retryAt   time.Time // guarded by mu: after a failure, no staging before
 }
 
 // stageRetry is how long the log waits after a failure to stage a segment
 // before it tries again (writing WAL objects meanwhile).
 const stageRetry = 5 * time.Second
+
+// stagedSeg is a segment ready for records: its header, with the nonce
+// its records carry, is written and synced.
+type stagedSeg struct {
+	seg   objstore.Segment
+	nonce uint64
+}
+
+// stageHeader writes and syncs a fresh header into sp (see
+// format.AppendSegmentHeader): from then on records of the file's earlier
+// uses, and any bytes that look like records, fail the nonce check.
+func stageHeader(sp objstore.Segment) (stagedSeg, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	nonce := binary.BigEndian.Uint64(b[:])
+	err := sp.WriteAt(format.AppendSegmentHeader(make([]byte, 0, format.SegmentHeaderLen), nonce), 0)
+	if err == nil {
+		err = sp.Sync()
+	}
+	return stagedSeg{seg: sp, nonce: nonce}, err
+}
 
 type ownSeg struct {
 	first uint64
@@ -92,7 +117,7 @@ func newSegLog(sg objstore.Segmenter, log *slog.Logger) *segLog {
 // the engine's background WaitGroup).
 func (s *segLog) prepare(ctx context.Context, start func(func())) {
 	s.mu.Lock()
-	if s.spare != nil || s.preparing || s.closed || time.Now().Before(s.retryAt) {
+	if s.spare.seg != nil || s.preparing || s.closed || time.Now().Before(s.retryAt) {
 		s.mu.Unlock()
 		return
 	}
@@ -119,6 +144,12 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 		if !reused {
 			sp, err = s.sg.NewSegment(ctx, size)
 		}
+		var st stagedSeg
+		if err == nil {
+			if st, err = stageHeader(sp); err != nil {
+				_ = sp.Close()
+			}
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.preparing = false
@@ -133,7 +164,7 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 			_ = sp.Close()
 			return
 		}
-		s.spare = sp
+		s.spare = st
 		if reused {
 			s.reused++
 		} else {
@@ -142,16 +173,17 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 	})
 }
 
-// takeSpare returns the staged segment if there is one that fits need bytes.
-func (s *segLog) takeSpare(need int64) objstore.Segment {
+// takeSpare returns the staged segment if there is one with room for a
+// record of need bytes after its header.
+func (s *segLog) takeSpare(need int64) (stagedSeg, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sp := s.spare
-	if sp == nil || sp.Size() < need {
-		return nil
+	if sp.seg == nil || sp.seg.Size() < format.SegmentAlign+need {
+		return stagedSeg{}, false
 	}
-	s.spare = nil
-	return sp
+	s.spare = stagedSeg{}
+	return sp, true
 }
 
 // write appends the WAL object data of batch seq to the current segment,
@@ -160,18 +192,18 @@ func (s *segLog) takeSpare(need int64) objstore.Segment {
 // An error is terminal: the segment's content is then unknown.
 func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare func()) (bool, error) {
 	need := int64(format.SegmentRecordLen(len(data)))
-	if s.cur != nil && s.off+need > s.cur.Size() {
-		_ = s.cur.Close() // every record in it is synced
-		s.cur = nil
+	if s.cur.seg != nil && s.off+need > s.cur.seg.Size() {
+		_ = s.cur.seg.Close() // every record in it is synced
+		s.cur = stagedSeg{}
 	}
-	if s.cur == nil {
-		sp := s.takeSpare(need)
+	if s.cur.seg == nil {
+		sp, ok := s.takeSpare(need)
 		prepare()
-		if sp == nil {
+		if !ok {
 			return false, nil
 		}
-		if err := sp.Publish(ctx, segKey(seq)); err != nil {
-			_ = sp.Close()
+		if err := sp.seg.Publish(ctx, segKey(seq)); err != nil {
+			_ = sp.seg.Close()
 			if errors.Is(err, objstore.ErrExists) {
 				return true, fmt.Errorf("%w: %s was written by another writer", ErrFenced, segKey(seq))
 			}
@@ -183,15 +215,15 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 			s.mu.Unlock()
 			return false, nil
 		}
-		s.cur, s.curFirst, s.off = sp, seq, 0
+		s.cur, s.curFirst, s.off = sp, seq, format.SegmentAlign // records follow the header
 		s.mu.Lock()
-		s.own = append(s.own, ownSeg{first: seq, size: sp.Size()})
+		s.own = append(s.own, ownSeg{first: seq, size: sp.seg.Size()})
 		s.mu.Unlock()
 	}
-	s.buf = format.AppendSegmentRecord(s.buf[:0], s.curFirst, data)
-	err := s.cur.WriteAt(s.buf, s.off)
+	s.buf = format.AppendSegmentRecord(s.buf[:0], s.curFirst, s.cur.nonce, data)
+	err := s.cur.seg.WriteAt(s.buf, s.off)
 	if err == nil {
-		err = s.cur.Sync()
+		err = s.cur.seg.Sync()
 	}
 	if err != nil {
 		return true, &WriteError{Key: segKey(s.curFirst), Err: err}
@@ -233,14 +265,14 @@ func (s *segLog) close() {
 	s.mu.Lock()
 	s.closed = true
 	sp := s.spare
-	s.spare = nil
+	s.spare = stagedSeg{}
 	s.mu.Unlock()
-	if sp != nil {
-		_ = sp.Close()
+	if sp.seg != nil {
+		_ = sp.seg.Close()
 	}
-	if s.cur != nil {
-		_ = s.cur.Close()
-		s.cur = nil
+	if s.cur.seg != nil {
+		_ = s.cur.seg.Close()
+		s.cur = stagedSeg{}
 	}
 }
 

@@ -56,7 +56,7 @@ func waitSegmentReady(t *testing.T, e *Engine) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		e.seg.mu.Lock()
-		ready := e.seg.spare != nil
+		ready := e.seg.spare.seg != nil
 		e.seg.mu.Unlock()
 		if ready {
 			return
@@ -174,8 +174,8 @@ func killWithBatches(t *testing.T, open func() objstore.Bucket, keys ...string) 
 }
 
 // segmentRecordOffset returns where the n-th record (from 0) of a segment
-// holding one-block records starts.
-func segmentRecordOffset(n int) int64 { return int64(n) * format.SegmentAlign }
+// holding one-block records starts: after the header's block.
+func segmentRecordOffset(n int) int64 { return int64(n+1) * format.SegmentAlign }
 
 func damage(t *testing.T, path string, off int64, fn func([]byte)) {
 	t.Helper()
