@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/google/btree"
 
@@ -15,11 +16,34 @@ import (
 // replayed) passes through Apply. It is guarded by the engine's mutex: it is
 // only touched inside engine Update/View functions and Indexer calls.
 
-type readyItem struct {
-	prio  int32
-	order uint64
-	id    string
+// idRef is a job ID held as a pointer and a length: 12 bytes where a
+// string takes 16, which lets the index items below pack into 24 and 32
+// bytes (there is one per pending job). It points into the engine's copy
+// of the job's key, like the string it stands for would.
+type idRef struct {
+	p *byte
+	n uint32
 }
+
+func refID(id string) idRef { return idRef{p: unsafe.StringData(id), n: uint32(len(id))} }
+
+func (r idRef) String() string { return unsafe.String(r.p, r.n) }
+
+// readyItem is a claimable job: 24 bytes (the fields in this order pack
+// without padding).
+type readyItem struct {
+	order uint64
+	idp   *byte // idRef, flattened
+	idn   uint32
+	prio  int32
+}
+
+func newReadyItem(prio int32, order uint64, id string) readyItem {
+	r := refID(id)
+	return readyItem{order: order, idp: r.p, idn: r.n, prio: prio}
+}
+
+func (it readyItem) id() string { return idRef{it.idp, it.idn}.String() }
 
 // readyLess orders higher priority first, then FIFO.
 func readyLess(a, b readyItem) bool {
@@ -29,12 +53,16 @@ func readyLess(a, b readyItem) bool {
 	return a.order < b.order
 }
 
+// schedItem is a job pending until runAt: 32 bytes.
 type schedItem struct {
 	runAt int64
 	order uint64
-	id    string
+	idp   *byte // idRef, flattened
+	idn   uint32
 	prio  int32
 }
+
+func (it schedItem) id() string { return idRef{it.idp, it.idn}.String() }
 
 func schedLess(a, b schedItem) bool {
 	if a.runAt != b.runAt {
@@ -196,14 +224,15 @@ func (ix *jobIndex) add(id string, r *indexRec) {
 	switch r.state {
 	case statePending:
 		if r.runAt > ix.now().UnixNano() {
-			it := schedItem{runAt: r.runAt, order: r.order, id: id, prio: r.priority}
+			ref := refID(id)
+			it := schedItem{runAt: r.runAt, order: r.order, idp: ref.p, idn: ref.n, prio: r.priority}
 			if ix.bulk {
 				qi.bulkSched = append(qi.bulkSched, it)
 			} else {
 				qi.sched.ReplaceOrInsert(it)
 			}
 		} else {
-			it := readyItem{prio: r.priority, order: r.order, id: id}
+			it := newReadyItem(r.priority, r.order, id)
 			if ix.bulk {
 				qi.bulkReady = append(qi.bulkReady, it)
 			} else {
@@ -264,7 +293,7 @@ func (qi *queueIndex) promote(now int64) {
 			return
 		}
 		qi.sched.DeleteMin()
-		qi.ready.ReplaceOrInsert(readyItem{prio: it.prio, order: it.order, id: it.id})
+		qi.ready.ReplaceOrInsert(readyItem{order: it.order, idp: it.idp, idn: it.idn, prio: it.prio})
 	}
 }
 

@@ -48,7 +48,8 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 			if !ok {
 				break
 			}
-			v, ok := tx.Get(jobSpace + it.id)
+			id := it.id()
+			v, ok := tx.Get(jobSpace + id)
 			if !ok {
 				qi.ready.Delete(it) // cannot happen: the index follows the tree
 				continue
@@ -66,12 +67,12 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 			rec.State = stateClaimed
 			rec.Attempts++
 			rec.UpdatedAt = now.UnixNano()
-			tx.Put(jobSpace+it.id, encodeJob(rec)) // removes it from ready
-			j := rec.toJob(it.id, now)
+			tx.Put(jobSpace+id, encodeJob(rec)) // removes it from ready
+			j := rec.toJob(id, now)
 			j.Payload = bytes.Clone(rec.Payload)
 			j.token = l.nextToken.Add(1)
 			jobs = append(jobs, j)
-			encs = append(encs, l.payloadValue(&tx.Reader, it.id, rec))
+			encs = append(encs, l.payloadValue(&tx.Reader, id, rec))
 		}
 		l.grantLeases(jobs, cfg, now)
 		return nil
@@ -435,7 +436,7 @@ func (l *local) stats(ctx context.Context, queue string) (Stats, error) {
 			pivot = readyItem{prio: head.prio - 1, order: 0}
 		}
 		if oldest != nil {
-			if v, ok := r.Get(jobSpace + oldest.id); ok {
+			if v, ok := r.Get(jobSpace + oldest.id()); ok {
 				if rec, err := decodeJob(v); err == nil {
 					s.OldestPendingAge = max(now.Sub(unixNano(max(rec.EnqueuedAt, rec.RunAt))), 0)
 				}
