@@ -133,4 +133,9 @@
 //     before use, so the disk writes several times the WAL's own bytes
 //     (about 30 KiB per transition for a lone committer, 5 KiB under load);
 //     segments are up to 64 MiB and deleted once a snapshot covers them.
+//   - A read-only Queue on a file:// store reads whole WAL segments: each
+//     Refresh reads the one being written (up to 64 MiB) again. It may also
+//     see a batch whose sync has not completed: if that sync then fails,
+//     the writer stops without acknowledging it, and a power failure could
+//     still take it away.
 package queue
