@@ -133,6 +133,12 @@
 //     before use, so the disk writes several times the WAL's own bytes
 //     (about 30 KiB per transition for a lone committer, 5 KiB under load);
 //     segments are up to 64 MiB and deleted once a snapshot covers them.
+//   - Formats are read forward only: a version reads every store an older
+//     one wrote, not the other way round. Do not open a store with an older
+//     version than the one that last wrote it: versions before the WAL
+//     segment header (November 2026) would take its segments for empty
+//     ones and lose the batches in them, and versions before job payloads
+//     moved into job records refuse those records as corrupt.
 //   - A read-only Queue on a file:// store reads whole WAL segments: each
 //     Refresh reads the one being written (up to 64 MiB) again. It may also
 //     see a batch whose sync has not completed: if that sync then fails,

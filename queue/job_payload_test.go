@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,6 +23,51 @@ func openFileWithClock(t *testing.T) (string, *fakeClock, *Queue) {
 		t.Fatal(err)
 	}
 	return url, clock, q
+}
+
+// checkPayloadKeys checks where payloads live across the whole store: a
+// p/<id> entry belongs to a job whose record holds no payload and that is
+// pending, claimed or dead (done jobs keep none); no done record holds a
+// payload.
+func checkPayloadKeys(ctx context.Context, l *local) error {
+	var problem error
+	err := l.eng.View(ctx, func(r *engine.Reader) error {
+		r.Ascend(payloadSpace, "", func(k string, _ []byte) bool {
+			id := k[len(payloadSpace):]
+			v, ok := r.Get(jobSpace + id)
+			if !ok {
+				problem = fmt.Errorf("%s outlived its job", k)
+				return false
+			}
+			rec, err := decodeJob(v)
+			switch {
+			case err != nil:
+				problem = err
+			case rec.Payload != nil:
+				problem = fmt.Errorf("job %s has its payload both in its record and under %s", id, k)
+			case rec.State == stateDone:
+				problem = fmt.Errorf("done job %s kept its payload under %s", id, k)
+			}
+			return problem == nil
+		})
+		if problem != nil {
+			return nil
+		}
+		r.Ascend(jobSpace, "", func(k string, v []byte) bool {
+			rec, err := decodeJob(v)
+			if err != nil {
+				problem = err
+			} else if rec.State == stateDone && rec.Payload != nil {
+				problem = fmt.Errorf("done job %s kept its payload in its record", k[len(jobSpace):])
+			}
+			return problem == nil
+		})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return problem
 }
 
 // payloadKeyExists reports whether the job has a p/<id> entry.
@@ -181,5 +227,78 @@ func TestVersion1JobRecords(t *testing.T) {
 	}
 	if payloadKeyExists(t, q, id) {
 		t.Error("p/<id> of a version 1 job left after Ack")
+	}
+}
+
+// TestPayloadsLeaveWithTheirJobs: whatever ends a job (cancel, done with
+// retention, retention expiry, dead-letter and its expiry) leaves no
+// payload behind, in the record or under p/<id>, for payloads kept either
+// way; a done job reads back without one.
+func TestPayloadsLeaveWithTheirJobs(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	cfg := QueueConfig{DoneRetention: time.Hour, DeadRetention: time.Hour}
+	q, err := Open(ctx, memURL(t), withClock(clock), WithQueueConfig("q", cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close(ctx)
+	l := q.be.(*local)
+	check := func(stage string) {
+		t.Helper()
+		if err := checkPayloadKeys(ctx, l); err != nil {
+			t.Fatalf("%s: %v", stage, err)
+		}
+	}
+	for _, size := range []int{0, 100, inlinePayloadMax + 1} {
+		payload := bytes.Repeat([]byte("p"), size)
+		// Cancelled while pending.
+		res, err := q.Enqueue(ctx, "q", payload, EnqueueOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := q.CancelJob(ctx, res.JobID); err != nil || c != CancelRemoved {
+			t.Fatalf("CancelJob = %v, %v", c, err)
+		}
+		check("cancelled")
+		// Done, kept for the retention, then expired.
+		if _, err := q.Enqueue(ctx, "q", payload, EnqueueOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		j, err := q.Claim(ctx, "q")
+		if err != nil || j == nil {
+			t.Fatalf("Claim = %v, %v", j, err)
+		}
+		if err := q.Ack(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		check("done")
+		done, err := q.GetJob(ctx, j.ID)
+		if err != nil || done.State != JobDone || done.Payload != nil {
+			t.Fatalf("GetJob of a done job = %+v, %v; want done, no payload", done, err)
+		}
+		// Dead-lettered, kept with its payload, then expired.
+		if _, err := q.Enqueue(ctx, "q", payload, EnqueueOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if j, err = q.Claim(ctx, "q"); err != nil || j == nil {
+			t.Fatalf("Claim = %v, %v", j, err)
+		}
+		if err := q.DeadLetter(ctx, j, "no"); err != nil {
+			t.Fatal(err)
+		}
+		check("dead")
+		dead, err := q.GetJob(ctx, j.ID)
+		if err != nil || !bytes.Equal(dead.Payload, payload) || dead.Payload == nil {
+			t.Fatalf("GetJob of a dead job: payload %d bytes, %v; want %d", len(dead.Payload), err, size)
+		}
+		clock.Advance(2 * time.Hour)
+		if err := q.reapNow(); err != nil {
+			t.Fatal(err)
+		}
+		check("expired")
+		if n := l.eng.Stats().Keys; n > 3 {
+			t.Fatalf("%d keys left after every job ended and expired", n)
+		}
 	}
 }

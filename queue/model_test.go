@@ -864,6 +864,9 @@ func (r *modelRun) check() {
 	}
 	r.checkKV()
 	r.checkLeases()
+	if err := checkPayloadKeys(r.ctx, r.q.be.(*local)); err != nil {
+		r.fail("%v", err)
+	}
 }
 
 // checkLeases compares the process side of every claim handle (what

@@ -109,11 +109,9 @@ func newItem(key string, val []byte) item {
 	if uint64(len(key)) > math.MaxUint32 || uint64(len(val)) > math.MaxUint32 {
 		panic("engine: key or value over 4 GiB")
 	}
-	n := len(key) + len(val)
-	if n == 0 {
-		return item{}
-	}
-	buf := make([]byte, n)
+	// At least one byte, so that even an empty key with an empty value has
+	// a pointer: the zero item means "absent" (see val).
+	buf := make([]byte, max(len(key)+len(val), 1))
 	copy(buf, key)
 	copy(buf[len(key):], val)
 	return item{p: &buf[0], klen: uint32(len(key)), vlen: uint32(len(val))}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -635,5 +636,51 @@ func TestFailedPublishLeavesNoSegment(t *testing.T) {
 	}
 	if got := dump(t, e); got["a"] != "1" || got["b"] != "2" {
 		t.Errorf("state %v", got)
+	}
+}
+
+// TestCollectionBoundsFailedDeletes: while every delete fails, the list of
+// deletes to retry stays bounded; once deletes work again, the next
+// collection (which then lists the bucket) removes every leftover.
+func TestCollectionBoundsFailedDeletes(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	f := objstoretest.NewFault(b, 1)
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return op == objstoretest.OpDelete })
+	f.SetErrorRate(objstoretest.OpDelete, 1)
+	e := mustOpen(t, Options{Bucket: f, Logger: slog.New(slog.DiscardHandler)})
+	defer e.Close(ctx)
+	most := 0
+	for i := 0; i < maxUndeleted/10+20; i++ {
+		for j := range 12 {
+			put(t, e, fmt.Sprint("k", j), fmt.Sprint(i))
+		}
+		if err := e.Snapshot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.mu.Lock()
+		most = max(most, len(e.undeleted))
+		e.mu.Unlock()
+	}
+	if most > maxUndeleted {
+		t.Fatalf("%d failed deletes kept, want at most %d", most, maxUndeleted)
+	}
+	p := reopen()
+	defer p.Close()
+	before, err := p.List(ctx, "wal/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetErrorRate(objstoretest.OpDelete, 0)
+	put(t, e, "last", "v")
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := p.List(ctx, "wal/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) < maxUndeleted || len(after) > 3 {
+		t.Fatalf("WAL objects: %d while deletes failed, %d after a collection that could delete, want >= %d then <= 3", len(before), len(after), maxUndeleted)
 	}
 }

@@ -300,5 +300,14 @@ func (e *Engine) deleteGarbage(ctx context.Context, doomed []string) {
 	failed := e.deleteKeys(ctx, slices.Compact(doomed))
 	e.mu.Lock()
 	e.undeleted = append(e.undeleted, failed...)
+	if len(e.undeleted) > maxUndeleted {
+		// Deletes keep failing (a policy denying them, an outage): stop
+		// carrying them, and have the next collection list the bucket
+		// instead, which finds every leftover.
+		e.undeleted, e.collected = nil, 0
+	}
 	e.mu.Unlock()
 }
+
+// maxUndeleted bounds the failed deletes kept for the next collection.
+const maxUndeleted = 1024

@@ -2,6 +2,7 @@ package format
 
 import (
 	"bytes"
+	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
 	"github.com/vmihailenco/msgpack/v5"
@@ -44,15 +45,32 @@ type Batch struct {
 }
 
 // EncodeBatch returns the WAL object bytes for b.
-func EncodeBatch(b *Batch) ([]byte, error) {
+func EncodeBatch(b *Batch) ([]byte, error) { return encodeBatch(b, MaxFrame) }
+
+// encodeBatch is EncodeBatch with a frame limit of max bytes.
+func encodeBatch(b *Batch, max int) ([]byte, error) {
 	size := FramedHeaderLen + 64 + len(b.Writer)
 	for i := range b.Muts {
 		size += 16 + len(b.Muts[i].Key) + len(b.Muts[i].Value)
 	}
 	out := appendBatch(make([]byte, FramedHeaderLen, size), b)
+	if n := len(out) - FramedHeaderLen; n > max {
+		return nil, &BatchTooLargeError{Size: n, Max: max}
+	}
 	putHeader(out, KindWAL)
 	putFrameHeader(out[headerLen:], out[FramedHeaderLen:])
 	return out, nil
+}
+
+// BatchTooLargeError is returned by EncodeBatch for a batch whose body
+// exceeds MaxFrame: its length would not fit the frame header, and no
+// reader would accept it. A retry cannot help.
+type BatchTooLargeError struct {
+	Size, Max int
+}
+
+func (e *BatchTooLargeError) Error() string {
+	return fmt.Sprintf("format: WAL batch of %d bytes exceeds the %d-byte frame limit", e.Size, e.Max)
 }
 
 // DecodeBatch parses a WAL object. The mutations' values alias data (the

@@ -205,3 +205,18 @@ func TestHugeDeclaredLengths(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeBatchRefusesOversizedFrames: a batch whose body exceeds the
+// frame limit is refused (its length would not fit the frame header, and
+// no reader would accept it) instead of being written unreadable.
+func TestEncodeBatchRefusesOversizedFrames(t *testing.T) {
+	b := &Batch{Seq: 1, Writer: "w", Muts: []Mutation{{Op: OpPut, Key: "k", Value: make([]byte, 600)}}}
+	_, err := encodeBatch(b, 512)
+	var tl *BatchTooLargeError
+	if !errors.As(err, &tl) || tl.Max != 512 || tl.Size <= 600 {
+		t.Fatalf("encodeBatch over the limit = %v, want a BatchTooLargeError", err)
+	}
+	if _, err := encodeBatch(b, 1024); err != nil {
+		t.Fatalf("encodeBatch under the limit: %v", err)
+	}
+}

@@ -56,11 +56,10 @@ func (f *fileBucket) NewSegment(ctx context.Context, size int64) (Segment, error
 }
 
 // ReuseSegment implements Segmenter: it renames the object's file into the
-// temp directory, where it is staged like a named create-only write. The
-// rename is not synced: after a crash before Publish the old name may
-// reappear with its old bytes (garbage a snapshot already covers). Publish
-// fsyncs the directory, which makes the old name's removal durable along
-// with the new name, before any record is written to the file.
+// temp directory, where it is staged like a named create-only write, and
+// fsyncs the directory it left, so that the old name (garbage a snapshot
+// already covers) cannot come back after a crash holding whatever the
+// caller writes next.
 func (f *fileBucket) ReuseSegment(ctx context.Context, key string) (Segment, error) {
 	if err := f.check(ctx, "segment", key); err != nil {
 		return nil, err
@@ -74,6 +73,14 @@ func (f *fileBucket) ReuseSegment(ctx context.Context, key string) (Segment, err
 	var file *os.File
 	var fi fs.FileInfo
 	if err = os.Rename(f.path(key), tmp.Name()); err == nil {
+		// The old name's removal must be durable before the caller writes
+		// a new header into the file: after a crash the name must not
+		// come back with a half-written one.
+		if err = syncDir(filepath.Dir(f.path(key))); errors.Is(err, errors.ErrUnsupported) {
+			err = nil
+		}
+	}
+	if err == nil {
 		if file, err = os.OpenFile(tmp.Name(), os.O_RDWR, 0); err == nil {
 			if fi, err = file.Stat(); err == nil && !fi.Mode().IsRegular() {
 				err = fmt.Errorf("%w: not a regular file", ErrNotFound)
