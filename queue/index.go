@@ -62,8 +62,6 @@ type schedItem struct {
 	prio  int32
 }
 
-func (it schedItem) id() string { return idRef{it.idp, it.idn}.String() }
-
 func schedLess(a, b schedItem) bool {
 	if a.runAt != b.runAt {
 		return a.runAt < b.runAt
