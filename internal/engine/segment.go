@@ -27,9 +27,9 @@ import (
 // Segments are staged in the background, one ahead: zero-filled (or a
 // collected segment taken back), then given a header with a fresh random
 // nonce, and synced; every record carries the nonce, so nothing left from
-// the file's earlier use reads as a record of this one; a batch that finds none ready, or that does not fit in one, is
-// written as a wal/<seq> object as on other buckets. So is the open
-// marker. A segment becomes garbage like WAL objects do, once a snapshot
+// the file's earlier use reads as a record of this one. A batch that finds
+// none ready, or that does not fit in one, is written as a wal/<seq>
+// object as on other buckets. So is the open marker. A segment becomes garbage like WAL objects do, once a snapshot
 // covers its last record.
 
 // segmentSizes are the sizes of successive segments of one writer: small

@@ -332,15 +332,24 @@ func TestSegmentsMixWithObjects(t *testing.T) {
 	}
 }
 
+// faultySegmentWriter opens a writer on a fresh file store through a
+// fault-injecting bucket (no faults set yet) and waits for its first
+// segment; open opens the store again, without faults.
+func faultySegmentWriter(t *testing.T) (open func() objstore.Bucket, f *objstoretest.Fault, e *Engine) {
+	t.Helper()
+	_, open = fileStore(t)
+	f = objstoretest.NewFault(open(), 1)
+	e = mustOpen(t, Options{Bucket: f})
+	waitSegmentReady(t, e)
+	return open, f, e
+}
+
 // A failed segment sync is terminal (the file's content is then unknown;
 // retrying fsync can report success for lost data), and loses nothing that
 // was acknowledged.
 func TestSegmentSyncFailureIsTerminal(t *testing.T) {
 	ctx := context.Background()
-	_, open := fileStore(t)
-	f := objstoretest.NewFault(open(), 1)
-	e := mustOpen(t, Options{Bucket: f})
-	waitSegmentReady(t, e)
+	open, f, e := faultySegmentWriter(t)
 	put(t, e, "a", "1")
 	f.SetMatch(func(op objstoretest.Op, key string) bool { return strings.HasSuffix(key, segSuffix) })
 	f.SetAmbiguousPutRate(1) // the sync happens, its answer is lost
@@ -608,11 +617,8 @@ func TestCollectionRetriesFailedDeletes(t *testing.T) {
 // to a WAL object, and the writer's next collection deletes the segment.
 func TestFailedPublishLeavesNoSegment(t *testing.T) {
 	ctx := context.Background()
-	_, open := fileStore(t)
-	f := objstoretest.NewFault(open(), 1)
-	e := mustOpen(t, Options{Bucket: f})
+	open, f, e := faultySegmentWriter(t)
 	defer e.Close(ctx)
-	waitSegmentReady(t, e)
 	seq := e.Stats().DurableSeq + 1
 	f.SetMatch(func(op objstoretest.Op, key string) bool { return op == objstoretest.OpPut && key == segKey(seq) })
 	f.SetAmbiguousPutRate(1) // published, reported failed
