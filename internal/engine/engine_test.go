@@ -716,6 +716,7 @@ func TestTreeKeepsCopies(t *testing.T) {
 	err := e.Update(ctx, func(tx *Tx) error {
 		tx.Put(string(kb), val)
 		tx.Put("k2", []byte{})
+		tx.Put("", []byte{}) // an empty key with an empty value is still present
 		return nil
 	})
 	if err != nil {
@@ -734,6 +735,9 @@ func TestTreeKeepsCopies(t *testing.T) {
 	err = e.View(ctx, func(r *Reader) error {
 		if v, ok := r.Get("k2"); !ok || v == nil || len(v) != 0 {
 			t.Errorf("Get(k2) = %q, %v; want an empty, non-nil value", v, ok)
+		}
+		if v, ok := r.Get(""); !ok || v == nil {
+			t.Errorf("Get(\"\") = %q, %v; want an empty, non-nil value", v, ok)
 		}
 		if _, ok := r.Get("k9"); ok {
 			t.Error("Get of a key never written found it")
