@@ -411,8 +411,12 @@ func TestSegmentReaderRefresh(t *testing.T) {
 }
 
 // A collected segment is staged again with its old records in it; they
-// belong to another first sequence, so recovery, strict as it is, reads
-// past none of them.
+// carry the old use's nonce and first sequence, so recovery, strict as it
+// is, reads past none of them.
+//
+// Segments here are four blocks: the header and three one-block records.
+// The test waits for the spare before each batch that opens a segment, so
+// no batch falls back to a WAL object for want of one.
 func TestSegmentReuseIgnoresStaleRecords(t *testing.T) {
 	old := segmentSizes
 	segmentSizes.first, segmentSizes.max = 4*format.SegmentAlign, 4*format.SegmentAlign
@@ -420,6 +424,7 @@ func TestSegmentReuseIgnoresStaleRecords(t *testing.T) {
 	ctx := context.Background()
 	_, open := fileStore(t)
 	e := mustOpen(t, Options{Bucket: open()})
+	t.Cleanup(e.Kill) // before segmentSizes is restored: the preparer reads it
 	want := map[string]string{}
 	n := 0
 	puts := func(k int) { // each batch takes one block
@@ -431,18 +436,18 @@ func TestSegmentReuseIgnoresStaleRecords(t *testing.T) {
 		}
 	}
 	waitSegmentReady(t, e)
-	puts(4) // segment A full
+	puts(3) // segment A full
 	waitSegmentReady(t, e)
-	puts(1)                                 // B
+	puts(1)                                 // B; C is being staged, new
 	if err := e.Snapshot(ctx); err != nil { // covers A: kept for reuse
 		t.Fatal(err)
 	}
-	puts(3) // B full
+	puts(2) // B full
 	waitSegmentReady(t, e)
-	puts(1) // C, staged before A was collected; A is staged next
+	puts(1) // C; A is staged next
 	waitSegmentReady(t, e)
-	puts(3)
-	puts(2) // D: A again, two new records over A's four
+	puts(2) // C full
+	puts(2) // D: A again, two new records, A's third left behind them
 	e.seg.mu.Lock()
 	reused, own := e.seg.reused, len(e.seg.own)
 	e.seg.mu.Unlock()
