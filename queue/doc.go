@@ -139,9 +139,10 @@
 //     segment header (November 2026) would take its segments for empty
 //     ones and lose the batches in them, and versions before job payloads
 //     moved into job records refuse those records as corrupt.
-//   - A read-only Queue on a file:// store reads whole WAL segments: each
-//     Refresh reads the one being written (up to 64 MiB) again. It may also
-//     see a batch whose sync has not completed: if that sync then fails,
-//     the writer stops without acknowledging it, and a power failure could
-//     still take it away.
+//   - A read-only Queue on a file:// store reads WAL segments in place: it
+//     opens by reading each segment's records and a piece past them (not
+//     the zeros after), and each Refresh reads the records written since,
+//     from where the last one stopped. It may see a batch whose sync has
+//     not completed: if that sync then fails, the writer stops without
+//     acknowledging it, and a power failure could still take it away.
 package queue

@@ -616,3 +616,28 @@ func TestReopenFromSnapshotKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// A reader on file:// follows the WAL segment being written: each Refresh
+// reads the batches committed since, not the segment (1 MiB or more) again.
+func TestReadOnlyRefreshReadsWhatIsNew(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openT(t, url)
+	w.Put(t0ctx, []byte("k"), []byte("0"))
+	r := openT(t, url, WithReadOnly())
+	for i := range 30 {
+		key := []byte(fmt.Sprint("k", i))
+		if err := w.Put(t0ctx, key, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		before := r.StorageStats().BytesRead
+		if err := r.Refresh(t0ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := r.StorageStats().BytesRead - before; n > 128<<10 {
+			t.Fatalf("Refresh %d read %d bytes for one new batch, want <= 128 KiB", i, n)
+		}
+		if v, err := r.Get(t0ctx, key); err != nil || string(v) != "v" {
+			t.Fatalf("after Refresh %d: Get = %q, %v", i, v, err)
+		}
+	}
+}

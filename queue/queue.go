@@ -155,7 +155,10 @@ func (q *Queue) checkOpen() error {
 }
 
 // Refresh brings a Queue opened WithReadOnly up to date with what the
-// writer has committed since. On a writable Queue it does nothing.
+// writer has committed since. It reads what was written since the last
+// Refresh: new WAL objects, or on file:// the new records of the WAL
+// segment being written. Concurrent calls run one at a time. On a writable
+// Queue it does nothing.
 func (q *Queue) Refresh(ctx context.Context) error {
 	if err := q.checkOpen(); err != nil {
 		return err

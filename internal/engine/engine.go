@@ -176,6 +176,7 @@ type Engine struct {
 	kick     chan struct{} // wakes the committer; buffered 1
 	bg       sync.WaitGroup
 	loopWG   sync.WaitGroup // the committer alone
+	follow   readerFollow   // a reader's place in the WAL
 
 	mu sync.Mutex
 	// Guarded by mu.

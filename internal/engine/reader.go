@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
 )
 
 // OpenReadOnly loads the store in opts.Bucket without becoming its writer:
@@ -25,11 +30,15 @@ func OpenReadOnly(ctx context.Context, opts Options) (*Engine, error) {
 
 // Refresh brings a read-only engine up to date with the WAL written since
 // it last looked. If the writer's garbage collection has deleted WAL
-// objects it had not read, it reloads from the newest snapshot.
+// objects it had not read, it reloads from the newest snapshot. In a
+// segment (file://) it reads the records written since, not the segment
+// again. Concurrent calls run one at a time.
 func (e *Engine) Refresh(ctx context.Context) error {
 	if !e.readOnly {
 		return errors.New("engine: Refresh is only for read-only engines")
 	}
+	e.follow.Lock()
+	defer e.follow.Unlock()
 	wal, err := e.listWAL(ctx)
 	if err != nil {
 		return err
@@ -37,6 +46,9 @@ func (e *Engine) Refresh(ctx context.Context) error {
 	e.mu.Lock()
 	from := e.durable + 1
 	e.mu.Unlock()
+	if c := e.follow.cur; c != nil && c.first+c.c.N == from {
+		wal.cur = c
+	}
 	for seq := from; ; seq++ {
 		ok, err := wal.has(ctx, seq)
 		if errors.Is(err, errRaced) {
@@ -104,4 +116,65 @@ func (e *Engine) closeReadOnly() error {
 	e.mu.Unlock()
 	e.bgStop()
 	return e.bucket.Close()
+}
+
+// readerFollow is a reader's place in the WAL segment it follows.
+type readerFollow struct {
+	sync.Mutex // held by Refresh: one at a time
+	// cur is the cursor at the end of the newest segment recovery or
+	// Refresh loaded: its records up to cur.c.N are read.
+	cur *segCursor
+}
+
+// segCursor is a reader's cursor in segment key, whose first sequence is
+// first.
+type segCursor struct {
+	key   string
+	first uint64
+	c     format.SegmentCursor
+}
+
+// followChunk is the first piece a reader reads a segment in; pieces
+// double from there (see format.SegmentCursor.ReadFrom).
+const followChunk = 64 << 10
+
+// follow loads segment i for a reader, in place, a piece at a time: the
+// zeros after its log cost one piece, not the rest of the segment. If it
+// is the segment of w.cur and the same use of the file, it reads from
+// where the cursor is: only the records written since.
+func (w *walSet) follow(ctx context.Context, sg objstore.Segmenter, i int) error {
+	sr := &w.segs[i]
+	r, err := sg.OpenSegment(ctx, sr.key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return errRaced // collected: a newer snapshot covers it
+	}
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	head := make([]byte, format.SegmentHeaderLen)
+	n, err := r.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	c, ok, err := format.NewSegmentCursor(head[:n], sr.first)
+	if err != nil {
+		return &CorruptionError{Key: sr.key, Err: err}
+	}
+	if !ok { // version 1: no nonce to follow a use of the file by
+		return w.loadWhole(ctx, i)
+	}
+	if cur := w.cur; cur != nil && cur.key == sr.key && cur.c.SameUse(c) {
+		c = cur.c
+	}
+	sr.skip = c.N
+	objs, err := c.ReadFrom(r, r.Size(), followChunk)
+	if err != nil {
+		return err
+	}
+	sr.keep(objs)
+	if i == len(w.segs)-1 {
+		w.e.follow.cur = &segCursor{key: sr.key, first: sr.first, c: c}
+	}
+	return nil
 }

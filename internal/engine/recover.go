@@ -100,6 +100,7 @@ func (e *Engine) recover(ctx context.Context) error {
 }
 
 func (e *Engine) recoverOnce(ctx context.Context) error {
+	e.follow.cur = nil // a reader starts over: it loads a new state
 	snapObjs, err := e.bucket.List(ctx, "snap/")
 	if err != nil {
 		return err

@@ -282,14 +282,27 @@ type walSet struct {
 	e       *Engine
 	singles map[uint64]int64 // seq -> object size
 	segs    []segRef         // sorted by first
+	// cur, for a reader, is where its last Refresh left off in the newest
+	// segment, if its state is the records before it (see follow).
+	cur *segCursor
 }
 
 type segRef struct {
 	first  uint64
 	key    string
 	loaded bool
-	objs   [][]byte // WAL objects of its records, in order
+	// objs are the WAL objects of its records from first+skip on, in
+	// order; a reader that read the records before on an earlier Refresh
+	// (see follow) skips them.
+	skip uint64
+	objs [][]byte
 }
+
+// end returns one past the sequence of the segment's last loaded record.
+func (sr *segRef) end() uint64 { return sr.first + sr.skip + uint64(len(sr.objs)) }
+
+// obj returns the WAL object of batch seq, which the segment holds.
+func (sr *segRef) obj(seq uint64) []byte { return sr.objs[seq-sr.first-sr.skip] }
 
 func (e *Engine) listWAL(ctx context.Context) (*walSet, error) {
 	objs, err := e.bucket.List(ctx, "wal/")
@@ -309,12 +322,24 @@ func (e *Engine) listWAL(ctx context.Context) (*walSet, error) {
 }
 
 // load reads segment i. A writer reads strictly (see format.ScanSegment):
-// nobody else can be appending. A reader may race the writer.
+// nobody else can be appending. A reader may race the writer: it follows
+// segments in place (see follow).
 func (w *walSet) load(ctx context.Context, i int) error {
 	sr := &w.segs[i]
 	if sr.loaded {
 		return nil
 	}
+	if w.e.readOnly {
+		if sg, ok := objstore.AsSegmenter(w.e.bucket); ok {
+			return w.follow(ctx, sg, i)
+		}
+	}
+	return w.loadWhole(ctx, i)
+}
+
+// loadWhole reads segment i in one request.
+func (w *walSet) loadWhole(ctx context.Context, i int) error {
+	sr := &w.segs[i]
 	data, err := w.e.getRetry(ctx, sr.key, deadlineFrom(w.e.opts.WriteRetry))
 	if errors.Is(err, objstore.ErrNotFound) {
 		return errRaced
@@ -326,8 +351,14 @@ func (w *walSet) load(ctx context.Context, i int) error {
 	if err != nil {
 		return &CorruptionError{Key: sr.key, Err: err}
 	}
-	// Keep the records alone, not the file: its padding and zero tail
-	// (most of a segment in use, up to segmentSizes.max) go at once.
+	sr.keep(objs)
+	return nil
+}
+
+// keep sets the segment's records, copied together: the buffers they were
+// read into, with padding and zeros (most of a segment in use, up to
+// segmentSizes.max), go at once.
+func (sr *segRef) keep(objs [][]byte) {
 	n := 0
 	for _, o := range objs {
 		n += len(o)
@@ -338,7 +369,6 @@ func (w *walSet) load(ctx context.Context, i int) error {
 		objs[i] = buf[len(buf)-len(o):]
 	}
 	sr.objs, sr.loaded = objs, true
-	return nil
 }
 
 // segFor returns the index of the segment that would hold seq (the last
@@ -363,7 +393,8 @@ func (w *walSet) has(ctx context.Context, seq uint64) (bool, error) {
 	if err := w.load(ctx, i); err != nil {
 		return false, err
 	}
-	return seq-w.segs[i].first < uint64(len(w.segs[i].objs)), nil
+	sr := &w.segs[i]
+	return seq >= sr.first+sr.skip && seq < sr.end(), nil
 }
 
 // size returns the bytes batch seq takes in the WAL, which has it.
@@ -371,8 +402,7 @@ func (w *walSet) size(seq uint64) int64 {
 	if n, ok := w.singles[seq]; ok {
 		return n
 	}
-	sr := &w.segs[w.segFor(seq)]
-	return int64(len(sr.objs[seq-sr.first]))
+	return int64(len(w.segs[w.segFor(seq)].obj(seq)))
 }
 
 // top returns the highest sequence in the WAL (0 if none): of its objects
@@ -386,8 +416,8 @@ func (w *walSet) top(ctx context.Context) (uint64, error) {
 		if err := w.load(ctx, i); err != nil {
 			return 0, err
 		}
-		if n := len(w.segs[i].objs); n > 0 {
-			top = max(top, w.segs[i].first+uint64(n)-1)
+		if end := w.segs[i].end(); end > w.segs[i].first {
+			top = max(top, end-1)
 			break
 		}
 	}
@@ -401,5 +431,5 @@ func (w *walSet) batch(ctx context.Context, seq uint64) (*format.Batch, error) {
 		return w.e.readBatch(ctx, seq)
 	}
 	sr := &w.segs[w.segFor(seq)]
-	return decodeBatch(sr.key, seq, sr.objs[seq-sr.first]) // applying it copies what the state keeps
+	return decodeBatch(sr.key, seq, sr.obj(seq)) // applying it copies what the state keeps
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,13 +17,19 @@ import (
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"golang.org/x/sync/errgroup"
 )
 
 // smallSegments makes segments tiny for the test, so that they fill and
 // roll over after a few batches.
-func smallSegments(t *testing.T) {
+func smallSegments(t *testing.T) { segmentBlocks(t, 4, 16) }
+
+// segmentBlocks sizes segments for the test: first blocks for the first,
+// doubling up to max blocks. Engines that the test kills or closes in a
+// cleanup registered after this one stop before the sizes are restored.
+func segmentBlocks(t *testing.T, first, max int64) {
 	old := segmentSizes
-	segmentSizes.first, segmentSizes.max = 4*format.SegmentAlign, 16*format.SegmentAlign
+	segmentSizes.first, segmentSizes.max = first*format.SegmentAlign, max*format.SegmentAlign
 	t.Cleanup(func() { segmentSizes = old })
 }
 
@@ -410,6 +417,92 @@ func TestSegmentReaderRefresh(t *testing.T) {
 	}
 }
 
+// A reader follows the segment being written in place: its first load
+// reads the log and a piece past it, not the zeros after (the segment is
+// 1 MiB here), and each Refresh reads only what was written since.
+func TestSegmentReaderReadsOnlyWhatIsNew(t *testing.T) {
+	ctx := context.Background()
+	_, open := fileStore(t)
+	e := mustOpen(t, Options{Bucket: open()})
+	defer e.Close(ctx)
+	waitSegmentReady(t, e)
+	for i := range 5 {
+		put(t, e, fmt.Sprint("k", i), "v")
+	}
+	c := objstore.NewCounting(open())
+	r, err := OpenReadOnly(ctx, Options{Bucket: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	if n := c.Counts().BytesRead; n > 2*followChunk {
+		t.Fatalf("opening read %d bytes of a segment holding 5 records, want <= %d", n, 2*followChunk)
+	}
+	for round := range 20 {
+		put(t, e, fmt.Sprint("r", round), "v")
+		before := c.Counts().BytesRead
+		if err := r.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Counts().BytesRead - before; n > followChunk+format.SegmentAlign {
+			t.Fatalf("round %d: Refresh read %d bytes for one new record, want <= %d", round, n, followChunk+format.SegmentAlign)
+		}
+		if got, want := dump(t, r), dump(t, e); !maps.Equal(got, want) {
+			t.Fatalf("round %d: reader has %d keys, writer %d", round, len(got), len(want))
+		}
+	}
+	if st := e.Stats(); st.SegmentBatches == 0 {
+		t.Fatal("the writer wrote no segment")
+	}
+}
+
+// A reader following segments while the writer rolls over, snapshots,
+// collects and reuses them (a segment it was following is renamed away
+// and staged again under another name) keeps the writer's state, whether
+// it refreshes often or seldom; two readers refresh concurrently too.
+func TestSegmentReaderFollowsReuse(t *testing.T) {
+	segmentBlocks(t, 4, 4)
+	ctx := context.Background()
+	_, open := fileStore(t)
+	e := mustOpen(t, Options{Bucket: open()})
+	t.Cleanup(e.Kill) // before segmentSizes is restored
+	r, err := OpenReadOnly(ctx, Options{Bucket: open()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 150 {
+		for range rng.IntN(5) {
+			put(t, e, fmt.Sprint("k", rng.IntN(40)), fmt.Sprint(round))
+		}
+		if rng.IntN(6) == 0 {
+			if err := e.Snapshot(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rng.IntN(3) == 0 {
+			continue // refresh later
+		}
+		var g errgroup.Group
+		for range 2 {
+			g.Go(func() error { return r.Refresh(ctx) })
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if got, want := dump(t, r), dump(t, e); !maps.Equal(got, want) {
+			t.Fatalf("round %d: reader %v, writer %v", round, got, want)
+		}
+	}
+	e.seg.mu.Lock()
+	reused := e.seg.reused
+	e.seg.mu.Unlock()
+	if reused < 5 {
+		t.Fatalf("%d segments reused, want several", reused)
+	}
+}
+
 // A collected segment is staged again with its old records in it; they
 // carry the old use's nonce and first sequence, so recovery, strict as it
 // is, reads past none of them.
@@ -418,9 +511,7 @@ func TestSegmentReaderRefresh(t *testing.T) {
 // The test waits for the spare before each batch that opens a segment, so
 // no batch falls back to a WAL object for want of one.
 func TestSegmentReuseIgnoresStaleRecords(t *testing.T) {
-	old := segmentSizes
-	segmentSizes.first, segmentSizes.max = 4*format.SegmentAlign, 4*format.SegmentAlign
-	t.Cleanup(func() { segmentSizes = old })
+	segmentBlocks(t, 4, 4)
 	ctx := context.Background()
 	_, open := fileStore(t)
 	e := mustOpen(t, Options{Bucket: open()})

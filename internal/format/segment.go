@@ -2,7 +2,9 @@ package format
 
 import (
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
+	"io"
 )
 
 // Segment records. A WAL segment (wal/<first seq:020d>.log, written only to
@@ -170,4 +172,103 @@ func ScanSegment(data []byte, first uint64, strict bool) ([][]byte, error) {
 		}
 	}
 	return objs, nil
+}
+
+// SegmentCursor reads a segment's log a piece at a time, for a reader that
+// follows a segment being written: it reads the records written since it
+// last looked, instead of the whole segment (up to its zero tail). Start
+// one with NewSegmentCursor, then hand Scan the segment's bytes from Off
+// on, as many as it asks for. Only segments with a header (see above) are
+// followed: a version 1 segment has no nonce to tell a reused file by.
+type SegmentCursor struct {
+	first uint64
+	l     segLayout
+	// Off is the offset of the next record.
+	Off int64
+	// N counts the records scanned so far.
+	N uint64
+}
+
+// NewSegmentCursor returns a cursor at the first record of the segment
+// whose first sequence is first, given its first SegmentHeaderLen bytes
+// (or more). It reports false for a version 1 segment, and ErrCorrupt for
+// a damaged header.
+func NewSegmentCursor(head []byte, first uint64) (SegmentCursor, bool, error) {
+	nonce, ok, err := segmentNonce(head)
+	if !ok || err != nil {
+		return SegmentCursor{}, false, err
+	}
+	l := segLayout{header: SegmentRecordHeaderLen, nonce: nonce}
+	return SegmentCursor{first: first, l: l, Off: SegmentAlign}, true, nil
+}
+
+// SameUse reports whether c and d were started on the same use of a
+// segment file: the same first sequence and nonce.
+func (c SegmentCursor) SameUse(d SegmentCursor) bool {
+	return c.first == d.first && c.l == d.l
+}
+
+// Scan returns the WAL objects of the valid records at the start of data,
+// which holds the segment's bytes from c.Off on, and advances c past them.
+// The objects alias data. need is zero if the log ends in data (at a
+// position that holds no valid record); otherwise the last record may go
+// on past data, and need is how many bytes from the new c.Off to read to
+// tell: the caller reads them, if the segment has them, and scans again.
+func (c *SegmentCursor) Scan(data []byte) (objs [][]byte, need int) {
+	off := 0
+	for {
+		obj, n, ok := c.l.recordAt(data, off, c.first)
+		if !ok {
+			break
+		}
+		objs = append(objs, obj)
+		off += n
+	}
+	c.Off += int64(off)
+	c.N += uint64(len(objs))
+	if off >= len(data) { // the last record's padding may lie past data
+		return objs, SegmentAlign
+	}
+	rest := data[off:]
+	if len(rest) < c.l.header {
+		return objs, SegmentAlign
+	}
+	// A record of this use whose object goes on past data: its header
+	// names this segment and nonce (its checksum is over the whole object).
+	n := int64(binary.BigEndian.Uint32(rest[0:4]))
+	if n > 0 && int64(c.l.header)+n > int64(len(rest)) &&
+		binary.BigEndian.Uint64(rest[8:16]) == c.first && binary.BigEndian.Uint64(rest[16:24]) == c.l.nonce {
+		return objs, recordLen(c.l.header, int(n))
+	}
+	return objs, 0
+}
+
+// maxReadChunk bounds the pieces ReadFrom reads a segment in.
+const maxReadChunk = 8 << 20
+
+// ReadFrom reads the records of a segment of size bytes from r, from c.Off
+// on, a piece at a time: chunk bytes first, doubling up to 8 MiB, so that
+// the zeros after the log's end cost one piece at most. On success it
+// returns their WAL objects and advances c past them; on a read error it
+// returns the error and leaves c as it was.
+func (c *SegmentCursor) ReadFrom(r io.ReaderAt, size int64, chunk int) ([][]byte, error) {
+	d := *c
+	var all [][]byte
+	for need := 0; d.Off < size; {
+		at := d.Off
+		buf := make([]byte, min(int64(max(chunk, need)), size-at))
+		got, err := r.ReadAt(buf, at)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		var objs [][]byte
+		objs, need = d.Scan(buf[:got])
+		all = append(all, objs...)
+		if need == 0 || at+int64(got) >= size || got < len(buf) {
+			break // the log ends, or so does the segment
+		}
+		chunk = min(max(chunk, 1)*2, maxReadChunk)
+	}
+	*c = d
+	return all, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"testing"
 )
 
@@ -137,6 +138,146 @@ func TestScanSegmentVersion1(t *testing.T) {
 	reused := segment(2*SegmentAlign, first+10, 3, []byte("new"))
 	reused = append(reused, data[len(reused):]...)
 	checkScan(t, reused, first+10, [][]byte{[]byte("new")})
+}
+
+// countingReader counts the bytes read through it; fail makes reads fail.
+type countingReader struct {
+	r    io.ReaderAt
+	read int
+	fail bool
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	if c.fail {
+		return 0, errors.New("read failed")
+	}
+	n, err := c.r.ReadAt(p, off)
+	c.read += n
+	return n, err
+}
+
+// A cursor reads in pieces what ScanSegment reads whole, whatever the
+// piece size, including pieces that cut records.
+func TestSegmentCursorReadsInPieces(t *testing.T) {
+	want := objs(5) // records of one to three blocks
+	seg := segment(64*SegmentAlign, 9, 77, want...)
+	for _, chunk := range []int{1, 100, SegmentAlign, SegmentAlign + 1, 3 * SegmentAlign, 1 << 20} {
+		c, ok, err := NewSegmentCursor(seg, 9)
+		if !ok || err != nil {
+			t.Fatalf("NewSegmentCursor: %v %v", ok, err)
+		}
+		got, err := c.ReadFrom(bytes.NewReader(seg), int64(len(seg)), chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("chunk %d: read %d records, want %d", chunk, len(got), len(want))
+		}
+		end := int64(SegmentAlign)
+		for _, o := range want {
+			end += int64(SegmentRecordLen(len(o)))
+		}
+		if c.N != uint64(len(want)) || c.Off != end {
+			t.Fatalf("chunk %d: cursor at record %d, offset %d; want %d, %d", chunk, c.N, c.Off, len(want), end)
+		}
+	}
+}
+
+// A cursor following a segment as records are written reads each time the
+// new records and a piece past them, not the whole segment again.
+func TestSegmentCursorFollowsAWriter(t *testing.T) {
+	const size, chunk = 256 * SegmentAlign, 4 * SegmentAlign
+	seg := segment(size, 5, 1)
+	c, _, _ := NewSegmentCursor(seg, 5)
+	var written [][]byte
+	for round := range 5 {
+		for range round { // append round records in place
+			o := bytes.Repeat([]byte{byte(len(written))}, 100)
+			rec := AppendSegmentRecord(nil, 5, 1, o)
+			off := SegmentAlign * (1 + len(written))
+			copy(seg[off:], rec)
+			written = append(written, o)
+		}
+		before := c.N
+		r := &countingReader{r: bytes.NewReader(seg)}
+		got, err := c.ReadFrom(r, size, chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != round || c.N != before+uint64(round) {
+			t.Fatalf("round %d: read %d new records (cursor at %d), want %d", round, len(got), c.N, round)
+		}
+		for i, o := range got {
+			if !bytes.Equal(o, written[before+uint64(i)]) {
+				t.Fatalf("round %d: record %d differs", round, i)
+			}
+		}
+		// Pieces double from chunk: the last one overshoots the log's end.
+		if limit := 2*round*SegmentAlign + 2*chunk; r.read > limit {
+			t.Fatalf("round %d: read %d bytes for %d new one-block records, want <= %d", round, r.read, round, limit)
+		}
+	}
+}
+
+// A read error leaves the cursor where it was; so does a segment of
+// another use, whose cursor is not the same use.
+func TestSegmentCursorErrorsAndReuse(t *testing.T) {
+	seg := segment(8*SegmentAlign, 5, 1, []byte("a"), []byte("b"))
+	c, _, _ := NewSegmentCursor(seg, 5)
+	if _, err := c.ReadFrom(&countingReader{fail: true}, int64(len(seg)), SegmentAlign); err == nil {
+		t.Fatal("a failed read reported no error")
+	}
+	if c.N != 0 || c.Off != SegmentAlign {
+		t.Fatalf("a failed read moved the cursor to record %d, offset %d", c.N, c.Off)
+	}
+	// The file reused by segment 9: its old records are not the log's.
+	again := segment(8*SegmentAlign, 9, 2)
+	copy(again[SegmentAlign:], seg[SegmentAlign:])
+	d, _, _ := NewSegmentCursor(again, 9)
+	if d.SameUse(c) {
+		t.Fatal("cursors of two uses of a file are the same use")
+	}
+	if got, err := d.ReadFrom(bytes.NewReader(again), int64(len(again)), SegmentAlign); err != nil || len(got) != 0 {
+		t.Fatalf("reused file: %d records, %v; want none", len(got), err)
+	}
+	if same, _, _ := NewSegmentCursor(seg, 5); !same.SameUse(c) {
+		t.Fatal("two cursors on one use are not the same use")
+	}
+	if _, ok, err := NewSegmentCursor(appendV1Record(nil, 5, []byte("v1")), 5); ok || err != nil {
+		t.Fatalf("version 1 segment: cursor %v, %v; want none, no error", ok, err)
+	}
+	bad := bytes.Clone(seg)
+	bad[10] ^= 1
+	if _, _, err := NewSegmentCursor(bad, 5); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damaged header: %v, want ErrCorrupt", err)
+	}
+}
+
+// FuzzSegmentCursor: a cursor reading a segment in pieces of any size
+// reads what ScanSegment reads (as a reader, not strict), and terminates.
+func FuzzSegmentCursor(f *testing.F) {
+	f.Add(segment(8*SegmentAlign, 3, 4, []byte("x"), bytes.Repeat([]byte("y"), 5000)), uint64(3), uint16(100))
+	f.Add(segment(3*SegmentAlign, 3, 4, bytes.Repeat([]byte("y"), 5000))[:SegmentAlign+30], uint64(3), uint16(1))
+	f.Fuzz(func(t *testing.T, data []byte, first uint64, chunk uint16) {
+		c, ok, err := NewSegmentCursor(data, first)
+		if !ok || err != nil {
+			return
+		}
+		got, err := c.ReadFrom(bytes.NewReader(data), int64(len(data)), int(chunk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ScanSegment(data, first, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("cursor read %d records, ScanSegment %d", len(got), len(want))
+		}
+		if c.N != uint64(len(want)) {
+			t.Fatalf("cursor counted %d records, read %d", c.N, len(want))
+		}
+	})
 }
 
 // FuzzScanSegment: ScanSegment never panics; objects lie inside the

@@ -125,6 +125,25 @@ type Segmenter interface {
 	// operating system's cache. A new writer calls it before it trusts
 	// what it reads there.
 	SyncPrefix(ctx context.Context, prefix string) error
+	// OpenSegment opens the published segment key for reading in place, a
+	// piece at a time: a reader following a log being written reads what
+	// was added, not the whole segment again. A missing key is
+	// ErrNotFound.
+	OpenSegment(ctx context.Context, key string) (SegmentReader, error)
+}
+
+// SegmentReader reads a published segment in place; see
+// Segmenter.OpenSegment. It reads the file it opened even if the key is
+// deleted or renamed meanwhile. It is safe for concurrent use.
+type SegmentReader interface {
+	// Size is the segment's size in bytes.
+	Size() int64
+	// ReadAt reads len(p) bytes at off, as io.ReaderAt does: fewer only
+	// at the segment's end, with io.EOF. It may see bytes a writer has
+	// written but not yet synced.
+	ReadAt(p []byte, off int64) (int, error)
+	// Close releases the reader.
+	Close() error
 }
 
 // Segment is a preallocated object being written in place; see Segmenter.

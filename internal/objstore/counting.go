@@ -13,8 +13,10 @@ import (
 // Counting does not implement Locker; AsLocker finds the inner bucket's
 // lock through Unwrap. It counts segment requests (see Segmenter, found
 // with AsSegmenter) as writes: staging a segment is a put of its size,
-// reusing one a put of nothing, publishing one a put, and each Segment.Sync is a put of the bytes
-// written since the previous one; SyncPrefix is a list.
+// reusing one a put of nothing, publishing one a put, and each
+// Segment.Sync is a put of the bytes written since the previous one;
+// SyncPrefix is a list. Opening a segment to read it is not counted; each
+// SegmentReader.ReadAt is a get of the bytes read.
 type Counting struct {
 	inner Bucket
 
@@ -205,6 +207,27 @@ func (s *countingSegmenter) ReuseSegment(ctx context.Context, key string) (Segme
 func (s *countingSegmenter) SyncPrefix(ctx context.Context, prefix string) error {
 	s.c.lists.Add(1)
 	return s.inner.SyncPrefix(ctx, prefix)
+}
+
+// OpenSegment counts each read of the segment as a get of the bytes read.
+func (s *countingSegmenter) OpenSegment(ctx context.Context, key string) (SegmentReader, error) {
+	r, err := s.inner.OpenSegment(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &countingSegReader{SegmentReader: r, c: s.c}, nil
+}
+
+type countingSegReader struct {
+	SegmentReader
+	c *Counting
+}
+
+func (r *countingSegReader) ReadAt(p []byte, off int64) (int, error) {
+	r.c.gets.Add(1)
+	n, err := r.SegmentReader.ReadAt(p, off)
+	r.c.bytesRead.Add(int64(n))
+	return n, err
 }
 
 type countingSegment struct {

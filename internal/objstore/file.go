@@ -112,23 +112,31 @@ func (f *fileBucket) NewReader(ctx context.Context, key string) (io.ReadCloser, 
 	if err := f.check(ctx, "get", key); err != nil {
 		return nil, err
 	}
+	file, _, err := f.openObject(key)
+	if err != nil {
+		return nil, err
+	}
+	return file, nil
+}
+
+// openObject opens key's file for reading; a missing key, or one naming a
+// directory, is ErrNotFound.
+func (f *fileBucket) openObject(key string) (*os.File, fs.FileInfo, error) {
 	file, err := os.Open(f.path(key))
 	if err == nil {
 		var fi fs.FileInfo
-		if fi, err = file.Stat(); err == nil && !fi.Mode().IsRegular() {
+		if fi, err = file.Stat(); err == nil && fi.Mode().IsRegular() {
+			return file, fi, nil
+		}
+		if err == nil {
 			err = fs.ErrNotExist
 		}
-		if err != nil {
-			file.Close()
-		}
+		file.Close()
 	}
-	if err != nil {
-		if notFound(err) {
-			err = ErrNotFound
-		}
-		return nil, opErr("get", key, err)
+	if notFound(err) {
+		err = ErrNotFound
 	}
-	return file, nil
+	return nil, nil, opErr("get", key, err)
 }
 
 // Put implements Bucket.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -131,6 +132,41 @@ func (f *fileBucket) SyncPrefix(ctx context.Context, prefix string) error {
 	}
 	return nil
 }
+
+// OpenSegment implements Segmenter.
+func (f *fileBucket) OpenSegment(ctx context.Context, key string) (SegmentReader, error) {
+	if err := f.check(ctx, "get", key); err != nil {
+		return nil, err
+	}
+	file, fi, err := f.openObject(key)
+	if err != nil {
+		return nil, err
+	}
+	return &fileSegReader{f: f, key: key, file: file, size: fi.Size()}, nil
+}
+
+// fileSegReader is an open segment; see OpenSegment.
+type fileSegReader struct {
+	f    *fileBucket
+	key  string
+	file *os.File
+	size int64
+}
+
+func (r *fileSegReader) Size() int64 { return r.size }
+
+func (r *fileSegReader) ReadAt(p []byte, off int64) (int, error) {
+	if r.f.closed.Load() {
+		return 0, opErr("get", r.key, ErrClosed)
+	}
+	n, err := r.file.ReadAt(p, off)
+	if err != nil && err != io.EOF {
+		return n, opErr("get", r.key, err)
+	}
+	return n, err
+}
+
+func (r *fileSegReader) Close() error { return r.file.Close() }
 
 // fileSegment is a staged, zero-filled file; see NewSegment.
 type fileSegment struct {

@@ -81,9 +81,10 @@ func (e *FaultError) Retryable() bool { return true }
 // Fault does not implement objstore.Locker; objstore.AsLocker finds the
 // inner bucket's through Unwrap. Segment requests (objstore.Segmenter,
 // found with objstore.AsSegmenter) are writes (OpPut) to its knobs:
-// staging a segment (key "", or the reused segment's key), publishing it and each Segment.Sync (the
-// segment's key), which an ambiguous fault reports failed after it
-// succeeded. SyncPrefix is an OpList of the prefix.
+// staging a segment (key "", or the reused segment's key), publishing it
+// and each Segment.Sync (the segment's key), which an ambiguous fault
+// reports failed after it succeeded. SyncPrefix is an OpList of the
+// prefix; opening a segment to read it and each read of it are OpGets.
 type Fault struct {
 	inner objstore.Bucket
 
@@ -392,6 +393,30 @@ func (s *faultSegmenter) SyncPrefix(ctx context.Context, prefix string) error {
 		return err
 	}
 	return s.inner.SyncPrefix(ctx, prefix)
+}
+
+func (s *faultSegmenter) OpenSegment(ctx context.Context, key string) (objstore.SegmentReader, error) {
+	if err := s.f.before(ctx, OpGet, key); err != nil {
+		return nil, err
+	}
+	r, err := s.inner.OpenSegment(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &faultSegReader{SegmentReader: r, f: s.f, key: key}, nil
+}
+
+type faultSegReader struct {
+	objstore.SegmentReader
+	f   *Fault
+	key string
+}
+
+func (r *faultSegReader) ReadAt(p []byte, off int64) (int, error) {
+	if err := r.f.before(context.Background(), OpGet, r.key); err != nil {
+		return 0, err
+	}
+	return r.SegmentReader.ReadAt(p, off)
 }
 
 type faultSegment struct {
