@@ -65,3 +65,43 @@ func benchCommit(b *testing.B, url string, conc int) {
 		b.ReportMetric(float64(after.Transactions-before.Transactions)/float64(batches), "commits/walobj")
 	}
 }
+
+// BenchmarkReadOnlyRefresh measures a reader keeping up with a writer on
+// file://: each iteration the writer commits one 100-byte Put and the
+// reader (WithReadOnly) refreshes. It reports the bytes and reads a
+// Refresh takes: the new WAL record and a piece past it, however large
+// the segment has grown.
+func BenchmarkReadOnlyRefresh(b *testing.B) {
+	ctx := context.Background()
+	url := "file://" + b.TempDir()
+	w, err := Open(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close(ctx)
+	val := make([]byte, 100)
+	for i := range 1000 { // a segment with some history
+		if err := w.Put(ctx, []byte(fmt.Sprint("h", i)), val); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r, err := Open(ctx, url, WithReadOnly())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close(ctx)
+	before := r.StorageStats()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := w.Put(ctx, []byte(fmt.Sprint("k", i)), val); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Refresh(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	after := r.StorageStats()
+	b.ReportMetric(float64(after.BytesRead-before.BytesRead)/float64(b.N), "B_read/refresh")
+	b.ReportMetric(float64(after.Gets-before.Gets)/float64(b.N), "reads/refresh")
+}
