@@ -3,9 +3,10 @@
 // (copy-on-write B-trees) and whose durability is a log of group-commit
 // batches (wal/<seq> objects, or records of wal/<seq>.log segments on
 // buckets that have them: file://) and background snapshots (snap/<seq>)
-// in a bucket (internal/objstore). The on-bucket formats are in internal/format; the
-// correctness argument (fencing, group commit, recovery) is in the package
-// documentation of queue, which is built on this package.
+// in a bucket (internal/objstore). The on-bucket formats are in
+// internal/format; the correctness argument (fencing, group commit,
+// recovery) is in the package documentation of queue, which is built on
+// this package.
 //
 // # Concurrency
 //
@@ -14,9 +15,9 @@
 // an Indexer is called with it held. One committer goroutine seals and
 // writes batches with a single write in flight (it alone writes into the
 // current WAL segment; a background goroutine stages the next); a snapshot
-// goroutine
-// serializes a tree clone; a heartbeat goroutine (bucket stores) rewrites
-// the owner object. Stores with an OS lock (objstore.Locker: file://) have
+// goroutine serializes a tree clone; a heartbeat goroutine (bucket stores)
+// rewrites the owner object. A read-only engine's Refresh calls run one at
+// a time (Engine.follow), keeping their place in the segment they follow. Stores with an OS lock (objstore.Locker: file://) have
 // no owner object and no heartbeat goroutine: the lock keeps other writers
 // out, the open-marker batch fences, and an idle writer makes no requests.
 // Fields are grouped in Engine as immutable after Open and guarded by mu.
