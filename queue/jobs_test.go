@@ -489,13 +489,12 @@ func TestIdleFileStoreMakesNoRequests(t *testing.T) {
 		s := q.StorageStats()
 		return StorageStats{Puts: s.Puts, Gets: s.Gets, Lists: s.Lists, Deletes: s.Deletes, Heads: s.Heads}
 	}
-	// Let Open's background blob sweep (one List) finish first.
-	for prev, i := requests(), 0; i < 20; i++ {
-		time.Sleep(hb)
-		if c := requests(); c == prev {
-			break
-		} else {
-			prev = c
+	// Open's blob sweep (a List) and the staging of the next WAL segment
+	// (the enqueue took the first) are not idling.
+	eng := q.be.(*local).eng
+	for deadline := time.Now().Add(10 * time.Second); !eng.Settled(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("background work still running after 10s")
 		}
 	}
 	before := requests()

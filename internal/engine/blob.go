@@ -70,6 +70,7 @@ func (e *Engine) deleteBlobs(keys []string) {
 // are never touched, so the sweep cannot race new uploads.
 func (e *Engine) sweepBlobs() {
 	defer e.bg.Done()
+	defer close(e.swept)
 	ctx := e.bgCtx
 	objs, err := e.bucket.List(ctx, "blob/")
 	if err != nil || len(objs) == 0 {

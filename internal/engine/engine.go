@@ -176,6 +176,7 @@ type Engine struct {
 	kick     chan struct{} // wakes the committer; buffered 1
 	bg       sync.WaitGroup
 	loopWG   sync.WaitGroup // the committer alone
+	swept    chan struct{}  // closed when the sweep at Open ends
 	follow   readerFollow   // a reader's place in the WAL
 
 	mu sync.Mutex
@@ -280,9 +281,33 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		e.bg.Add(1)
 		go e.heartbeatLoop()
 	}
+	e.swept = make(chan struct{})
 	e.bg.Add(1)
 	go e.sweepBlobs()
 	return e, nil
+}
+
+// Settled reports whether a writer's background work after Open and after
+// its last commit has ended: the orphan-blob sweep Open starts (a List,
+// and deletes if it finds orphans) and the staging of the next WAL
+// segment. Then an idle writer on a store with an OS lock makes no
+// requests at all. Tests that count requests poll it. A read-only engine
+// has no such work: true.
+func (e *Engine) Settled() bool {
+	if e.readOnly {
+		return true
+	}
+	select {
+	case <-e.swept:
+	default:
+		return false
+	}
+	if e.seg == nil {
+		return true
+	}
+	e.seg.mu.Lock()
+	defer e.seg.mu.Unlock()
+	return !e.seg.preparing
 }
 
 func (e *Engine) open1(ctx context.Context) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"strings"
@@ -468,13 +469,17 @@ func TestOwnership(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// A clean Close frees the store at once.
-	start = time.Now()
-	d := mustOpen(t, Options{Bucket: reopen(), Heartbeat: time.Hour})
-	defer d.Close(ctx)
-	if waited := time.Since(start); waited > time.Second {
-		t.Errorf("Open after a clean Close waited %v", waited)
+	// A clean Close frees the store at once: with a one-hour heartbeat,
+	// watching it would take 2.5 hours. The deadline tells the two apart
+	// whatever the server's latency (a wall-clock bound failed on a loaded
+	// machine).
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	d, err := Open(octx, Options{Bucket: reopen(), Heartbeat: time.Hour})
+	if err != nil {
+		t.Fatalf("Open after a clean Close: %v (it must not watch the heartbeat)", err)
 	}
+	defer d.Close(ctx)
 }
 
 func TestTakeoverFencesIdleWriterByHeartbeat(t *testing.T) {
@@ -494,6 +499,37 @@ func TestTakeoverFencesIdleWriterByHeartbeat(t *testing.T) {
 	a.Close(ctx)
 	// The new writer keeps working and was not itself fenced.
 	time.Sleep(5 * hb)
+	put(t, c, "k", "v")
+}
+
+// An idle replaced writer learns of the takeover from the WAL even when
+// every read of the owner object fails (or reads back its own beat): the
+// newer writer's open marker stands at its next sequence.
+func TestTakeoverFencesIdleWriterByMarker(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	f := objstoretest.NewFault(b, 1)
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return op == objstoretest.OpGet && key == ownerKey })
+	hb := 10 * time.Millisecond
+	a := mustOpen(t, Options{Bucket: f, Heartbeat: hb, Logger: slog.New(slog.DiscardHandler)})
+	put(t, a, "a", "1")
+	f.SetErrorRate(objstoretest.OpGet, 1) // a's owner checks see nothing
+	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: hb, Takeover: true})
+	defer c.Close(ctx)
+	if c.Epoch() != a.Stats().DurableSeq+1 {
+		t.Fatalf("new writer's marker at %d, want a's next sequence %d", c.Epoch(), a.Stats().DurableSeq+1)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(hb)
+	}
+	if !errors.Is(a.Err(), ErrFenced) {
+		t.Fatalf("idle replaced writer with blind owner checks: Err = %v, want ErrFenced", a.Err())
+	}
+	if f.Injected() == 0 {
+		t.Fatal("no owner check was made blind")
+	}
+	a.Close(ctx)
 	put(t, c, "k", "v")
 }
 
@@ -629,6 +665,16 @@ func TestReadWaitsForDurability(t *testing.T) {
 // idle writer makes no requests at all, over many heartbeat intervals and
 // at Close, while the lock alone keeps a second writer out, takeover or not.
 // The same engine on a bucket store beats (the control).
+// waitSettled waits until e's background work has ended (Engine.Settled).
+func waitSettled(t *testing.T, e *Engine) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !e.Settled(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("background work still running after 10s")
+		}
+	}
+}
+
 func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 	ctx := context.Background()
 	const hb = 5 * time.Millisecond
@@ -643,20 +689,9 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 		b := objstore.NewCounting(raw)
 		e := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
 		put(t, e, "k", "v")
-		if e.seg != nil {
-			// The put took the staged WAL segment; the next is being
-			// staged (a write of its own) in the background.
-			waitSegmentReady(t, e)
-		}
-		// Let Open's background blob sweep (one List) finish first.
-		for prev, i := b.Counts(), 0; i < 20; i++ {
-			time.Sleep(hb)
-			if c := b.Counts(); c == prev {
-				break
-			} else {
-				prev = c
-			}
-		}
+		// Open's blob sweep (a List) and the staging of the next WAL
+		// segment (the put took the first) are not idling.
+		waitSettled(t, e)
 		before := b.Counts()
 		time.Sleep(10 * hb)
 		if err := e.Close(ctx); err != nil {

@@ -86,9 +86,39 @@ func (e *Engine) ownedByNewer(ctx context.Context) (bool, error) {
 	return o.Epoch > e.epoch, nil
 }
 
+// nextSeqTaken reports whether the WAL holds a batch another writer wrote
+// at the sequence this one would write next. When this writer is idle,
+// that is exactly where a writer that took over put its open marker:
+// create-only, never rewritten (until a snapshot covers it and it is
+// collected).
+func (e *Engine) nextSeqTaken(ctx context.Context) (bool, error) {
+	e.mu.Lock()
+	next := e.nextSeq
+	e.mu.Unlock()
+	data, err := e.bucket.Get(ctx, walKey(next))
+	if errors.Is(err, objstore.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	b, err := format.DecodeBatch(data)
+	if err != nil {
+		return false, &CorruptionError{Key: walKey(next), Err: err}
+	}
+	return b.Writer != e.writer, nil // ours: a commit raced the check
+}
+
 // heartbeatLoop rewrites the owner object every interval and, every third
 // beat, checks that no newer writer has taken over (an idle fenced writer
-// would otherwise never learn of it, since it makes no WAL writes).
+// would otherwise never learn of it, since it makes no WAL writes). The
+// checks alternate between two signs of a takeover:
+//   - the owner object names a newer epoch. Both writers keep rewriting
+//     it, so this check can miss: when the store's latency nears the
+//     interval, every read may come right after our own write.
+//   - the WAL holds another writer's batch at our next sequence
+//     (nextSeqTaken), which nothing overwrites. This one can miss only once
+//     the newer writer's snapshot has collected it.
 func (e *Engine) heartbeatLoop() {
 	defer e.bg.Done()
 	ctx := e.bgCtx
@@ -101,13 +131,17 @@ func (e *Engine) heartbeatLoop() {
 			return
 		}
 		if n%3 == 0 {
-			newer, err := e.ownedByNewer(ctx)
+			check, what := e.ownedByNewer, "the owner object"
+			if n%6 == 0 {
+				check, what = e.nextSeqTaken, "the next WAL batch"
+			}
+			newer, err := check(ctx)
 			if newer {
 				e.fail(fmt.Errorf("%w: a newer writer owns the store", ErrFenced))
 				return
 			}
 			if err != nil && ctx.Err() == nil {
-				e.log.Warn("stepwell: reading the owner object failed", "err", err)
+				e.log.Warn("stepwell: checking for a newer writer failed", "read", what, "err", err)
 			}
 		}
 		if err := e.beat(ctx, n, false); err != nil && ctx.Err() == nil {
