@@ -125,9 +125,9 @@
 //     reads until its heartbeat check notices the newer owner: every third
 //     beat it reads, in turn, the owner object (for a newer epoch) and the
 //     WAL at its own next sequence (where the newer writer's open marker
-//     stands), so within six beats unless both miss: the marker once a
-//     snapshot has collected it, the owner object when the store's latency
-//     nears the heartbeat interval.
+//     stands), so within six beats unless both miss: the marker once 64
+//     more writers have opened the store, the owner object when the
+//     store's latency nears the heartbeat interval.
 //   - Cancelling the context of a call whose transaction was already
 //     accepted does not withdraw it: the call waits for the batch outcome.
 //   - The local-disk store pays one disk flush per batch (its WAL segment

@@ -17,9 +17,10 @@
 // current WAL segment; a background goroutine stages the next); a snapshot
 // goroutine serializes a tree clone; a heartbeat goroutine (bucket stores)
 // rewrites the owner object. A read-only engine's Refresh calls run one at
-// a time (Engine.follow), keeping their place in the segment they follow. Stores with an OS lock (objstore.Locker: file://) have
-// no owner object and no heartbeat goroutine: the lock keeps other writers
-// out, the open-marker batch fences, and an idle writer makes no requests.
+// a time (Engine.follow), keeping their place in the segment they follow.
+// Stores with an OS lock (objstore.Locker: file://) have no owner object
+// and no heartbeat goroutine: the lock keeps other writers out, the
+// open-marker batch fences, and an idle writer makes no requests.
 // Fields are grouped in Engine as immutable after Open and guarded by mu.
 //
 // # Key space

@@ -287,12 +287,12 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Settled reports whether a writer's background work after Open and after
-// its last commit has ended: the orphan-blob sweep Open starts (a List,
-// and deletes if it finds orphans) and the staging of the next WAL
-// segment. Then an idle writer on a store with an OS lock makes no
-// requests at all. Tests that count requests poll it. A read-only engine
-// has no such work: true.
+// Settled reports whether two kinds of a writer's background work have
+// ended: the orphan-blob sweep Open starts (a List, and deletes if it finds
+// orphans) and the staging of the next WAL segment after a commit took the
+// last. It does not cover a snapshot or a deletion of freed blobs that a
+// commit started. Tests that count an idle writer's requests poll it. A
+// read-only engine has no such work: true.
 func (e *Engine) Settled() bool {
 	if e.readOnly {
 		return true

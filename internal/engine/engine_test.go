@@ -533,6 +533,39 @@ func TestTakeoverFencesIdleWriterByMarker(t *testing.T) {
 	put(t, c, "k", "v")
 }
 
+// A replaced writer that closes cleanly before noticing the takeover, its
+// last beat written over the newer writer's, does not mark the store free:
+// an opener without takeover would then skip the liveness check and fence
+// the live newer writer.
+func TestCloseAfterUnnoticedTakeoverKeepsStoreOwned(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	a := mustOpen(t, Options{Bucket: b, Heartbeat: time.Hour})
+	put(t, a, "a", "1")
+	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: time.Hour, Takeover: true})
+	defer c.Close(ctx)
+	if err := a.beat(ctx, 7, false); err != nil { // a's beat lands after c's
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	data, err := reopen().Get(ctx, ownerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := format.DecodeOwner(data); err != nil || o.Closed {
+		t.Fatalf("owner after the replaced writer's Close: %+v, %v; the store was marked free under a live writer", o, err)
+	}
+	octx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if d, err := Open(octx, Options{Bucket: reopen(), Heartbeat: time.Hour}); err == nil {
+		d.Close(ctx)
+		t.Fatal("an opener without takeover skipped the liveness check")
+	}
+	put(t, c, "c", "1") // not fenced
+}
+
 // A replaced writer may be stalled just before writing its next sequence,
 // which is the new writer's open marker. Even after the new writer has
 // snapshotted and collected the WAL below, that write must still fail:
@@ -661,10 +694,6 @@ func TestReadWaitsForDurability(t *testing.T) {
 	}
 }
 
-// On a store with an OS lock (file://) the writer keeps no owner object: an
-// idle writer makes no requests at all, over many heartbeat intervals and
-// at Close, while the lock alone keeps a second writer out, takeover or not.
-// The same engine on a bucket store beats (the control).
 // waitSettled waits until e's background work has ended (Engine.Settled).
 func waitSettled(t *testing.T, e *Engine) {
 	t.Helper()
@@ -675,6 +704,10 @@ func waitSettled(t *testing.T, e *Engine) {
 	}
 }
 
+// On a store with an OS lock (file://) the writer keeps no owner object: an
+// idle writer makes no requests at all, over many heartbeat intervals and
+// at Close, while the lock alone keeps a second writer out, takeover or not.
+// The same engine on a bucket store beats (the control).
 func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 	ctx := context.Background()
 	const hb = 5 * time.Millisecond

@@ -89,8 +89,9 @@ func (e *Engine) ownedByNewer(ctx context.Context) (bool, error) {
 // nextSeqTaken reports whether the WAL holds a batch another writer wrote
 // at the sequence this one would write next. When this writer is idle,
 // that is exactly where a writer that took over put its open marker:
-// create-only, never rewritten (until a snapshot covers it and it is
-// collected).
+// create-only, never rewritten, and kept while its epoch key is (the 64
+// newest opens; see pruneEpochs). An object there that is not a batch
+// counts too: our write of that sequence would fail on it just the same.
 func (e *Engine) nextSeqTaken(ctx context.Context) (bool, error) {
 	e.mu.Lock()
 	next := e.nextSeq
@@ -103,10 +104,7 @@ func (e *Engine) nextSeqTaken(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	b, err := format.DecodeBatch(data)
-	if err != nil {
-		return false, &CorruptionError{Key: walKey(next), Err: err}
-	}
-	return b.Writer != e.writer, nil // ours: a commit raced the check
+	return err != nil || b.Writer != e.writer, nil // ours: a commit raced the check
 }
 
 // heartbeatLoop rewrites the owner object every interval and, every third
@@ -117,8 +115,8 @@ func (e *Engine) nextSeqTaken(ctx context.Context) (bool, error) {
 //     it, so this check can miss: when the store's latency nears the
 //     interval, every read may come right after our own write.
 //   - the WAL holds another writer's batch at our next sequence
-//     (nextSeqTaken), which nothing overwrites. This one can miss only once
-//     the newer writer's snapshot has collected it.
+//     (nextSeqTaken), which nothing overwrites. This one misses only once
+//     64 more writers have opened the store since.
 func (e *Engine) heartbeatLoop() {
 	defer e.bg.Done()
 	ctx := e.bgCtx
@@ -151,10 +149,16 @@ func (e *Engine) heartbeatLoop() {
 }
 
 // release marks the store free on a clean Close, unless a newer writer owns
-// it.
+// it. The owner object alone cannot tell: it may hold our own last beat,
+// written over a newer writer's, and marking the store free then would let
+// the next opener skip the liveness check and fence that writer. So the
+// WAL at our next sequence is checked too.
 func (e *Engine) release(ctx context.Context) error {
 	newer, err := e.ownedByNewer(ctx)
 	if err != nil || newer {
+		return nil
+	}
+	if taken, err := e.nextSeqTaken(ctx); err != nil || taken {
 		return nil
 	}
 	return e.beat(ctx, 0, true)

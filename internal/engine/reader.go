@@ -95,10 +95,20 @@ func (e *Engine) Refresh(ctx context.Context) error {
 	if newer, err := e.newerSnapshot(ctx, from-1); err != nil || !newer {
 		return err
 	}
-	// Collected past us: reload from the newest snapshot.
+	// Collected past us: reload from the newest snapshot. If that fails,
+	// the state stays as it was (whole, as of durable) and the next
+	// Refresh tries again.
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	prev := e.tree
 	if err := e.recover(ctx); err != nil {
+		e.tree = prev
+		if ix := e.opts.Indexer; ix != nil {
+			ix.Reset()
+			var items []item
+			prev.Ascend(func(it item) bool { items = append(items, it); return true })
+			e.indexLoaded(items)
+		}
 		return fmt.Errorf("reloading after garbage collection: %w", err)
 	}
 	return nil

@@ -503,6 +503,68 @@ func TestSegmentReaderFollowsReuse(t *testing.T) {
 	}
 }
 
+// A Refresh that must reload from a snapshot (the WAL it had not read was
+// collected) and fails half-way leaves the reader's state and its index
+// as they were, not half-built; the next Refresh reloads.
+func TestFailedReloadKeepsReaderState(t *testing.T) {
+	ctx := context.Background()
+	_, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: reopen()})
+	defer e.Close(ctx)
+	for i := range 10 {
+		put(t, e, fmt.Sprint("k", i), "v")
+	}
+	f := objstoretest.NewFault(reopen(), 1)
+	ix := &mirror{m: map[string]string{}}
+	r, err := OpenReadOnly(ctx, Options{Bucket: f, Indexer: ix, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	before := dump(t, r)
+	for i := range 10 {
+		put(t, e, fmt.Sprint("m", i), "v")
+	}
+	for range 2 { // the second collects the WAL the reader has not read
+		if err := e.Snapshot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		put(t, e, "z", "v")
+	}
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return strings.HasPrefix(key, "snap/") })
+	f.SetErrorRate(objstoretest.OpGet, 1)
+	if err := r.Refresh(ctx); err == nil {
+		t.Fatal("Refresh reloaded with every snapshot read failing")
+	}
+	if got := dump(t, r); !maps.Equal(got, before) {
+		t.Fatalf("after a failed reload the reader has %d keys, before %d", len(got), len(before))
+	}
+	if got, want := indexed(ix), rawState(t, r); !maps.Equal(got, want) {
+		t.Fatalf("after a failed reload the index has %d keys, the state %d", len(got), len(want))
+	}
+	f.Reset()
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, r), dump(t, e); !maps.Equal(got, want) {
+		t.Fatalf("after a good Refresh the reader has %d keys, the writer %d", len(got), len(want))
+	}
+	if got, want := indexed(ix), rawState(t, r); !maps.Equal(got, want) {
+		t.Fatalf("after a good Refresh the index has %d keys, the state %d", len(got), len(want))
+	}
+}
+
+// indexed returns a mirror's keys outside the engine's own.
+func indexed(ix *mirror) map[string]string {
+	m := map[string]string{}
+	for k, v := range ix.m {
+		if !strings.HasPrefix(k, epochPrefix) {
+			m[k] = v
+		}
+	}
+	return m
+}
+
 // A collected segment is staged again with its old records in it; they
 // carry the old use's nonce and first sequence, so recovery, strict as it
 // is, reads past none of them.

@@ -243,7 +243,8 @@ func (c *SegmentCursor) Scan(data []byte) (objs [][]byte, need int) {
 	return objs, 0
 }
 
-// maxReadChunk bounds the pieces ReadFrom reads a segment in.
+// maxReadChunk bounds the growth of the pieces ReadFrom reads a segment
+// in; a piece holding one larger record is as large as the record.
 const maxReadChunk = 8 << 20
 
 // ReadFrom reads the records of a segment of size bytes from r, from c.Off
