@@ -491,12 +491,7 @@ func TestIdleFileStoreMakesNoRequests(t *testing.T) {
 	}
 	// Open's blob sweep (a List) and the staging of the next WAL segment
 	// (the enqueue took the first) are not idling.
-	eng := q.be.(*local).eng
-	for deadline := time.Now().Add(10 * time.Second); !eng.Settled(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("background work still running after 10s")
-		}
-	}
+	waitFor(t, q.be.(*local).eng.Settled)
 	before := requests()
 	time.Sleep(10 * hb)
 	if after := requests(); after != before {

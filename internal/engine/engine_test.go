@@ -694,16 +694,6 @@ func TestReadWaitsForDurability(t *testing.T) {
 	}
 }
 
-// waitSettled waits until e's background work has ended (Engine.Settled).
-func waitSettled(t *testing.T, e *Engine) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !e.Settled(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("background work still running after 10s")
-		}
-	}
-}
-
 // On a store with an OS lock (file://) the writer keeps no owner object: an
 // idle writer makes no requests at all, over many heartbeat intervals and
 // at Close, while the lock alone keeps a second writer out, takeover or not.
@@ -724,7 +714,7 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 		put(t, e, "k", "v")
 		// Open's blob sweep (a List) and the staging of the next WAL
 		// segment (the put took the first) are not idling.
-		waitSettled(t, e)
+		waitFor(t, "background work ended (Engine.Settled)", e.Settled)
 		before := b.Counts()
 		time.Sleep(10 * hb)
 		if err := e.Close(ctx); err != nil {

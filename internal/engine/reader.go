@@ -46,7 +46,7 @@ func (e *Engine) Refresh(ctx context.Context) error {
 	e.mu.Lock()
 	from := e.durable + 1
 	e.mu.Unlock()
-	if c := e.follow.cur; c != nil && c.first+c.c.N == from {
+	if c := e.follow.cur; c != nil && c.Next() == from {
 		wal.cur = c
 	}
 	for seq := from; ; seq++ {
@@ -132,16 +132,8 @@ func (e *Engine) closeReadOnly() error {
 type readerFollow struct {
 	sync.Mutex // held by Refresh: one at a time
 	// cur is the cursor at the end of the newest segment recovery or
-	// Refresh loaded: its records up to cur.c.N are read.
-	cur *segCursor
-}
-
-// segCursor is a reader's cursor in segment key, whose first sequence is
-// first.
-type segCursor struct {
-	key   string
-	first uint64
-	c     format.SegmentCursor
+	// Refresh loaded: its records before cur.Next() are read.
+	cur *format.SegmentCursor
 }
 
 // followChunk is the first piece a reader reads a segment in; pieces
@@ -174,8 +166,8 @@ func (w *walSet) follow(ctx context.Context, sg objstore.Segmenter, i int) error
 	if !ok { // version 1: no nonce to follow a use of the file by
 		return w.loadWhole(ctx, i)
 	}
-	if cur := w.cur; cur != nil && cur.key == sr.key && cur.c.SameUse(c) {
-		c = cur.c
+	if cur := w.cur; cur != nil && cur.SameUse(c) { // same first sequence: same key
+		c = *cur
 	}
 	sr.skip = c.N
 	objs, err := c.ReadFrom(r, r.Size(), followChunk)
@@ -184,7 +176,7 @@ func (w *walSet) follow(ctx context.Context, sg objstore.Segmenter, i int) error
 	}
 	sr.keep(objs)
 	if i == len(w.segs)-1 {
-		w.e.follow.cur = &segCursor{key: sr.key, first: sr.first, c: c}
+		w.e.follow.cur = &c
 	}
 	return nil
 }

@@ -29,8 +29,8 @@ import (
 // nonce, and synced; every record carries the nonce, so nothing left from
 // the file's earlier use reads as a record of this one. A batch that finds
 // none ready, or that does not fit in one, is written as a wal/<seq>
-// object as on other buckets. So is the open marker. A segment becomes garbage like WAL objects do, once a snapshot
-// covers its last record.
+// object as on other buckets. So is the open marker. A segment becomes
+// garbage like WAL objects do, once a snapshot covers its last record.
 
 // segmentSizes are the sizes of successive segments of one writer: small
 // first, so that a short-lived writer (a CLI command, a test) zero-fills
@@ -284,7 +284,7 @@ type walSet struct {
 	segs    []segRef         // sorted by first
 	// cur, for a reader, is where its last Refresh left off in the newest
 	// segment, if its state is the records before it (see follow).
-	cur *segCursor
+	cur *format.SegmentCursor
 }
 
 type segRef struct {

@@ -61,18 +61,20 @@ func walObjects(t *testing.T, b objstore.Bucket) (singles, segs []uint64) {
 // next batch goes into a segment.
 func waitSegmentReady(t *testing.T, e *Engine) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, "a WAL segment staged", func() bool {
 		e.seg.mu.Lock()
-		ready := e.seg.spare.seg != nil
-		e.seg.mu.Unlock()
-		if ready {
-			return
-		}
+		defer e.seg.mu.Unlock()
+		return e.seg.spare.seg != nil
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("no WAL segment staged after 10s")
+			t.Fatalf("not after 10s: %s", what)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -136,6 +136,20 @@ func (l segLayout) recordAt(data []byte, off int, first uint64) ([]byte, int, bo
 	return obj, recordLen(l.header, int(n)), true
 }
 
+// records returns the WAL objects of the valid records in data from off on,
+// up to the first position that holds none, and that position.
+func (l segLayout) records(data []byte, off int, first uint64) ([][]byte, int) {
+	var objs [][]byte
+	for {
+		obj, n, ok := l.recordAt(data, off, first)
+		if !ok {
+			return objs, off
+		}
+		objs = append(objs, obj)
+		off += n
+	}
+}
+
 // ScanSegment returns the WAL objects of the segment data whose first
 // sequence is first, in order, up to the end of its log (see the layout
 // above). The objects alias data.
@@ -155,15 +169,7 @@ func ScanSegment(data []byte, first uint64, strict bool) ([][]byte, error) {
 	if ok {
 		l, off = segLayout{header: SegmentRecordHeaderLen, nonce: nonce}, SegmentAlign
 	}
-	var objs [][]byte
-	for {
-		obj, n, ok := l.recordAt(data, off, first)
-		if !ok {
-			break
-		}
-		objs = append(objs, obj)
-		off += n
-	}
+	objs, off := l.records(data, off, first)
 	if strict {
 		for at := off + SegmentAlign; at < len(data); at += SegmentAlign {
 			if _, _, ok := l.recordAt(data, at, first); ok {
@@ -202,6 +208,10 @@ func NewSegmentCursor(head []byte, first uint64) (SegmentCursor, bool, error) {
 	return SegmentCursor{first: first, l: l, Off: SegmentAlign}, true, nil
 }
 
+// Next returns the sequence of the record at c.Off: the segment's first
+// plus the records scanned.
+func (c SegmentCursor) Next() uint64 { return c.first + c.N }
+
 // SameUse reports whether c and d were started on the same use of a
 // segment file: the same first sequence and nonce.
 func (c SegmentCursor) SameUse(d SegmentCursor) bool {
@@ -215,15 +225,7 @@ func (c SegmentCursor) SameUse(d SegmentCursor) bool {
 // on past data, and need is how many bytes from the new c.Off to read to
 // tell: the caller reads them, if the segment has them, and scans again.
 func (c *SegmentCursor) Scan(data []byte) (objs [][]byte, need int) {
-	off := 0
-	for {
-		obj, n, ok := c.l.recordAt(data, off, c.first)
-		if !ok {
-			break
-		}
-		objs = append(objs, obj)
-		off += n
-	}
+	objs, off := c.l.records(data, 0, c.first)
 	c.Off += int64(off)
 	c.N += uint64(len(objs))
 	if off >= len(data) { // the last record's padding may lie past data
