@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -455,6 +456,56 @@ func TestSegmentReaderReadsOnlyWhatIsNew(t *testing.T) {
 	}
 	if st := e.Stats(); st.SegmentBatches == 0 {
 		t.Fatal("the writer wrote no segment")
+	}
+}
+
+// A Refresh that fails on a record it read (one that passes the segment's
+// checks but does not decode) does not move the reader's place past it:
+// once the writer has written that sequence for real, the next Refresh
+// reads and applies it.
+func TestSegmentReaderRetriesAFailedRecord(t *testing.T) {
+	ctx := context.Background()
+	dir, open := fileStore(t)
+	e := mustOpen(t, Options{Bucket: open()})
+	defer e.Close(ctx)
+	waitSegmentReady(t, e)
+	put(t, e, "k0", "v")
+	r, err := OpenReadOnly(ctx, Options{Bucket: open()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	cur := r.follow.cur
+	if cur == nil || cur.N == 0 {
+		t.Fatalf("the reader follows no segment with records: %+v", cur)
+	}
+	// Where the writer's next record goes, a record of this segment's use
+	// whose object is not a batch.
+	first := cur.Next() - cur.N
+	path := filepath.Join(dir, filepath.FromSlash(segKey(first)))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, format.SegmentHeaderLen)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		t.Fatal(err)
+	}
+	rec := format.AppendSegmentRecord(nil, first, binary.BigEndian.Uint64(head[8:16]), []byte("not a batch"))
+	if _, err := f.WriteAt(rec, cur.Off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var ce *CorruptionError
+	if err := r.Refresh(ctx); !errors.As(err, &ce) {
+		t.Fatalf("Refresh over a record that is not a batch: %v, want a CorruptionError", err)
+	}
+	put(t, e, "k1", "v") // the writer writes that record over it
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, r), dump(t, e); !maps.Equal(got, want) {
+		t.Fatalf("reader %v, writer %v", got, want)
 	}
 }
 
