@@ -533,6 +533,25 @@ func TestTakeoverFencesIdleWriterByMarker(t *testing.T) {
 	put(t, c, "k", "v")
 }
 
+// An object at an idle writer's next sequence that is not a batch fences it
+// too (its own write of that sequence would fail on it), instead of being
+// logged at every check.
+func TestGarbageAtNextSequenceFencesIdleWriter(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	hb := 10 * time.Millisecond
+	a := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
+	defer a.Close(ctx)
+	put(t, a, "a", "1")
+	if err := reopen().Put(ctx, walKey(a.Stats().DurableSeq+1), []byte("not a batch"), true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the idle writer fenced", func() bool { return a.Err() != nil })
+	if !errors.Is(a.Err(), ErrFenced) {
+		t.Fatalf("Err = %v, want ErrFenced", a.Err())
+	}
+}
+
 // A replaced writer that closes cleanly before noticing the takeover, its
 // last beat written over the newer writer's, does not mark the store free:
 // an opener without takeover would then skip the liveness check and fence
