@@ -12,7 +12,8 @@
 //	                  a WAL segment (file:// only): batches <seq>, <seq>+1, ...
 //	snap/<seq:020d>   the whole state as of <seq>, written in the background
 //	blob/<epoch>-<n>  values above the large-value threshold (256 KiB)
-//	owner             the writer's heartbeat (bucket stores only)
+//	owner             the writer's heartbeat (bucket stores), and how far
+//	                  the log reached (every store but mem://)
 //
 // The byte layouts are documented in internal/format.
 //
@@ -55,15 +56,30 @@
 // (naming the key) rather than skipping any that is missing or corrupt. WAL
 // objects are deleted only after a snapshot at or above their sequence is
 // durable, and a snapshot is only written for a sequence this writer made
-// durable.
+// durable. A missing tail (the newest batches deleted, a file:// segment
+// truncated or deleted) leaves no gap to see, so the writer records how far
+// the log reached in the owner object, off the commit path (every
+// heartbeat on buckets; on file:// at most once a second while commits go
+// on, and at Open and Close), and Open, writer and reader alike, refuses a
+// store whose log ends below it with a TailLostError naming the missing
+// batches (WithAcceptTailLoss gives them up, logging how many). The record
+// lags the log by up to one interval: a loss confined to that interval, or
+// one that takes the owner object too, is not seen.
 //
 // Claim 2: at most one writer's batches are accepted for each sequence.
 // WAL objects are written create-only (If-None-Match: * on S3,
 // ifGenerationMatch=0 on GCS, link(2) on local disk). A writer writes
-// sequences in order without gaps. A new writer first lists the bucket and
-// writes an empty open-marker batch at the next free sequence m; once that
-// lands, every earlier writer's next write targets a sequence <= m that is
-// taken, so it fails. A failed create-only write is resolved by reading the
+// sequences in order without gaps, one write in flight. A new writer first
+// lists the bucket and writes empty open-marker batches create-only at the
+// next free sequences: one, or, when a live writer may be appending
+// (WithTakeover, or after losing a race), a range top+1 .. top+w in
+// parallel, widening on each lost attempt (a writer committing faster than
+// a List and a PUT take would win a single marker every time). The earlier
+// writer stops at the first sequence it finds taken, so once every marker
+// write is resolved the range holds a prefix of its batches and a suffix of
+// ours; if what we hold is not such a suffix (two openers raced) we list
+// again. With our lowest marker m in place, every earlier writer's next
+// write targets a sequence <= m that is taken, so it fails. A failed create-only write is resolved by reading the
 // object back: byte-equal means our own earlier attempt landed (batches
 // carry the writer's random identity, so two writers never produce equal
 // bytes); anything else means this writer is fenced, and it fails every
@@ -116,8 +132,9 @@
 // every heartbeat (WithHeartbeat, 2s by default); Open watches it for 2.5
 // intervals and refuses with ErrStoreLocked if it changed. Liveness is
 // judged by change, never by comparing clocks. WithTakeover skips the check
-// and fences the current writer. The check is advisory: safety rests on the
-// WAL sequence alone (claim 2).
+// and fences the current writer, even one committing at full speed (the
+// marker range of claim 2). The check is advisory: safety rests on the WAL
+// sequence alone (claim 2).
 //
 // # Caveats
 //

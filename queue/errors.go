@@ -48,6 +48,19 @@ var (
 // store needs an operator; nothing was dropped silently.
 type CorruptionError = engine.CorruptionError
 
+// ErrTailLost is wrapped by TailLostError. It wraps ErrCorrupt, so
+// IsCorruption reports true for it. Not retryable: see TailLostError.
+var ErrTailLost = engine.ErrTailLost
+
+// TailLostError reports a store whose log ends below the highest WAL
+// sequence its writer recorded as durable (in the owner object): the
+// newest WAL objects were deleted, or a file:// WAL segment was truncated
+// or deleted, and with them acknowledged transactions. Open refuses such a
+// store, writer and reader alike, and changes nothing. End, Durable and
+// the message name what is missing. Not retryable: put the missing
+// objects back, or open with WithAcceptTailLoss to give them up.
+type TailLostError = engine.TailLostError
+
 // WriteError reports a write to the store that failed for good; the Queue
 // closes after it. No transaction in the failed batch was reported done.
 type WriteError = engine.WriteError

@@ -10,22 +10,23 @@ import (
 type Option func(*options) error
 
 type options struct {
-	lease         time.Duration
-	maxAttempts   uint32
-	backoffBase   time.Duration
-	backoffMax    time.Duration
-	takeover      bool
-	heartbeat     time.Duration
-	largeValue    int
-	maxValue      int
-	snapshotBytes int64
-	snapshotObjs  int
-	writeRetry    time.Duration
-	logger        *slog.Logger
-	queues        map[string]QueueConfig
-	pollInterval  time.Duration
-	now           func() time.Time // injected clock (tests)
-	readOnly      bool
+	lease          time.Duration
+	maxAttempts    uint32
+	backoffBase    time.Duration
+	backoffMax     time.Duration
+	takeover       bool
+	acceptTailLoss bool
+	heartbeat      time.Duration
+	largeValue     int
+	maxValue       int
+	snapshotBytes  int64
+	snapshotObjs   int
+	writeRetry     time.Duration
+	logger         *slog.Logger
+	queues         map[string]QueueConfig
+	pollInterval   time.Duration
+	now            func() time.Time // injected clock (tests)
+	readOnly       bool
 }
 
 func defaultOptions() options {
@@ -163,6 +164,18 @@ func WithRetryBackoff(base, max time.Duration) Option {
 // stores, whose lock dies with its process.
 func WithTakeover() Option {
 	return func(o *options) error { o.takeover = true; return nil }
+}
+
+// WithAcceptTailLoss opens a store whose log ends below the sequence its
+// owner object recorded as durable, which Open otherwise refuses with a
+// TailLostError (ErrTailLost): the newest WAL objects were deleted, or a
+// file:// WAL segment was truncated or deleted. The transactions in the
+// missing batches are given up: Open logs how many batches (at ERROR) and
+// the store goes on from where its log ends. A recovery tool for an
+// operator who cannot put the missing objects back; never use it by
+// default. Has no effect on read-only opens, which refuse such a store.
+func WithAcceptTailLoss() Option {
+	return func(o *options) error { o.acceptTailLoss = true; return nil }
 }
 
 // WithReadOnly opens the store as a reader: it loads the state without

@@ -223,8 +223,14 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 	l := &local{counting: counting, opts: o, now: o.now, ix: newJobIndex(o.now),
 		leases: map[string]*lease{}, stop: make(chan struct{})}
 	l.nextToken.Store(uint64(time.Now().UnixNano()))
+	heartbeat := o.heartbeat
+	if u.Scheme == "mem" {
+		heartbeat = 0 // a memory store cannot be shared between processes
+	}
 	if o.readOnly {
-		eng, err := engine.OpenReadOnly(ctx, engine.Options{Bucket: counting, Logger: o.logger, Indexer: l.ix})
+		// The heartbeat tells the reader that the store has an owner
+		// object, whose durable sequence the log must reach.
+		eng, err := engine.OpenReadOnly(ctx, engine.Options{Bucket: counting, Heartbeat: heartbeat, Logger: o.logger, Indexer: l.ix})
 		if err != nil {
 			_ = bucket.Close()
 			return nil, err
@@ -232,14 +238,11 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 		l.eng = eng
 		return l, nil
 	}
-	heartbeat := o.heartbeat
-	if u.Scheme == "mem" {
-		heartbeat = 0 // a memory store cannot be shared between processes
-	}
 	eng, err := engine.Open(ctx, engine.Options{
 		Bucket:             counting,
 		Heartbeat:          heartbeat,
 		Takeover:           o.takeover,
+		AcceptTailLoss:     o.acceptTailLoss,
 		SnapshotMinBytes:   o.snapshotBytes,
 		SnapshotMaxObjects: o.snapshotObjs,
 		WriteRetry:         o.writeRetry,

@@ -18,9 +18,11 @@
 // goroutine serializes a tree clone; a heartbeat goroutine (bucket stores)
 // rewrites the owner object. A read-only engine's Refresh calls run one at
 // a time (Engine.follow), keeping their place in the segment they follow.
-// Stores with an OS lock (objstore.Locker: file://) have no owner object
-// and no heartbeat goroutine: the lock keeps other writers out, the
-// open-marker batch fences, and an idle writer makes no requests.
+// Stores with an OS lock (objstore.Locker: file://) have no heartbeat: the
+// lock keeps other writers out and the open-marker batch fences; a mark
+// goroutine records the durable sequence in the owner object at most once
+// a second while commits go on (see tail.go), so an idle writer makes no
+// requests.
 // Fields are grouped in Engine as immutable after Open and guarded by mu.
 //
 // # Key space

@@ -65,6 +65,11 @@ type Options struct {
 	// of one write is retried before the engine gives up and closes.
 	// Defaults to 60s.
 	WriteRetry time.Duration
+	// AcceptTailLoss opens a store whose WAL ends below the sequence its
+	// owner object says was durable (see TailLostError): the lost batches
+	// are logged and given up, and this writer goes on from the log's end.
+	// Without it Open refuses such a store.
+	AcceptTailLoss bool
 	// Indexer, if set, observes every change.
 	Indexer Indexer
 	// Logger receives background errors (snapshot, garbage collection).
@@ -166,7 +171,8 @@ type Engine struct {
 	bucket   objstore.Bucket
 	opts     Options
 	writer   string  // random identity of this open
-	epoch    uint64  // sequence number of this writer's open marker
+	epoch    uint64  // sequence number of this writer's (lowest) open marker
+	markEnd  uint64  // sequence of its last open marker (see writeMarker)
 	readOnly bool    // opened by OpenReadOnly: never writes
 	osLock   bool    // the bucket has an OS lock (objstore.Locker)
 	seg      *segLog // the writer's WAL segments; nil if the bucket has none
@@ -178,6 +184,9 @@ type Engine struct {
 	loopWG   sync.WaitGroup // the committer alone
 	swept    chan struct{}  // closed when the sweep at Open ends
 	follow   readerFollow   // a reader's place in the WAL
+	// marked is the durable sequence last recorded in the owner object
+	// (stores with an OS lock; see recordMark).
+	marked atomic.Uint64
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -250,6 +259,10 @@ func newEngine(opts Options) (*Engine, error) {
 // shared between processes, which have no OS lock.
 func (e *Engine) beats() bool { return e.opts.Heartbeat > 0 && !e.osLock }
 
+// hasOwner reports whether the store keeps an owner object: a heartbeat
+// (beats), or only the durable sequence (stores with an OS lock).
+func (e *Engine) hasOwner() bool { return e.beats() || e.osLock }
+
 // Open recovers the store in opts.Bucket and makes this engine its writer.
 func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e, err := newEngine(opts)
@@ -280,6 +293,9 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if e.beats() {
 		e.bg.Add(1)
 		go e.heartbeatLoop()
+	} else if e.osLock {
+		e.bg.Add(1)
+		go e.markLoop()
 	}
 	e.swept = make(chan struct{})
 	e.bg.Add(1)
@@ -287,10 +303,11 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Settled reports whether two kinds of a writer's background work have
+// Settled reports whether three kinds of a writer's background work have
 // ended: the orphan-blob sweep Open starts (a List, and deletes if it finds
-// orphans) and the staging of the next WAL segment after a commit took the
-// last. It does not cover a snapshot or a deletion of freed blobs that a
+// orphans), the staging of the next WAL segment after a commit took the
+// last, and (stores with an OS lock) recording the durable sequence in the
+// owner object. It does not cover a snapshot or a deletion of freed blobs that a
 // commit started. Tests that count an idle writer's requests poll it. A
 // read-only engine has no such work: true.
 func (e *Engine) Settled() bool {
@@ -301,6 +318,14 @@ func (e *Engine) Settled() bool {
 	case <-e.swept:
 	default:
 		return false
+	}
+	if e.osLock {
+		e.mu.Lock()
+		d := e.durable
+		e.mu.Unlock()
+		if e.marked.Load() < d {
+			return false
+		}
 	}
 	if e.seg == nil {
 		return true
@@ -332,21 +357,31 @@ func (e *Engine) open1(ctx context.Context) error {
 			return err
 		}
 	}
-	epoch, err := e.writeMarker(ctx)
+	var mark uint64
+	if e.hasOwner() {
+		var err error
+		if mark, err = e.readMark(ctx); err != nil {
+			return err
+		}
+	}
+	first, last, err := e.writeMarker(ctx, mark)
 	if err != nil {
 		return err
 	}
-	e.epoch = epoch
+	e.epoch, e.markEnd = first, last
+	// Recovery replays the WAL up to and including our markers.
 	if err := e.recover(ctx); err != nil {
 		return err
 	}
-	// Recovery replays up to the marker; apply the marker's own mutation.
-	e.applyRecovered(markerMutation(epoch, e.writer))
-	e.nextSeq = epoch + 1
-	e.durable = epoch
-	e.stats.Batches = 1
+	e.nextSeq = last + 1
+	e.durable = last
+	e.stats.Batches = last - first + 1
 	if e.beats() {
 		if err := e.beat(ctx, 0, false); err != nil {
+			return err
+		}
+	} else if e.osLock {
+		if err := e.recordMark(ctx); err != nil {
 			return err
 		}
 	}
@@ -431,8 +466,12 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.seg.close()
 	}
 	var err error
-	if e.beats() && failed == nil {
+	switch {
+	case failed != nil:
+	case e.beats():
 		err = e.release(ctx)
+	case e.osLock:
+		err = e.recordMark(ctx)
 	}
 	if cerr := e.bucket.Close(); err == nil {
 		err = cerr

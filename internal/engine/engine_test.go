@@ -746,9 +746,12 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 	if got := idle(t, "file://"+dir); got != (objstore.Counts{}) {
 		t.Errorf("idle file store made requests over 10 heartbeats and Close: %+v", got)
 	}
+	// Its owner object records where the log ends, never a heartbeat.
 	probe := objstoretest.Open(t, "file://"+dir)
-	if _, err := probe.Get(ctx, ownerKey); !errors.Is(err, objstore.ErrNotFound) {
-		t.Errorf("file store has an owner object: %v", err)
+	if data, err := probe.Get(ctx, ownerKey); err != nil {
+		t.Errorf("file store has no owner object: %v", err)
+	} else if o, err := format.DecodeOwner(data); err != nil || o.Beat != 0 || o.Durable == 0 {
+		t.Errorf("file store's owner object = %+v, %v; want beat 0 and the durable sequence", o, err)
 	}
 
 	// The lock keeps a second writer out, with or without takeover, and a

@@ -61,8 +61,16 @@ func (e *Engine) checkOwner(ctx context.Context) error {
 	return fmt.Errorf("%w: its heartbeat is live (open with takeover to fence it)", ErrLocked)
 }
 
+// beat writes the owner object: heartbeat n, and the durable sequence.
 func (e *Engine) beat(ctx context.Context, n uint64, closed bool) error {
-	data, err := format.EncodeOwner(&format.Owner{Writer: e.writer, Epoch: e.epoch, Beat: n, Closed: closed})
+	e.mu.Lock()
+	d := e.durable
+	e.mu.Unlock()
+	return e.writeOwner(ctx, n, closed, d)
+}
+
+func (e *Engine) writeOwner(ctx context.Context, n uint64, closed bool, durable uint64) error {
+	data, err := format.EncodeOwner(&format.Owner{Writer: e.writer, Epoch: e.epoch, Beat: n, Closed: closed, Durable: durable})
 	if err != nil {
 		return err
 	}

@@ -17,36 +17,108 @@ import (
 // writer's garbage collection ran concurrently. Recovery starts over.
 var errRaced = errors.New("object deleted during recovery")
 
-// writeMarker claims the next WAL sequence with an empty marker batch. Once
-// it lands, no earlier writer can make any further batch durable (its next
-// sequence is taken), so the WAL below the marker is final.
-func (e *Engine) writeMarker(ctx context.Context) (uint64, error) {
-	for attempt := 0; attempt < 20; attempt++ {
-		top, err := e.topSeq(ctx)
+// Fencing a busy writer. A new writer claims the WAL with open-marker
+// batches written create-only just above the tip it listed. One marker at
+// top+1 loses, every time, to a writer that commits faster than a List and
+// a PUT take: that writer takes top+1 first. So when a live writer may be
+// appending (a takeover, or a retry after a lost race), the new writer
+// writes a range of markers, top+1 .. top+width, in parallel, and widens
+// the range on every lost attempt.
+//
+// Why a range is safe: the old writer writes its sequences in order, one at
+// a time, and stops at the first one it finds taken (claim 2). So once every
+// marker write has been resolved, the range holds a prefix of the old
+// writer's batches followed by a suffix of ours: if we won sequence s, the
+// old writer can never write any sequence above s. The WAL below our lowest
+// marker s0 is then final and gapless, our markers s0 .. top+width are
+// gapless too, and the old writer's next sequence is s0, which our marker
+// holds (and its epoch key protects from collection, see epochPrefix). If
+// what we won is not such a suffix (two new writers raced each other), or
+// we won nothing, we list again and retry with a wider range. Markers we
+// wrote but could not use stay in the WAL as empty batches, harmless to
+// replay.
+const (
+	markerWidthFirst = 16  // markers per attempt when a live writer may be appending
+	markerWidthMax   = 256 // the widest attempt
+	markerParallel   = 32  // marker writes in flight at once
+	markerAttempts   = 20
+)
+
+// testHookListedTop, set by tests, runs after writeMarker lists the tip.
+var testHookListedTop func(attempt int)
+
+// writeMarker claims the WAL for this writer (see "Fencing a busy writer")
+// and returns the first and last sequences of the markers it holds. hwm is
+// the highest sequence known to have been durable (see checkTail): a WAL
+// that ends below it has lost its tail.
+func (e *Engine) writeMarker(ctx context.Context, hwm uint64) (first, last uint64, err error) {
+	width := uint64(1)
+	if e.opts.Takeover && !e.osLock {
+		width = markerWidthFirst
+	}
+	for attempt := 0; attempt < markerAttempts; attempt++ {
+		top, w, err := e.topSeq(ctx)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		seq := top + 1
+		if testHookListedTop != nil {
+			testHookListedTop(attempt)
+		}
+		if attempt == 0 {
+			if err := e.checkTail(ctx, w, top, hwm); err != nil {
+				return 0, 0, err
+			}
+		}
+		won, err := e.writeMarkers(ctx, top+1, width)
+		if err != nil {
+			return 0, 0, err
+		}
+		// won[i]: we hold top+1+i. Usable if it is a non-empty suffix.
+		i := slices.Index(won, true)
+		if i >= 0 && !slices.Contains(won[i:], false) {
+			return top + 1 + uint64(i), top + width, nil
+		}
+		// Another writer holds sequences in the range: look again, wider.
+		width = min(max(width*2, markerWidthFirst), markerWidthMax)
+		if err := sleepBackoff(ctx, attempt); err != nil {
+			return 0, 0, err
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: another writer keeps appending to the WAL", ErrLocked)
+}
+
+// writeMarkers writes marker batches at from .. from+n-1, create-only, and
+// reports which of them this writer holds. Each carries its own epoch key:
+// which one will be the lowest we hold is not known until all are resolved.
+func (e *Engine) writeMarkers(ctx context.Context, from, n uint64) ([]bool, error) {
+	won := make([]bool, n)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(markerParallel)
+	for i := range n {
+		seq := from + i
 		data, err := format.EncodeBatch(&format.Batch{
 			Seq: seq, Writer: e.writer, Epoch: seq, UnixNano: time.Now().UnixNano(), Marker: true,
 			Muts: []format.Mutation{markerMutation(seq, e.writer)},
 		})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		err = e.writeCreateOnly(ctx, walKey(seq), data)
-		if err == nil {
-			return seq, nil
-		}
-		if !errors.Is(err, ErrFenced) {
-			return 0, err
-		}
-		// Another writer took seq first; look again.
-		if err := sleepBackoff(ctx, attempt); err != nil {
-			return 0, err
-		}
+		g.Go(func() error {
+			err := e.writeCreateOnly(gctx, walKey(seq), data)
+			switch {
+			case err == nil:
+				won[i] = true
+			case errors.Is(err, ErrFenced): // another writer holds seq
+			default:
+				return err
+			}
+			return nil
+		})
 	}
-	return 0, fmt.Errorf("%w: another writer keeps appending to the WAL", ErrLocked)
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return won, nil
 }
 
 // Epoch keys record, in the state, the sequence of every writer's open
@@ -66,26 +138,28 @@ func markerMutation(seq uint64, writer string) format.Mutation {
 }
 
 // topSeq returns the highest sequence named by any snapshot or held by the
-// WAL.
-func (e *Engine) topSeq(ctx context.Context) (uint64, error) {
+// WAL, and the WAL it listed. The WAL is listed first: collection deletes
+// WAL objects only once the snapshot covering them exists, so the snapshot
+// listing then sees any such snapshot.
+func (e *Engine) topSeq(ctx context.Context) (uint64, *walSet, error) {
 	w, err := e.listWAL(ctx)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	top, err := w.top(ctx)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	objs, err := e.bucket.List(ctx, "snap/")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	for _, o := range objs {
 		if s, ok := parseSeqKey("snap/", o.Key); ok {
 			top = max(top, s)
 		}
 	}
-	return top, nil
+	return top, w, nil
 }
 
 // recover loads the newest valid snapshot below the epoch and replays the
@@ -101,6 +175,16 @@ func (e *Engine) recover(ctx context.Context) error {
 
 func (e *Engine) recoverOnce(ctx context.Context) error {
 	e.follow.cur = nil // a reader starts over: it loads a new state
+	// A reader checks the log's end against the owner object's mark, read
+	// before the listings: the writer records a sequence only once it is
+	// durable, so whatever the listings show must reach it.
+	var mark uint64
+	if e.readOnly && e.hasOwner() {
+		var err error
+		if mark, err = e.readMark(ctx); err != nil {
+			return err
+		}
+	}
 	snapObjs, err := e.bucket.List(ctx, "snap/")
 	if err != nil {
 		return err
@@ -109,10 +193,10 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A writer replays up to its marker; a reader up to the newest batch
-	// or snapshot listed (writers never leave gaps, so everything below it
-	// exists).
-	upper := e.epoch
+	// A writer replays up to its last marker; a reader up to the newest
+	// batch or snapshot listed (writers never leave gaps, so everything
+	// below it exists).
+	upper := e.markEnd + 1
 	if e.readOnly {
 		top, err := wal.top(ctx)
 		if err != nil {
@@ -122,6 +206,9 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			if s, ok := parseSeqKey("snap/", o.Key); ok {
 				top = max(top, s)
 			}
+		}
+		if err := e.checkTail(ctx, wal, top, mark); err != nil {
+			return err
 		}
 		upper = top + 1
 	}
@@ -204,7 +291,10 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 	}
 	e.walBytes = walBytes
 	e.walObjects = int(upper - base - 1)
-	e.stats.RecoveredWAL = e.walObjects
+	e.stats.RecoveredWAL = e.walObjects // earlier writers' batches
+	if !e.readOnly {
+		e.stats.RecoveredWAL -= int(e.markEnd - e.epoch + 1)
+	}
 	e.durable = upper - 1
 	return nil
 }
@@ -215,7 +305,7 @@ func (e *Engine) newerSnapshot(ctx context.Context, than uint64) (bool, error) {
 		return false, err
 	}
 	for _, o := range objs {
-		if s, ok := parseSeqKey("snap/", o.Key); ok && s > than && (e.readOnly || s < e.epoch) {
+		if s, ok := parseSeqKey("snap/", o.Key); ok && s > than && (e.readOnly || s <= e.markEnd) {
 			return true, nil
 		}
 	}

@@ -251,6 +251,11 @@ func (e *Engine) withoutMarkers(keys []string) []string {
 // collection delete their WAL objects.
 func (e *Engine) pruneEpochs(ctx context.Context) error {
 	return e.Update(ctx, func(tx *Tx) error {
+		// Of this writer's own markers only the lowest is where a replaced
+		// writer would write next (see writeMarker).
+		for s := e.epoch + 1; s <= e.markEnd; s++ {
+			tx.Delete(epochKey(s))
+		}
 		var keys []string
 		tx.Ascend(epochPrefix, "", func(k string, _ []byte) bool {
 			keys = append(keys, k)

@@ -202,6 +202,12 @@ type Owner struct {
 	Epoch  uint64
 	Beat   uint64 // incremented on every heartbeat
 	Closed bool   // set by a clean Close: the store is free at once
+	// Durable is the highest WAL sequence the writer knew durable when it
+	// wrote this object: the log must reach at least this far (a store
+	// whose WAL ends below it has lost acknowledged batches). Added in
+	// November 2026; DecodeOwner reads the older four-field body with
+	// Durable zero.
+	Durable uint64
 }
 
 // EncodeOwner returns the owner object bytes.
@@ -221,7 +227,20 @@ func DecodeOwner(data []byte) (*Owner, error) {
 	}
 	var o Owner
 	if err := unmarshalExact(body, &o); err != nil {
-		return nil, err
+		// An owner object written before Owner.Durable existed.
+		var v1 ownerV1
+		if unmarshalExact(body, &v1) != nil {
+			return nil, err
+		}
+		o = Owner{Writer: v1.Writer, Epoch: v1.Epoch, Beat: v1.Beat, Closed: v1.Closed}
 	}
 	return &o, nil
+}
+
+// ownerV1 is the owner object's body before Owner.Durable.
+type ownerV1 struct {
+	Writer string
+	Epoch  uint64
+	Beat   uint64
+	Closed bool
 }

@@ -13,7 +13,9 @@
 //	snap/<seq:020d>   the whole state as of <seq>, written create-only
 //	blob/<epoch:020d>-<n:010d>
 //	                  a large value, written before the batch that refers to it
-//	owner             the writer's heartbeat (bucket stores without an OS lock)
+//	owner             the writer's heartbeat (bucket stores without an OS
+//	                  lock) and, on every store but mem://, the highest
+//	                  WAL sequence it knew durable (Owner.Durable)
 //
 // # Framed objects (WAL batches and the owner object)
 //
@@ -25,6 +27,10 @@
 //
 // The object must be exactly 16 + body length bytes long. The CRC (Castagnoli)
 // covers the body. kind is 'W' for a WAL batch and 'O' for the owner object.
+// A body's field count is part of its version: the decoder refuses a
+// struct array of another length, so a new field means a decoder for the
+// old shape too (DecodeOwner reads owner objects from before
+// Owner.Durable).
 //
 // # Snapshots
 //

@@ -73,7 +73,7 @@ func TestBatchRejectsBadOps(t *testing.T) {
 }
 
 func TestOwnerRoundTrip(t *testing.T) {
-	o := &Owner{Writer: "w", Epoch: 7, Beat: 3, Closed: true}
+	o := &Owner{Writer: "w", Epoch: 7, Beat: 3, Closed: true, Durable: 41}
 	data, err := EncodeOwner(o)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +84,30 @@ func TestOwnerRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodeOwner(data[:len(data)-1]); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("truncated owner: %v", err)
+	}
+}
+
+// An owner object written before Owner.Durable (four fields) still reads,
+// with Durable zero; a body of another shape is corrupt.
+func TestOwnerV1Body(t *testing.T) {
+	body, err := Marshal(&ownerV1{Writer: "w", Epoch: 7, Beat: 3, Closed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeOwner(EncodeFramed(KindOwner, body))
+	want := &Owner{Writer: "w", Epoch: 7, Beat: 3, Closed: true}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("DecodeOwner(v1) = %+v, %v; want %+v", got, err, want)
+	}
+	body, err = Marshal(&struct {
+		Writer string
+		Epoch  uint64
+	}{"w", 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeOwner(EncodeFramed(KindOwner, body)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("two-field owner body: %v, want ErrCorrupt", err)
 	}
 }
 

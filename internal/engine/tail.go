@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// # Where the log ends
+//
+// Recovery can tell a gap inside the WAL (a missing batch below the newest
+// one present), but not a lost tail: the newest batches deleted, or a WAL
+// segment truncated or deleted, leave a log that looks complete and ends
+// early. So the writer records how far the log reached, off the commit
+// path, in the owner object (format.Owner.Durable): on bucket stores with
+// every heartbeat, on stores with an OS lock (file://) at most once per
+// markInterval while commits go on, and at Open and a clean Close. An
+// opener that finds the WAL ending below that mark refuses the store with
+// a TailLostError naming what is missing, unless told to accept the loss
+// (Options.AcceptTailLoss). The mark lags the log by up to one interval, so
+// losing only the batches of its last interval goes unseen, as does losing
+// the owner object with them.
+
+// markInterval bounds how often a writer on a store with an OS lock
+// rewrites the owner object while commits go on.
+const markInterval = time.Second
+
+// ErrTailLost is wrapped by TailLostError. It wraps format.ErrCorrupt: the
+// store needs an operator.
+var ErrTailLost = fmt.Errorf("%w: the WAL ends before batches known to have been durable", format.ErrCorrupt)
+
+// TailLostError reports a WAL that ends below the highest sequence known to
+// have been durable: acknowledged batches are gone. Not retryable: open with
+// the option that accepts the loss, or put the missing objects back.
+type TailLostError struct {
+	End     uint64 // the last sequence the store holds (WAL or snapshot)
+	Durable uint64 // the highest sequence known to have been durable
+	// Segment names the newest WAL segment, which held the missing batches
+	// if the store writes segments (file://); "" otherwise.
+	Segment string
+}
+
+func (e *TailLostError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: the log ends at sequence %d but %d was durable: %d batch(es) missing (%s",
+		ErrTailLost, e.End, e.Durable, e.Missing(), walKey(e.End+1))
+	if e.Missing() > 1 {
+		fmt.Fprintf(&b, " to %s", walKey(e.Durable))
+	}
+	b.WriteString(")")
+	if e.Segment != "" {
+		fmt.Fprintf(&b, "; the store writes batches into WAL segments: %s is the newest (truncated?), or a newer one was deleted", e.Segment)
+	}
+	return b.String()
+}
+
+// Missing returns how many batches are missing.
+func (e *TailLostError) Missing() uint64 { return e.Durable - e.End }
+
+func (e *TailLostError) Unwrap() error { return ErrTailLost }
+
+// readMark returns the highest sequence the owner object says was durable
+// (0 if there is none). An unreadable owner object is logged and ignored:
+// it guards against a lost tail, and refusing every Open for it would make
+// the store unusable until an operator deleted it.
+func (e *Engine) readMark(ctx context.Context) (uint64, error) {
+	data, err := e.getRetry(ctx, ownerKey, deadlineFrom(e.opts.WriteRetry))
+	if errors.Is(err, objstore.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	o, err := format.DecodeOwner(data)
+	if err != nil {
+		e.log.Warn("stepwell: the owner object is unreadable; cannot check the WAL's end against it", "key", ownerKey, "err", err)
+		return 0, nil
+	}
+	return o.Durable, nil
+}
+
+// checkTail returns a TailLostError if the WAL, ending at top, ends below
+// mark; with Options.AcceptTailLoss it logs the loss instead.
+func (e *Engine) checkTail(ctx context.Context, w *walSet, top, mark uint64) error {
+	if top >= mark {
+		return nil
+	}
+	lost := &TailLostError{End: top, Durable: mark}
+	if n := len(w.segs); n > 0 {
+		lost.Segment = w.segs[n-1].key
+	}
+	if e.readOnly {
+		// Collection may have raced the listing: a snapshot written since
+		// covers what was deleted.
+		if newer, err := e.newerSnapshot(ctx, top); err != nil {
+			return err
+		} else if newer {
+			return errRaced
+		}
+	}
+	if e.opts.AcceptTailLoss && !e.readOnly {
+		e.log.Error("stepwell: accepting the loss of the WAL's tail (Options.AcceptTailLoss)",
+			"end", top, "durable", mark, "lost_batches", lost.Missing(), "err", lost)
+		return nil
+	}
+	return lost
+}
+
+// recordMark writes the owner object (stores with an OS lock: no
+// heartbeat) if the durable sequence has moved past the last one recorded.
+func (e *Engine) recordMark(ctx context.Context) error {
+	e.mu.Lock()
+	d := e.durable
+	e.mu.Unlock()
+	if d <= e.marked.Load() {
+		return nil
+	}
+	if err := e.writeOwner(ctx, 0, false, d); err != nil {
+		return err
+	}
+	e.marked.Store(d)
+	return nil
+}
+
+// markLoop records the durable sequence (see recordMark) at most once per
+// markInterval, on stores with an OS lock. An idle writer makes no
+// requests: nothing moved.
+func (e *Engine) markLoop() {
+	defer e.bg.Done()
+	t := time.NewTicker(markInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-e.bgCtx.Done():
+			return
+		}
+		if err := e.recordMark(e.bgCtx); err != nil && e.bgCtx.Err() == nil {
+			e.log.Warn("stepwell: recording the WAL's end in the owner object failed", "err", err)
+		}
+	}
+}
