@@ -223,3 +223,40 @@ func TestTakeoverMarkerRange(t *testing.T) {
 		})
 	}
 }
+
+// A WAL segment damaged in the middle (an unreadable record with valid ones
+// after it) is refused by the writer as corruption and by a reader, which
+// cannot scan strictly while a writer may be appending, as a lost tail: the
+// log it can read ends below the recorded durable sequence.
+func TestMidSegmentDamageRefusedByReader(t *testing.T) {
+	smallSegments(t)
+	ctx := context.Background()
+	dir, open := fileStore(t)
+	e := mustOpen(t, Options{Bucket: open()})
+	waitSegmentReady(t, e)
+	for i := range 3 {
+		put(t, e, fmt.Sprintf("k%02d", i), "v")
+	}
+	durable := e.Stats().DurableSeq
+	waitFor(t, "the owner object records the durable sequence", e.Settled)
+	e.Kill()
+	probe := open()
+	_, segs := walObjects(t, probe)
+	probe.Close()
+	path := filepath.Join(dir, filepath.FromSlash(segKey(segs[len(segs)-1])))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first record follows the header block; damage its checksummed body.
+	if _, err := f.WriteAt([]byte{0xff, 0xff, 0xff, 0xff}, format.SegmentAlign+format.SegmentRecordHeaderLen+8); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	if _, err := Open(ctx, Options{Bucket: open()}); !errors.Is(err, format.ErrCorrupt) {
+		t.Errorf("writer: %v, want corruption", err)
+	}
+	_, err = OpenReadOnly(ctx, Options{Bucket: open()})
+	wantTailLost(t, "reader", err, segs[len(segs)-1]-1, durable, walKey(segs[len(segs)-1]))
+}
