@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,20 +26,33 @@ import (
 )
 
 // The crash test runs a child process (this test binary, re-executed) that
-// runs a Runtime on a file:// store with crashRuns runs of crashSteps steps,
-// SIGKILLs it at random moments over several rounds, restarting it each
-// time, then lets a last child run everything to completion. Each step
-// proves the chain: step n checks that its payload is exactly the bytes
-// 0..n-1 and appends n, so a skipped, repeated-after-commit or reordered
-// step fails its run. The parent then checks from the store that every run
-// Succeeded with result 0..K-1 and that the hook heard about every run.
+// runs a Runtime on a file:// store, and SIGKILLs it over several rounds,
+// restarting it each time, then lets a last child run everything to
+// completion. Every child submits crashRuns new runs of crashSteps steps
+// (and again those of the rounds before it, which must be duplicates), so
+// no child is ever idle. Some steps of a killed child are long (they run
+// for seconds and announce themselves on stderr); the parent kills a child
+// a random moment after it announced one, so every kill interrupts a step
+// in flight, and the steps log (start and end of every step, per round)
+// proves it after the kill. Each step proves the chain: step n checks that
+// its payload is exactly the bytes 0..n-1 and appends n, so a skipped,
+// repeated-after-commit or reordered step fails its run. The parent then
+// checks from the store that every run Succeeded with result 0..K-1 and
+// that the hook heard about every run, and reports how many steps ran
+// again per kill.
 
 const (
 	crashChildEnv  = "STEPWELL_RUNTIME_CRASH_CHILD" // store dir
 	crashModeEnv   = "STEPWELL_RUNTIME_CRASH_MODE"  // "kill" or "finish"
+	crashRoundEnv  = "STEPWELL_RUNTIME_CRASH_ROUND" // the child's round: it submits rounds 0..round
 	crashRoundsEnv = "STEPWELL_RUNTIME_CRASH_ROUNDS"
-	crashRuns      = 32
+	crashRuns      = 16 // new runs per round
 	crashSteps     = 12
+	// crashLongLine starts the stderr line a killed child writes when a
+	// long step starts; such a step runs for crashLongStep (or until the
+	// kill).
+	crashLongLine = "child: long step "
+	crashLongStep = 10 * time.Second
 )
 
 func TestMain(m *testing.M) {
@@ -86,7 +101,7 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func crashRunID(i int) string { return fmt.Sprintf("crash-%02d", i) }
+func crashRunID(round, i int) string { return fmt.Sprintf("crash-%03d-%02d", round, i) }
 
 // crashQueueOpts make the child snapshot often, so kills land in those
 // paths too.
@@ -108,6 +123,11 @@ func chainPayload(n int) []byte {
 // was delivered. Exit codes above 1 name what went wrong.
 func crashChild(dir, mode string) int {
 	ctx := context.Background()
+	round, err := strconv.Atoi(os.Getenv(crashRoundEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child round:", err)
+		return 2
+	}
 	q, err := queue.Open(ctx, "file://"+dir, crashQueueOpts()...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child open:", err)
@@ -118,6 +138,16 @@ func crashChild(dir, mode string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child side file:", err)
 		return 4
+	}
+	// The steps log: "<round> start|end <run> <step>", one write(2) per
+	// line (O_APPEND), so a line is on disk as soon as it is written.
+	stepsLog, err := os.OpenFile(filepath.Join(dir, "..", "steps"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child steps log:", err)
+		return 4
+	}
+	logStep := func(what string, s *steprunner.Step) {
+		fmt.Fprintf(stepsLog, "%d %s %s %d\n", round, what, s.RunID, s.Number)
 	}
 	var hmu sync.Mutex
 	hook := terminal.HookFunc(func(ctx context.Context, o terminal.Outcome) error {
@@ -131,8 +161,18 @@ func crashChild(dir, mode string) int {
 		if want := chainPayload(n); !bytes.Equal(s.Payload, want) {
 			return steprunner.Fail(fmt.Sprintf("chain broken at step %d: got %v, want %v", n, s.Payload, want)), nil
 		}
+		logStep("start", s)
 		// Some work, so kills land inside steps as well as between them.
 		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+		if mode != "finish" && rand.IntN(10) == 0 {
+			fmt.Fprintf(os.Stderr, "%s%s %d\n", crashLongLine, s.RunID, n)
+			select {
+			case <-time.After(crashLongStep):
+			case <-ctx.Done():
+				return steprunner.Outcome{}, context.Cause(ctx)
+			}
+		}
+		logStep("end", s)
 		next := append(bytes.Clone(s.Payload), byte(n))
 		if n == crashSteps-1 {
 			return steprunner.Succeed(next), nil
@@ -148,31 +188,37 @@ func crashChild(dir, mode string) int {
 	defer stop()
 	runErr := make(chan error, 1)
 	go func() { runErr <- rt.Run(runCtx) }()
-	// Every child submits every run: after the first, these are duplicates
-	// (idempotency across crashes), never mismatches.
-	for i := range crashRuns {
-		if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: crashRunID(i), Input: chainPayload(0),
-			// Kills cost attempts (a claim counts one): keep the limit high
-			// enough that no step runs out of attempts because of them.
-			MaxAttemptsPerStep: 1000}); err != nil {
-			fmt.Fprintln(os.Stderr, "child submit:", err)
-			return 6
+	// Every child submits its round's runs and those of every round before
+	// it: those are duplicates (idempotency across crashes), never
+	// mismatches.
+	for r := round; r >= 0; r-- {
+		for i := range crashRuns {
+			if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: crashRunID(r, i), Input: chainPayload(0),
+				// Kills cost attempts (a claim counts one): keep the limit high
+				// enough that no step runs out of attempts because of them.
+				MaxAttemptsPerStep: 1000}); err != nil {
+				fmt.Fprintln(os.Stderr, "child submit:", err)
+				return 6
+			}
 		}
 	}
 	if mode != "finish" {
 		return <-make(chan int) // run until killed
 	}
-	deadline := time.Now().Add(40 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
+	total := (round + 1) * crashRuns
 	for {
 		done := 0
-		for i := range crashRuns {
-			st, err := rt.Status(ctx, crashRunID(i))
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "child status:", err)
-				return 7
-			}
-			if st.State.Terminal() {
-				done++
+		for r := range round + 1 {
+			for i := range crashRuns {
+				st, err := rt.Status(ctx, crashRunID(r, i))
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "child status:", err)
+					return 7
+				}
+				if st.State.Terminal() {
+					done++
+				}
 			}
 		}
 		s, err := q.Stats(ctx, "workflow-notify")
@@ -180,11 +226,11 @@ func crashChild(dir, mode string) int {
 			fmt.Fprintln(os.Stderr, "child stats:", err)
 			return 7
 		}
-		if done == crashRuns && s.Pending+s.Scheduled+s.Claimed == 0 {
+		if done == total && s.Pending+s.Scheduled+s.Claimed == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(os.Stderr, "child: %d of %d runs ended, notifications %+v after 40s\n", done, crashRuns, s)
+			fmt.Fprintf(os.Stderr, "child: %d of %d runs ended, notifications %+v after 60s\n", done, total, s)
 			return 8
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -218,51 +264,61 @@ func TestCrashResumesRuns(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// child starts a child; opened is closed once it has opened the store.
-	child := func(mode string) (cmd *exec.Cmd, stderr *lockedBuffer, opened chan struct{}) {
+	// child starts a child; long receives a line when a long step starts.
+	child := func(mode string, round int) (cmd *exec.Cmd, stderr *lockedBuffer, long chan string) {
 		cmd = exec.Command(os.Args[0], "-test.run=^TestCrashResumesRuns$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashModeEnv+"="+mode)
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashModeEnv+"="+mode, fmt.Sprint(crashRoundEnv, "=", round))
 		stderr = &lockedBuffer{}
-		opened = make(chan struct{})
+		long = make(chan string, 64)
 		stderr.onLine = func(line string) {
-			if line == crashOpenedLine {
-				close(opened)
+			if step, ok := strings.CutPrefix(line, crashLongLine); ok {
+				select {
+				case long <- step:
+				default:
+				}
 			}
 		}
 		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		return cmd, stderr, opened
+		return cmd, stderr, long
 	}
 	start := time.Now()
 	var progress [][2]int
 	for round := range rounds {
-		cmd, stderr, opened := child("kill")
-		// Mostly kill while the child works; sometimes while it opens.
-		if rng.IntN(5) > 0 {
-			select {
-			case <-opened:
-			case <-time.After(waitTimeout):
-				t.Fatalf("round %d: child did not open the store\n%s", round, stderr.String())
-			}
+		cmd, stderr, long := child("kill", round)
+		// Kill a random moment after a long step started: it is still
+		// running, and other steps, commits and snapshots go on around it.
+		var longStep string
+		select {
+		case longStep = <-long:
+		case <-time.After(waitTimeout + crashLongStep):
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			t.Fatalf("round %d: no long step started\n%s", round, stderr.String())
 		}
-		time.Sleep(time.Duration(5+rng.IntN(250)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		err := cmd.Wait()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("round %d: child did not die by SIGKILL: %v\n%s", round, err, stderr.String())
 		}
-		progress = append(progress, crashProgress(t, dir))
+		// The kill interrupted work in flight: steps the child started and
+		// never ended, the long one among them.
+		if cut := crashInterrupted(t, base, round); len(cut) == 0 || !slices.Contains(cut, longStep) {
+			t.Fatalf("round %d: the kill interrupted steps %v, want at least the long step %s", round, cut, longStep)
+		}
+		progress = append(progress, crashProgress(t, dir, rounds))
 	}
 	killed := time.Since(start)
 	t.Logf("progress after each kill (steps settled, runs ended): %v", progress)
-	if last := progress[len(progress)-1]; last == [2]int{} {
-		t.Errorf("the killed children made no progress at all: the kills tested nothing")
+	if progress[len(progress)-1][0] <= progress[0][0] {
+		t.Errorf("the killed children settled no step after the first round: progress %v", progress)
 	}
 
-	cmd, stderr, _ := child("finish")
+	cmd, stderr, _ := child("finish", rounds-1)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -282,17 +338,37 @@ func TestCrashResumesRuns(t *testing.T) {
 	q := openQueue(t, "file://"+dir)
 	rt := newRuntime(t, q, succeedRunner(nil), terminal.Noop)
 	want := chainPayload(crashSteps)
-	for i := range crashRuns {
-		st, err := rt.Status(ctx, crashRunID(i))
+	var ids []string
+	for r := range rounds {
+		for i := range crashRuns {
+			ids = append(ids, crashRunID(r, i))
+		}
+	}
+	for _, id := range ids {
+		st, err := rt.Status(ctx, id)
 		if err != nil {
-			t.Errorf("run %s: %v", crashRunID(i), err)
+			t.Errorf("run %s: %v", id, err)
 			continue
 		}
 		if st.State != runtime.StateSucceeded || !bytes.Equal(st.Result, want) || st.CurrentStep != crashSteps-1 {
 			t.Errorf("run %s: %v at step %d, result %v, error %q; want succeeded at step %d with %v",
-				crashRunID(i), st.State, st.CurrentStep, st.Result, st.Error, crashSteps-1, want)
+				id, st.State, st.CurrentStep, st.Result, st.Error, crashSteps-1, want)
 		}
 	}
+	// Steps that ran to their end more than once: each was settled by no
+	// run of it but the last (the chain check above would fail otherwise),
+	// so these are the steps a kill made run again.
+	ends := map[string]int{}
+	for _, l := range crashStepsLog(t, base) {
+		if l.what == "end" {
+			ends[l.step]++
+		}
+	}
+	again := 0
+	for _, n := range ends {
+		again += n - 1
+	}
+	t.Logf("%d steps ran to their end again after a kill: %.1f per kill", again, float64(again)/float64(rounds))
 	for _, name := range []string{stepsQueue, notifyQueue} {
 		if s := mustStats(t, q, name); s.Pending+s.Scheduled+s.Claimed+s.Dead != 0 {
 			t.Errorf("queue %s not empty: %+v", name, s)
@@ -317,10 +393,10 @@ func TestCrashResumesRuns(t *testing.T) {
 		heard[id]++
 	}
 	dups := 0
-	for i := range crashRuns {
-		switch n := heard[crashRunID(i)]; {
+	for _, id := range ids {
+		switch n := heard[id]; {
 		case n == 0:
-			t.Errorf("the hook never heard about run %s", crashRunID(i))
+			t.Errorf("the hook never heard about run %s", id)
 		case n > 1:
 			dups += n - 1
 		}
@@ -331,7 +407,7 @@ func TestCrashResumesRuns(t *testing.T) {
 // crashProgress reads the store as a read-only reader and returns how many
 // steps have settled (sum of current steps, plus one per ended run) and how
 // many runs have ended.
-func crashProgress(t *testing.T, dir string) [2]int {
+func crashProgress(t *testing.T, dir string, rounds int) [2]int {
 	t.Helper()
 	ctx := context.Background()
 	q, err := queue.Open(ctx, "file://"+dir, queue.WithReadOnly())
@@ -348,16 +424,71 @@ func crashProgress(t *testing.T, dir string) [2]int {
 		t.Fatal(err)
 	}
 	var steps, ended int
-	for i := range crashRuns {
-		st, err := rt.Status(ctx, crashRunID(i))
-		if err != nil {
-			continue // not submitted yet
-		}
-		steps += int(st.CurrentStep)
-		if st.State.Terminal() {
-			steps++
-			ended++
+	for r := range rounds {
+		for i := range crashRuns {
+			st, err := rt.Status(ctx, crashRunID(r, i))
+			if err != nil {
+				continue // not submitted yet
+			}
+			steps += int(st.CurrentStep)
+			if st.State.Terminal() {
+				steps++
+				ended++
+			}
 		}
 	}
 	return [2]int{steps, ended}
+}
+
+// crashStepLine is one line of the children's steps log.
+type crashStepLine struct {
+	round int
+	what  string // "start" or "end"
+	step  string // "<run> <step>"
+}
+
+func crashStepsLog(t *testing.T, base string) []crashStepLine {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(base, "steps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []crashStepLine
+	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 4 {
+			t.Fatalf("steps log line %q", l)
+		}
+		round, err := strconv.Atoi(f[0])
+		if err != nil {
+			t.Fatalf("steps log line %q", l)
+		}
+		lines = append(lines, crashStepLine{round, f[1], f[2] + " " + f[3]})
+	}
+	return lines
+}
+
+// crashInterrupted returns the steps the child of round started and did
+// not end ("<run> <step>"): those its kill interrupted.
+func crashInterrupted(t *testing.T, base string, round int) []string {
+	t.Helper()
+	open := map[string]int{}
+	for _, l := range crashStepsLog(t, base) {
+		if l.round != round {
+			continue
+		}
+		if l.what == "start" {
+			open[l.step]++
+		} else {
+			open[l.step]--
+		}
+	}
+	var cut []string
+	for step, n := range open {
+		if n > 0 {
+			cut = append(cut, step)
+		}
+	}
+	slices.Sort(cut)
+	return cut
 }
