@@ -70,6 +70,12 @@ type Options struct {
 	// are logged and given up, and this writer goes on from the log's end.
 	// Without it Open refuses such a store.
 	AcceptTailLoss bool
+	// Addr and Secret, in cluster mode, are where this writer serves the
+	// store's other processes and the secret their calls must carry: the
+	// owner object carries both (see format.Owner), so that members find
+	// and trust the writer through the store.
+	Addr   string
+	Secret []byte
 	// Indexer, if set, observes every change.
 	Indexer Indexer
 	// Logger receives background errors (snapshot, garbage collection).

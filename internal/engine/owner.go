@@ -70,11 +70,30 @@ func (e *Engine) beat(ctx context.Context, n uint64, closed bool) error {
 }
 
 func (e *Engine) writeOwner(ctx context.Context, n uint64, closed bool, durable uint64) error {
-	data, err := format.EncodeOwner(&format.Owner{Writer: e.writer, Epoch: e.epoch, Beat: n, Closed: closed, Durable: durable})
+	data, err := format.EncodeOwner(&format.Owner{Writer: e.writer, Epoch: e.epoch, Beat: n, Closed: closed, Durable: durable,
+		Addr: e.opts.Addr, Secret: e.opts.Secret})
 	if err != nil {
 		return err
 	}
 	return e.bucket.Put(ctx, ownerKey, data, false)
+}
+
+// ReadOwner returns the store's owner object, or nil if it has none: who
+// writes the store, how far its log reached, and in cluster mode where it
+// serves and the secret of its epoch.
+func ReadOwner(ctx context.Context, b objstore.Bucket) (*format.Owner, error) {
+	data, err := b.Get(ctx, ownerKey)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	o, err := format.DecodeOwner(data)
+	if err != nil {
+		return nil, &CorruptionError{Key: ownerKey, Err: err}
+	}
+	return o, nil
 }
 
 // ownedByNewer reports whether the owner object names a writer with a newer

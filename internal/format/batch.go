@@ -208,6 +208,12 @@ type Owner struct {
 	// November 2026; DecodeOwner reads the older four-field body with
 	// Durable zero.
 	Durable uint64
+	// Addr is where the writer serves the other processes of a cluster
+	// (host:port), and Secret the random secret of its epoch that their
+	// calls must carry: whoever can read the store can join it. Both empty
+	// outside cluster mode. Added with Durable.
+	Addr   string
+	Secret []byte
 }
 
 // EncodeOwner returns the owner object bytes.

@@ -73,7 +73,7 @@ func TestBatchRejectsBadOps(t *testing.T) {
 }
 
 func TestOwnerRoundTrip(t *testing.T) {
-	o := &Owner{Writer: "w", Epoch: 7, Beat: 3, Closed: true, Durable: 41}
+	o := &Owner{Writer: "w", Epoch: 7, Beat: 3, Closed: true, Durable: 41, Addr: "127.0.0.1:7420", Secret: []byte{1, 2, 3}}
 	data, err := EncodeOwner(o)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+type echoReq struct {
+	Text  string
+	Count int
+}
+
+type echoReply struct {
+	Text string
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serve starts a server of an "Echo" method for cfg and returns it, the
+// number of calls that reached the handler, and its log.
+func serve(t *testing.T, cfg Config) (*Server, *atomic.Int64, *syncBuffer) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	var calls atomic.Int64
+	s := NewServer(lis, cfg, map[string]Handler{
+		"Echo": func(ctx context.Context, decode func(any) error) (any, error) {
+			var req echoReq
+			if err := decode(&req); err != nil {
+				return nil, err
+			}
+			calls.Add(1)
+			return &echoReply{Text: strings.Repeat(req.Text, req.Count)}, nil
+		},
+	})
+	go s.Serve()
+	t.Cleanup(s.Stop)
+	return s, &calls, logs
+}
+
+func dial(t *testing.T, addr string, cfg Config) *Client {
+	t.Helper()
+	c, err := Dial(addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestCallRoundTrip(t *testing.T) {
+	cfg := Config{Epoch: 7, Secret: []byte("s3cret")}
+	s, calls, _ := serve(t, cfg)
+	c := dial(t, s.Addr(), cfg)
+	var reply echoReply
+	if err := c.Call(ctxT(t), "Echo", &echoReq{Text: "ab", Count: 3}, &reply); err != nil {
+		t.Fatal(err)
+	}
+	if reply.Text != "ababab" || calls.Load() != 1 {
+		t.Fatalf("reply %+v after %d calls", reply, calls.Load())
+	}
+	if err := c.Check(ctxT(t)); err != nil {
+		t.Fatalf("health check: %v", err)
+	}
+}
+
+// Calls without the secret, with a wrong one, or for another epoch are
+// refused before the handler runs, and logged.
+func TestRefusedCallsChangeNothing(t *testing.T) {
+	cfg := Config{Epoch: 7, Secret: []byte("s3cret")}
+	s, calls, logs := serve(t, cfg)
+	ctx := ctxT(t)
+	var reply echoReply
+
+	err := dial(t, s.Addr(), Config{Epoch: 7, Secret: []byte("guess")}).Call(ctx, "Echo", &echoReq{Text: "x", Count: 1}, &reply)
+	if !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("wrong secret: %v, want ErrUnauthenticated", err)
+	}
+	err = dial(t, s.Addr(), Config{Epoch: 6, Secret: cfg.Secret}).Call(ctx, "Echo", &echoReq{Text: "x", Count: 1}, &reply)
+	if !errors.Is(err, ErrStaleEpoch) {
+		t.Errorf("stale epoch: %v, want ErrStaleEpoch", err)
+	}
+	if err := dial(t, s.Addr(), Config{Epoch: 7, Secret: []byte("guess")}).Check(ctx); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("health check with a wrong secret: %v, want ErrUnauthenticated", err)
+	}
+	// A plain gRPC client with no credentials at all.
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(CodecName)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Invoke(ctx, "/"+ServiceName+"/Echo", &echoReq{Text: "x", Count: 1}, &reply)
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("no credentials: %v, want Unauthenticated", err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d refused calls reached the handler", n)
+	}
+	if !strings.Contains(logs.String(), "cluster call refused") {
+		t.Errorf("refusals not logged: %q", logs.String())
+	}
+}
+
+// A reply from a writer of another epoch is discarded: a deposed writer
+// listening at the address a member dials (it restarted, or the address
+// was reused) does not answer for the new one. Here the server is of epoch
+// 8 and accepts (its own secret and epoch), but the client expects 9.
+func TestReplyOfAnotherEpochIsRefused(t *testing.T) {
+	s, _, _ := serve(t, Config{Epoch: 8, Secret: []byte("s3cret")})
+	c := dial(t, s.Addr(), Config{Epoch: 8, Secret: []byte("s3cret")})
+	c.epoch = "9" // what the member read in the owner object
+	var reply echoReply
+	if err := c.Call(ctxT(t), "Echo", &echoReq{Text: "x", Count: 1}, &reply); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("reply of epoch 8 to a client of epoch 9: %v, want ErrStaleEpoch", err)
+	}
+}
+
+// With mutual TLS, a client without a certificate the server trusts cannot
+// even connect; one with it calls as usual.
+func TestMutualTLS(t *testing.T) {
+	ca, caKey := newCA(t)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	serverCert := issue(t, ca, caKey, "127.0.0.1")
+	clientCert := issue(t, ca, caKey, "member")
+	cfg := Config{Epoch: 3, Secret: []byte("s3cret"), TLS: &tls.Config{
+		Certificates: []tls.Certificate{serverCert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+	}}
+	s, calls, _ := serve(t, cfg)
+	ctx := ctxT(t)
+	var reply echoReply
+	good := dial(t, s.Addr(), Config{Epoch: 3, Secret: cfg.Secret, TLS: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}}})
+	if err := good.Call(ctx, "Echo", &echoReq{Text: "y", Count: 2}, &reply); err != nil || reply.Text != "yy" {
+		t.Fatalf("call with a client certificate: %+v, %v", reply, err)
+	}
+	noCert := dial(t, s.Addr(), Config{Epoch: 3, Secret: cfg.Secret, TLS: &tls.Config{RootCAs: pool}})
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := noCert.Call(short, "Echo", &echoReq{Text: "y", Count: 2}, &reply); err == nil {
+		t.Fatal("a client without a certificate got through")
+	}
+	plain := dial(t, s.Addr(), Config{Epoch: 3, Secret: cfg.Secret})
+	if err := plain.Call(short, "Echo", &echoReq{Text: "y", Count: 2}, &reply); err == nil {
+		t.Fatal("a plaintext client got through")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d calls reached the handler, want 1", n)
+	}
+}
+
+func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+var serial atomic.Int64
+
+func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(10 + serial.Add(1)), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if ip := net.ParseIP(name); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}

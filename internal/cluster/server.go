@@ -1,0 +1,181 @@
+package cluster
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// ServiceName is the gRPC service of a writer's methods.
+const ServiceName = "stepwell.cluster.v1.Writer"
+
+// Handler serves one method: decode reads the request into a value of the
+// method's request type; the reply is encoded with Codec. decode is called
+// only for authenticated calls of the server's epoch.
+type Handler func(ctx context.Context, decode func(req any) error) (reply any, err error)
+
+// Config configures a Server or a Client.
+type Config struct {
+	// Epoch and Secret identify the writer's epoch: a server serves only
+	// calls that carry both; a client sends them and accepts replies of
+	// that epoch only. Secret must not be empty.
+	Epoch  uint64
+	Secret []byte
+	// TLS, if set, secures the connection: for a server, its certificate
+	// (and ClientAuth/ClientCAs for mutual TLS); for a client, the roots
+	// (and its certificate). Nil: plaintext HTTP/2, for a trusted network.
+	TLS *tls.Config
+	// Logger receives refused calls (rate-limited). Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Keepalive: a connection idle for keepaliveTime is pinged, and closed if
+// the ping is not answered within keepaliveTimeout, so a member learns of
+// a dead writer's host without waiting on a call.
+const (
+	keepaliveTime    = 10 * time.Second
+	keepaliveTimeout = 5 * time.Second
+)
+
+// Server serves a writer's methods to the store's members.
+type Server struct {
+	g      *grpc.Server
+	lis    net.Listener
+	cfg    Config
+	health *health.Server
+	refuse refusalLog
+}
+
+// NewServer returns a server of methods on lis, for the epoch in cfg. Call
+// Serve to start it.
+func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{lis: lis, cfg: cfg, refuse: refusalLog{log: cfg.Logger}}
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.authUnary),
+		grpc.ChainStreamInterceptor(s.authStream),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.g = grpc.NewServer(opts...)
+	desc := grpc.ServiceDesc{ServiceName: ServiceName, HandlerType: (*any)(nil), Metadata: "stepwell"}
+	for name, h := range methods {
+		full := "/" + ServiceName + "/" + name
+		desc.Methods = append(desc.Methods, grpc.MethodDesc{
+			MethodName: name,
+			Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+				call := func(ctx context.Context, _ any) (any, error) { return h(ctx, dec) }
+				if ic == nil {
+					return call(ctx, nil)
+				}
+				return ic(ctx, nil, &grpc.UnaryServerInfo{Server: srv, FullMethod: full}, call)
+			},
+		})
+	}
+	s.g.RegisterService(&desc, struct{}{})
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.g, s.health)
+	return s
+}
+
+// Addr returns the address the server listens on.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Serve serves until Stop or GracefulStop.
+func (s *Server) Serve() error { return s.g.Serve(s.lis) }
+
+// Stop closes every connection at once; calls in progress fail.
+func (s *Server) Stop() { s.g.Stop() }
+
+// GracefulStop stops taking calls and waits for those in progress, until
+// ctx ends, then stops.
+func (s *Server) GracefulStop(ctx context.Context) {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.g.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.g.Stop()
+		<-done
+	}
+}
+
+// check authenticates a call: nil, or the status it is refused with.
+func (s *Server) check(ctx context.Context, method string) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	secret := md.Get(mdSecret)
+	epoch := md.Get(mdEpoch)
+	var why string
+	var err error
+	switch {
+	case len(secret) != 1 || len(epoch) != 1:
+		why, err = "no credentials", status.Error(codes.Unauthenticated, "stepwell-secret and stepwell-epoch metadata required")
+	case subtle.ConstantTimeCompare([]byte(secret[0]), s.cfg.Secret) != 1:
+		why, err = "wrong secret", status.Error(codes.Unauthenticated, "wrong secret")
+	case epoch[0] != strconv.FormatUint(s.cfg.Epoch, 10):
+		why, err = "stale epoch "+epoch[0], status.Error(codes.FailedPrecondition, ErrStaleEpoch.Error())
+	default:
+		return grpc.SetHeader(ctx, metadata.Pairs(mdEpoch, strconv.FormatUint(s.cfg.Epoch, 10)))
+	}
+	s.refuse.note(method, why)
+	return err
+}
+
+func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := s.check(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := s.check(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+// refusalLog logs refused calls at WARN, at most one line per second; the
+// line counts the refusals it stands for.
+type refusalLog struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	last    time.Time
+	pending int // refusals since the last line
+}
+
+func (r *refusalLog) note(method, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending++
+	if time.Since(r.last) < time.Second {
+		return
+	}
+	r.log.Warn("stepwell: cluster call refused", "method", method, "reason", why, "refused", r.pending)
+	r.last, r.pending = time.Now(), 0
+}
