@@ -62,6 +62,9 @@ func TestMain(m *testing.M) {
 		crashChild(dir, os.Getenv("STEPWELL_CRASH_ROUND"))
 		return
 	}
+	if url := os.Getenv(busyWriterEnv); url != "" {
+		os.Exit(busyWriter(url))
+	}
 	testenv.Main(m)
 }
 

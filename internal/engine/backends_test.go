@@ -24,6 +24,7 @@ var engineSuite = map[string]func(*testing.T){
 	"SnapshotSameSeqKeepsSnapshot":   TestSnapshotSameSeqKeepsSnapshot,
 	"FaultInjection":                 TestFaultInjection,
 	"OutageFailsCallersLosesNothing": TestOutageFailsCallersAndLosesNothing,
+	"TakeoverOfBusyWriter":           TestTakeoverOfBusyWriter,
 }
 
 func runOn(t *testing.T, newURL func(testing.TB) string) {
