@@ -29,7 +29,8 @@
 //	Run       shape 1: 14 fields (up to NotifyQueue)
 //	          shape 2: 16 fields, + Retries, UpdatedAt (November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
-//	          shape 2: 10 fields, + Attempt, DeadJob, Payload (November 2026)
+//	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
+//	          (November 2026)
 //
 // The decoders read both shapes (a shape 1 record reads with the new fields
 // zero: Retries 0, UpdatedAt 0, no dead job and no payload); the encoders
@@ -113,6 +114,9 @@ type Terminal struct {
 	// nil when not (succeeded runs, shape 1 records, and runs whose step
 	// died without the runtime: see DeadJob). Shape 2.
 	Payload []byte
+	// Queue is the step queue of the final step's job ("" if unknown), where
+	// Retry enqueues it again. Shape 2.
+	Queue string
 }
 
 // HashInput returns the input hash kept in a run record.
@@ -164,7 +168,7 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 const (
 	runFields        = 16
 	runFieldsV1      = 14
-	terminalFields   = 10
+	terminalFields   = 11
 	terminalFieldsV1 = 7
 )
 
@@ -286,7 +290,7 @@ func DecodeRun(b []byte) (*Run, error) {
 // written without reflection.
 func EncodeTerminal(t *Terminal) []byte {
 	t.Version = Version
-	size := 80 + len(t.RunID) + len(t.Result) + len(t.Error) + len(t.DeadJob) + len(t.Payload)
+	size := 80 + len(t.RunID) + len(t.Result) + len(t.Error) + len(t.DeadJob) + len(t.Payload) + len(t.Queue)
 	return appendTerminal(make([]byte, 0, size), t)
 }
 
@@ -301,7 +305,8 @@ func appendTerminal(b []byte, t *Terminal) []byte {
 	b = format.AppendInt64(b, t.EndedAt)
 	b = format.AppendUint32(b, t.Attempt)
 	b = format.AppendString(b, t.DeadJob)
-	return format.AppendBytes(b, t.Payload)
+	b = format.AppendBytes(b, t.Payload)
+	return format.AppendString(b, t.Queue)
 }
 
 // readTerminal is the fast reader of appendTerminal's output, and of shape 1
@@ -319,6 +324,7 @@ func readTerminal(rd *format.Reader, t *Terminal) {
 		t.Attempt = rd.Uint32()
 		t.DeadJob = rd.String()
 		t.Payload = rd.Bytes()
+		t.Queue = rd.String()
 	}
 }
 

@@ -102,7 +102,7 @@ func randRun(r *rand.Rand, multi bool) *Run {
 func randTerminal(r *rand.Rand) *Terminal {
 	return &Terminal{Version: Version, RunID: codectest.String(r), Status: uint8(r.UintN(5)),
 		Result: codectest.Bytes(r), Error: codectest.String(r), FinalStep: r.Uint32(), EndedAt: codectest.Int64(r),
-		Attempt: r.Uint32(), DeadJob: codectest.String(r), Payload: codectest.Bytes(r)}
+		Attempt: r.Uint32(), DeadJob: codectest.String(r), Payload: codectest.Bytes(r), Queue: codectest.String(r)}
 }
 
 // TestCodecsMatchMarshal holds the record codecs to the bytes of
@@ -182,7 +182,7 @@ func TestDecodeShape1(t *testing.T) {
 		term := randTerminal(r)
 		term.Status, term.Version = 2, Version
 		oldT := *term
-		oldT.Attempt, oldT.DeadJob, oldT.Payload = 0, "", nil
+		oldT.Attempt, oldT.DeadJob, oldT.Payload, oldT.Queue = 0, "", nil, ""
 		tb, err := format.Marshal(terminalV1Of(term))
 		if err != nil {
 			t.Fatal(err)

@@ -102,11 +102,16 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 			ErrRunNotRetryable, next.RunID, t.FinalStep, t.DeadJob)
 	}
 	next.CurrentJob = newJobID()
+	stepQueue := t.Queue // the queue the step ran on, whichever Runtime retries it
+	if stepQueue == "" {
+		stepQueue = rt.opts.queueName
+	}
 	opts := rt.stepOptions(next, t.FinalStep, next.CurrentJob)
+	opts.DeadLetterQueue = stepQueue + ".dead"
 	// A dedup key of its own: the step's first job may still be around.
 	opts.DedupKey = fmt.Sprintf("%s:retry%d", opts.DedupKey, next.Retries)
 	opts.Dispatch = true
-	txn.Enqueue(rt.opts.queueName, t.Payload, opts)
+	txn.Enqueue(stepQueue, t.Payload, opts)
 	return nil
 }
 

@@ -136,7 +136,9 @@ func TestRetryFailAndCancel(t *testing.T) {
 			t.Errorf("%s: second outcome %+v", id, o)
 		}
 	}
-	if err := parked.Retry(context.Background(), "ext-cancel"); err != nil {
+	// Retried from a Runtime of another step queue: the step goes back to
+	// the queue it was on.
+	if err := client.Retry(context.Background(), "ext-cancel"); err != nil {
 		t.Fatalf("Retry(ext-cancel): %v", err)
 	}
 	st, err := client.Status(context.Background(), "ext-cancel")

@@ -193,13 +193,14 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 	case rec.Cancel && !(stepErr == nil && out.Kind() == steprunner.KindCancel):
 		// Cancelled from outside: whatever the step did, the run ends here.
 		txn.Ack(job)
-		rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: n, attempt: job.Attempt, payload: job.Payload})
+		rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: n, attempt: job.Attempt,
+			payload: job.Payload, queue: job.Queue})
 	case stepErr != nil && !steprunner.IsPermanent(stepErr) && job.Attempt < job.MaxAttempts:
 		txn.Nack(job, stepErr, 0)
 	case stepErr != nil:
 		txn.DeadLetter(job, stepErr.Error())
 		rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: stepErr.Error(), step: n,
-			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID})
+			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue})
 	default:
 		switch out.Kind() {
 		case steprunner.KindContinue:
@@ -221,11 +222,11 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 		case steprunner.KindFail:
 			txn.Ack(job)
 			rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: out.Reason(), step: n,
-				attempt: job.Attempt, payload: job.Payload})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
 		case steprunner.KindCancel:
 			txn.Ack(job)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, reason: out.Reason(), step: n,
-				attempt: job.Attempt, payload: job.Payload})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
 		}
 	}
 	return txn

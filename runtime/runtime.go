@@ -319,7 +319,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 				RequireJobState(job.ID, queue.JobPending, queue.JobScheduled).
 				CancelJob(job.ID)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
-				attempt: job.Attempt, payload: job.Payload})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
 		case queue.JobClaimed:
 			next := *rec
 			next.State, next.Cancel = kvrecord.StateCancelling, true
@@ -333,7 +333,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			// and the run has not been settled yet: settle it cancelled.
 			txn = new(queue.Txn).RequireJobState(job.ID, queue.JobDead)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
-				attempt: job.Attempt, payload: job.Payload, deadJob: job.ID})
+				attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue})
 		default:
 			continue // settling right now: read again
 		}
@@ -359,6 +359,8 @@ type ending struct {
 	payload []byte
 	// deadJob is the final step's job when it was dead-lettered.
 	deadJob string
+	// queue is the final step job's queue ("" if unknown).
+	queue string
 }
 
 // terminate adds to txn everything that ends a run: the run record's final
@@ -371,7 +373,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	next.CurrentStep, next.UpdatedAt = e.step, ended
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
-		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob}
+		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}
 	if e.status != terminal.Succeeded {
 		t.Payload = e.payload
 		if t.Payload == nil && e.deadJob == "" {
