@@ -4,9 +4,16 @@
 //
 // # Keys
 //
-//	workflow/runs/<run id>                       Run
-//	workflow/terminal/<ended unix ns:020d>/<id>  Terminal (time first, so
-//	                                             expiry is a prefix scan)
+//	workflow/runs/<run id>                          Run
+//	workflow/terminal/<ended unix ns:020d>/<id>     Terminal (time first, so
+//	                                                expiry is a prefix scan)
+//	workflow/submitted/<inverted submit:020d>/<id>  empty: the newest-first
+//	                                                index of runs (ListRuns)
+//
+// The submitted index key of a run holds MaxInt64 minus its SubmittedAt, so
+// that a forward scan lists the newest runs first. It is written in the
+// transaction that writes the run record from absent (Submit) and deleted in
+// the one that deletes it (expiry).
 //
 // # Encoding
 //
@@ -16,6 +23,18 @@
 // appended field changes the field count, which the decoder (reflective or
 // not) rejects in records written before: appending one needs a decoder for
 // the shorter form as well.
+//
+// Shapes (the Version field stays 1; the field count tells them apart):
+//
+//	Run       shape 1: 14 fields (up to NotifyQueue)
+//	          shape 2: 16 fields, + Retries, UpdatedAt (November 2026)
+//	Terminal  shape 1: 7 fields (up to EndedAt)
+//	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
+//	          (November 2026)
+//
+// The decoders read both shapes (a shape 1 record reads with the new fields
+// zero: Retries 0, UpdatedAt 0, no dead job and no payload); the encoders
+// write shape 2 only.
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
 package kvrecord
@@ -24,6 +43,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/stepwell/stepwell/internal/format"
@@ -34,8 +54,9 @@ const Version uint8 = 1
 
 // Key prefixes.
 const (
-	RunPrefix      = "workflow/runs/"
-	TerminalPrefix = "workflow/terminal/"
+	RunPrefix       = "workflow/runs/"
+	TerminalPrefix  = "workflow/terminal/"
+	SubmittedPrefix = "workflow/submitted/"
 )
 
 // ErrCorrupt is wrapped by every decoding error.
@@ -66,6 +87,11 @@ type Run struct {
 	// NotifyQueue is the queue that gets the run's terminal notification,
 	// fixed at Submit; "" when the submitting Runtime had no hook.
 	NotifyQueue string
+	// Retries counts the times the run was retried (Runtime.Retry). Shape 2.
+	Retries uint32
+	// UpdatedAt is when the record was last written (unix ns); 0 in shape 1
+	// records. Shape 2.
+	UpdatedAt int64
 }
 
 // Terminal is the outcome of a finished run.
@@ -77,6 +103,20 @@ type Terminal struct {
 	Error     string
 	FinalStep uint32
 	EndedAt   int64 // unix ns
+	// Attempt is the attempt of the final step that settled the run (0
+	// when unknown: cancelled before it ran, or a shape 1 record). Shape 2.
+	Attempt uint32
+	// DeadJob is the dead-lettered job of the final step when the run
+	// failed by a dead letter; "" otherwise. Shape 2.
+	DeadJob string
+	// Payload is the final step's payload, kept for failed and cancelled
+	// runs so that they can be retried: non-nil (possibly empty) when kept,
+	// nil when not (succeeded runs, shape 1 records, and runs whose step
+	// died without the runtime: see DeadJob). Shape 2.
+	Payload []byte
+	// Queue is the step queue of the final step's job ("" if unknown), where
+	// Retry enqueues it again. Shape 2.
+	Queue string
 }
 
 // HashInput returns the input hash kept in a run record.
@@ -92,23 +132,44 @@ func TerminalKey(endedAt int64, runID string) []byte {
 
 // ParseTerminalKey returns the ended time and run ID of a terminal key.
 func ParseTerminalKey(key []byte) (endedAt int64, runID string, err error) {
-	rest, ok := strings.CutPrefix(string(key), TerminalPrefix)
-	if !ok || len(rest) < 22 || rest[20] != '/' {
-		return 0, "", fmt.Errorf("%w: terminal key %q", ErrCorrupt, key)
-	}
-	for _, c := range rest[:20] {
-		if c < '0' || c > '9' {
-			return 0, "", fmt.Errorf("%w: terminal key %q", ErrCorrupt, key)
-		}
-		endedAt = endedAt*10 + int64(c-'0')
-	}
-	return endedAt, rest[21:], nil
+	return parseTimeKey(key, TerminalPrefix)
 }
 
-// Field counts of the records (see the Encoding section above).
+// SubmittedKey returns the key of a run's entry in the newest-first index.
+func SubmittedKey(submittedAt int64, runID string) []byte {
+	return []byte(fmt.Sprintf("%s%020d/%s", SubmittedPrefix, math.MaxInt64-submittedAt, runID))
+}
+
+// ParseSubmittedKey returns the submit time and run ID of a SubmittedKey.
+func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) {
+	inv, runID, err := parseTimeKey(key, SubmittedPrefix)
+	return math.MaxInt64 - inv, runID, err
+}
+
+// parseTimeKey parses prefix, 20 decimal digits, '/', and an ID.
+func parseTimeKey(key []byte, prefix string) (int64, string, error) {
+	rest, ok := strings.CutPrefix(string(key), prefix)
+	if !ok || len(rest) < 22 || rest[20] != '/' {
+		return 0, "", fmt.Errorf("%w: key %q", ErrCorrupt, key)
+	}
+	var n int64
+	for _, c := range rest[:20] {
+		d := int64(c - '0')
+		if c < '0' || c > '9' || n > (math.MaxInt64-d)/10 {
+			return 0, "", fmt.Errorf("%w: key %q", ErrCorrupt, key)
+		}
+		n = n*10 + d
+	}
+	return n, rest[21:], nil
+}
+
+// Field counts of the records (see the Encoding section above): the
+// current shape, and shape 1.
 const (
-	runFields      = 14
-	terminalFields = 7
+	runFields        = 16
+	runFieldsV1      = 14
+	terminalFields   = 11
+	terminalFieldsV1 = 7
 )
 
 // EncodeRun encodes a run record: the bytes of format.Marshal, written
@@ -135,11 +196,14 @@ func appendRun(b []byte, r *Run) []byte {
 	b = format.AppendUint32(b, r.MaxAttempts)
 	b = format.AppendUint8(b, r.Status)
 	b = format.AppendInt64(b, r.EndedAt)
-	return format.AppendString(b, r.NotifyQueue)
+	b = format.AppendString(b, r.NotifyQueue)
+	b = format.AppendUint32(b, r.Retries)
+	return format.AppendInt64(b, r.UpdatedAt)
 }
 
+// readRun is the fast reader of appendRun's output, and of shape 1 records.
 func readRun(rd *format.Reader, r *Run) {
-	rd.Fields(runFields)
+	n := rd.FieldsIn(runFieldsV1, runFields)
 	r.Version = rd.Uint8()
 	r.RunID = rd.String()
 	r.SubmittedAt = rd.Int64()
@@ -154,6 +218,53 @@ func readRun(rd *format.Reader, r *Run) {
 	r.Status = rd.Uint8()
 	r.EndedAt = rd.Int64()
 	r.NotifyQueue = rd.String()
+	if n == runFields {
+		r.Retries = rd.Uint32()
+		r.UpdatedAt = rd.Int64()
+	}
+}
+
+// runV1 is a shape 1 run record, for the reflective decoder.
+type runV1 struct {
+	Version     uint8
+	RunID       string
+	SubmittedAt int64
+	InputHash   [32]byte
+	State       uint8
+	CurrentStep uint32
+	CurrentJob  string
+	Cancel      bool
+	Headers     map[string]string
+	Priority    int32
+	MaxAttempts uint32
+	Status      uint8
+	EndedAt     int64
+	NotifyQueue string
+}
+
+// unmarshalRun is the reflective decoder of run records of either shape:
+// what the fast reader must agree with.
+func unmarshalRun(b []byte, r *Run) error {
+	*r = Run{}
+	err := format.UnmarshalExact(b, r)
+	if err == nil {
+		return nil
+	}
+	var v1 runV1
+	if format.UnmarshalExact(b, &v1) != nil {
+		*r = Run{}
+		return err
+	}
+	*r = v1WithZero(v1)
+	return nil
+}
+
+// v1WithZero returns a shape 1 record as a Run with the shape 2 fields zero.
+func v1WithZero(v runV1) Run {
+	return Run{Version: v.Version, RunID: v.RunID, SubmittedAt: v.SubmittedAt, InputHash: v.InputHash,
+		State: v.State, CurrentStep: v.CurrentStep, CurrentJob: v.CurrentJob, Cancel: v.Cancel,
+		Headers: v.Headers, Priority: v.Priority, MaxAttempts: v.MaxAttempts, Status: v.Status,
+		EndedAt: v.EndedAt, NotifyQueue: v.NotifyQueue}
 }
 
 // DecodeRun decodes a run record.
@@ -161,8 +272,10 @@ func DecodeRun(b []byte) (*Run, error) {
 	var r Run
 	rd := format.NewReader(b)
 	readRun(&rd, &r)
-	if err := format.Exact(&rd, b, &r); err != nil {
-		return nil, fmt.Errorf("%w: run: %v", ErrCorrupt, err)
+	if rd.Finish() != nil {
+		if err := unmarshalRun(b, &r); err != nil {
+			return nil, fmt.Errorf("%w: run: %v", ErrCorrupt, err)
+		}
 	}
 	if r.Version != Version {
 		return nil, fmt.Errorf("%w: run record version %d", ErrCorrupt, r.Version)
@@ -177,7 +290,7 @@ func DecodeRun(b []byte) (*Run, error) {
 // written without reflection.
 func EncodeTerminal(t *Terminal) []byte {
 	t.Version = Version
-	size := 64 + len(t.RunID) + len(t.Result) + len(t.Error)
+	size := 80 + len(t.RunID) + len(t.Result) + len(t.Error) + len(t.DeadJob) + len(t.Payload) + len(t.Queue)
 	return appendTerminal(make([]byte, 0, size), t)
 }
 
@@ -189,11 +302,17 @@ func appendTerminal(b []byte, t *Terminal) []byte {
 	b = format.AppendBytes(b, t.Result)
 	b = format.AppendString(b, t.Error)
 	b = format.AppendUint32(b, t.FinalStep)
-	return format.AppendInt64(b, t.EndedAt)
+	b = format.AppendInt64(b, t.EndedAt)
+	b = format.AppendUint32(b, t.Attempt)
+	b = format.AppendString(b, t.DeadJob)
+	b = format.AppendBytes(b, t.Payload)
+	return format.AppendString(b, t.Queue)
 }
 
+// readTerminal is the fast reader of appendTerminal's output, and of shape 1
+// records.
 func readTerminal(rd *format.Reader, t *Terminal) {
-	rd.Fields(terminalFields)
+	n := rd.FieldsIn(terminalFieldsV1, terminalFields)
 	t.Version = rd.Uint8()
 	t.RunID = rd.String()
 	t.Status = rd.Uint8()
@@ -201,6 +320,41 @@ func readTerminal(rd *format.Reader, t *Terminal) {
 	t.Error = rd.String()
 	t.FinalStep = rd.Uint32()
 	t.EndedAt = rd.Int64()
+	if n == terminalFields {
+		t.Attempt = rd.Uint32()
+		t.DeadJob = rd.String()
+		t.Payload = rd.Bytes()
+		t.Queue = rd.String()
+	}
+}
+
+// terminalV1 is a shape 1 terminal record, for the reflective decoder.
+type terminalV1 struct {
+	Version   uint8
+	RunID     string
+	Status    uint8
+	Result    []byte
+	Error     string
+	FinalStep uint32
+	EndedAt   int64
+}
+
+// unmarshalTerminal is the reflective decoder of terminal records of either
+// shape: what the fast reader must agree with.
+func unmarshalTerminal(b []byte, t *Terminal) error {
+	*t = Terminal{}
+	err := format.UnmarshalExact(b, t)
+	if err == nil {
+		return nil
+	}
+	var v1 terminalV1
+	if format.UnmarshalExact(b, &v1) != nil {
+		*t = Terminal{}
+		return err
+	}
+	*t = Terminal{Version: v1.Version, RunID: v1.RunID, Status: v1.Status, Result: v1.Result,
+		Error: v1.Error, FinalStep: v1.FinalStep, EndedAt: v1.EndedAt}
+	return nil
 }
 
 // DecodeTerminal decodes a terminal record.
@@ -208,8 +362,10 @@ func DecodeTerminal(b []byte) (*Terminal, error) {
 	var t Terminal
 	rd := format.NewReader(b)
 	readTerminal(&rd, &t)
-	if err := format.Exact(&rd, b, &t); err != nil {
-		return nil, fmt.Errorf("%w: terminal: %v", ErrCorrupt, err)
+	if rd.Finish() != nil {
+		if err := unmarshalTerminal(b, &t); err != nil {
+			return nil, fmt.Errorf("%w: terminal: %v", ErrCorrupt, err)
+		}
 	}
 	if t.Version != Version || t.Status < 1 || t.Status > 3 {
 		return nil, fmt.Errorf("%w: terminal record version %d status %d", ErrCorrupt, t.Version, t.Status)

@@ -2,10 +2,12 @@ package kvrecord
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
 
+	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/format/codectest"
 )
 
@@ -29,6 +31,16 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || at != 123 || id != "run/x" {
 		t.Fatalf("ParseTerminalKey = %d %q %v", at, id, err)
 	}
+	for _, ns := range []int64{0, 1, 1_700_000_000_000_000_000, math.MaxInt64} {
+		at, id, err := ParseSubmittedKey(SubmittedKey(ns, "r-1"))
+		if err != nil || at != ns || id != "r-1" {
+			t.Fatalf("ParseSubmittedKey(SubmittedKey(%d)) = %d %q %v", ns, at, id, err)
+		}
+	}
+	// Newer runs sort first.
+	if older, newer := SubmittedKey(100, "b"), SubmittedKey(200, "a"); string(newer) >= string(older) {
+		t.Fatalf("SubmittedKey(200) %q does not sort before SubmittedKey(100) %q", newer, older)
+	}
 }
 
 func TestGarbage(t *testing.T) {
@@ -42,6 +54,9 @@ func TestGarbage(t *testing.T) {
 	}
 	if _, _, err := ParseTerminalKey([]byte("workflow/terminal/12x")); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("ParseTerminalKey: %v", err)
+	}
+	if _, _, err := ParseSubmittedKey([]byte("workflow/submitted/99999999999999999999/x")); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("ParseSubmittedKey of an out-of-range time: %v", err)
 	}
 }
 
@@ -76,6 +91,7 @@ func randRun(r *rand.Rand, multi bool) *Run {
 		CurrentStep: r.Uint32(), CurrentJob: codectest.String(r), Cancel: r.IntN(2) == 0,
 		Headers: codectest.Map(r, multi), Priority: int32(codectest.Int64(r)), MaxAttempts: r.Uint32(),
 		Status: uint8(r.UintN(5)), EndedAt: codectest.Int64(r), NotifyQueue: codectest.String(r),
+		Retries: r.Uint32(), UpdatedAt: codectest.Int64(r),
 	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
@@ -85,7 +101,8 @@ func randRun(r *rand.Rand, multi bool) *Run {
 
 func randTerminal(r *rand.Rand) *Terminal {
 	return &Terminal{Version: Version, RunID: codectest.String(r), Status: uint8(r.UintN(5)),
-		Result: codectest.Bytes(r), Error: codectest.String(r), FinalStep: r.Uint32(), EndedAt: codectest.Int64(r)}
+		Result: codectest.Bytes(r), Error: codectest.String(r), FinalStep: r.Uint32(), EndedAt: codectest.Int64(r),
+		Attempt: r.Uint32(), DeadJob: codectest.String(r), Payload: codectest.Bytes(r), Queue: codectest.String(r)}
 }
 
 // TestCodecsMatchMarshal holds the record codecs to the bytes of
@@ -108,8 +125,77 @@ func FuzzFastReaders(f *testing.F) {
 		f.Add(EncodeRun(randRun(r, false)))
 		f.Add(EncodeTerminal(randTerminal(r)))
 	}
+	for range 3 {
+		run := randRun(r, false)
+		v1, _ := format.Marshal(runV1Of(run))
+		f.Add(v1)
+		term := randTerminal(r)
+		tv1, _ := format.Marshal(terminalV1Of(term))
+		f.Add(tv1)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		codectest.Agree(t, b, readRun)
-		codectest.Agree(t, b, readTerminal)
+		codectest.AgreeWith(t, b, readRun, unmarshalRun)
+		codectest.AgreeWith(t, b, readTerminal, unmarshalTerminal)
 	})
+}
+
+func runV1Of(r *Run) *runV1 {
+	return &runV1{Version: r.Version, RunID: r.RunID, SubmittedAt: r.SubmittedAt, InputHash: r.InputHash,
+		State: r.State, CurrentStep: r.CurrentStep, CurrentJob: r.CurrentJob, Cancel: r.Cancel,
+		Headers: r.Headers, Priority: r.Priority, MaxAttempts: r.MaxAttempts, Status: r.Status,
+		EndedAt: r.EndedAt, NotifyQueue: r.NotifyQueue}
+}
+
+func terminalV1Of(t *Terminal) *terminalV1 {
+	return &terminalV1{Version: t.Version, RunID: t.RunID, Status: t.Status, Result: t.Result,
+		Error: t.Error, FinalStep: t.FinalStep, EndedAt: t.EndedAt}
+}
+
+// TestDecodeShape1 holds the decoders to records written before Retries,
+// UpdatedAt (run) and Attempt, DeadJob, Payload (terminal) were appended:
+// they decode, with those fields zero, on the fast and the reflective path
+// alike. Fails if a decoder insists on the current field count.
+func TestDecodeShape1(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		run := randRun(r, false)
+		run.State, run.Version = StateActive, Version
+		if run.RunID == "" {
+			run.RunID = "r"
+		}
+		old := *run
+		old.Retries, old.UpdatedAt = 0, 0
+		b, err := format.Marshal(runV1Of(run))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeRun(b)
+		if err != nil || !reflect.DeepEqual(got, &old) {
+			t.Fatalf("DecodeRun(shape 1) = %+v, %v; want %+v", got, err, old)
+		}
+		var slow Run
+		if err := unmarshalRun(b, &slow); err != nil || !reflect.DeepEqual(&slow, &old) {
+			t.Fatalf("unmarshalRun(shape 1) = %+v, %v", slow, err)
+		}
+		codectest.AgreeWith(t, b, readRun, unmarshalRun)
+
+		term := randTerminal(r)
+		term.Status, term.Version = 2, Version
+		oldT := *term
+		oldT.Attempt, oldT.DeadJob, oldT.Payload, oldT.Queue = 0, "", nil, ""
+		tb, err := format.Marshal(terminalV1Of(term))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotT, err := DecodeTerminal(tb)
+		if err != nil || !reflect.DeepEqual(gotT, &oldT) {
+			t.Fatalf("DecodeTerminal(shape 1) = %+v, %v; want %+v", gotT, err, oldT)
+		}
+		codectest.AgreeWith(t, tb, readTerminal, unmarshalTerminal)
+	}
+	// A count that is neither shape's is corrupt.
+	bad, _ := format.Marshal([]int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("DecodeRun(15 fields) = %v, want ErrCorrupt", err)
+	}
 }

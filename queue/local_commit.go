@@ -135,6 +135,8 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 				if f != nil {
 					after = append(after, f)
 				}
+			case opRequeueDead:
+				err = requeueDeadTx(tx, op.JobID, now)
 			default:
 				err = errors.New("queue: unknown transaction operation")
 			}

@@ -546,26 +546,31 @@ func (l *local) deadJobs(ctx context.Context, queue, after string, limit int) ([
 // requeueDead makes a dead job pending again with a fresh attempt budget.
 func (l *local) requeueDead(ctx context.Context, id string) error {
 	now := l.now()
-	return l.eng.Update(ctx, func(tx *engine.Tx) error {
-		v, ok := tx.Get(jobSpace + id)
-		if !ok {
-			return ErrJobNotFound
-		}
-		rec, err := decodeJob(v)
-		if err != nil {
-			return err
-		}
-		if rec.State != stateDead {
-			return fmt.Errorf("%w: job %s", ErrNotDead, id)
-		}
-		if _, ok := tx.Get(payloadSpace + id); !ok && rec.Payload == nil {
-			rec.Payload = []byte{} // lost: run it with an empty one
-		}
-		rec.State, rec.Attempts, rec.RunAt, rec.UpdatedAt = statePending, 0, now.UnixNano(), now.UnixNano()
-		rec.CancelReq = false
-		tx.Put(jobSpace+id, encodeJob(rec))
-		return nil
-	})
+	return l.eng.Update(ctx, func(tx *engine.Tx) error { return requeueDeadTx(tx, id, now) })
+}
+
+// requeueDeadTx makes a dead job pending again with a fresh attempt budget.
+//
+// REQUIRES: inside an engine transaction.
+func requeueDeadTx(tx *engine.Tx, id string, now time.Time) error {
+	v, ok := tx.Get(jobSpace + id)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrJobNotFound, id)
+	}
+	rec, err := decodeJob(v)
+	if err != nil {
+		return err
+	}
+	if rec.State != stateDead {
+		return fmt.Errorf("%w: job %s", ErrNotDead, id)
+	}
+	if _, ok := tx.Get(payloadSpace + id); !ok && rec.Payload == nil {
+		rec.Payload = []byte{} // lost: run it with an empty one
+	}
+	rec.State, rec.Attempts, rec.RunAt, rec.UpdatedAt = statePending, 0, now.UnixNano(), now.UnixNano()
+	rec.CancelReq = false
+	tx.Put(jobSpace+id, encodeJob(rec))
+	return nil
 }
 
 func (l *local) addSlots(s *slots) {

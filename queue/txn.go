@@ -27,6 +27,7 @@ const (
 	opRequireJob
 	opCompareAndDelete
 	opRelease
+	opRequeueDead
 )
 
 // txnOp is the serializable form of one transaction operation: a remote
@@ -207,6 +208,17 @@ func (t *Txn) RequireJobState(id string, states ...State) *Txn {
 		mask |= 1 << s
 	}
 	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: mask})
+	return t
+}
+
+// RequeueDead makes a dead job pending again with a fresh attempt budget
+// (its history is kept), as Queue.RequeueDead does, in the transaction. If
+// the job does not exist or is not dead, Commit fails (ErrJobNotFound,
+// ErrNotDead) and the whole transaction changes nothing. The workflow
+// runtime retries a failed run this way: its dead step is requeued in the
+// transaction that makes the run active again.
+func (t *Txn) RequeueDead(id string) *Txn {
+	t.ops = append(t.ops, txnOp{Kind: opRequeueDead, JobID: id})
 	return t
 }
 

@@ -47,7 +47,7 @@ func TestCancelPendingRun(t *testing.T) {
 		t.Errorf("outcome = %+v, want cancelled with empty error", o)
 	}
 	quiet(t, 100*time.Millisecond, "a cancelled run executed", func() bool { return calls.Load() == 0 })
-	if out := mustSubmit(t, rt, runtime.RunSpec{RunID: "pending"}); out.NewlySubmitted {
+	if out := mustSubmit(t, rt, runtime.RunSpec{RunID: "pending", Headers: map[string]string{"h": "v"}}); out.NewlySubmitted {
 		t.Errorf("Submit of the cancelled run = %+v, want a duplicate", out)
 	}
 }
@@ -295,15 +295,26 @@ func TestCancelFromAnotherRuntime(t *testing.T) {
 }
 
 // A Runtime that only submits, reads and cancels (an API process) is built
-// with terminal.Noop: it does not Run, so it has no hook to call. Cancelling
-// a pending run from it must still notify the hook of the Runtime that Runs:
-// the contract calls the hook for every run whose termination committed.
+// without a runner or hook: it does not Run, so it has no hook to call.
+// Cancelling a pending run from it must still notify the hook of the
+// Runtime that Runs (which records its notify queue in the store when its
+// Run starts): the contract calls the hook for every run whose termination
+// committed.
 func TestCancelFromNoopRuntimeStillNotifiesHook(t *testing.T) {
 	t.Parallel()
 	q := openQueue(t, memURL())
 	hook := &hookRecorder{}
 	worker := newRuntime(t, q, succeedRunner(nil), hook)
-	api := newRuntime(t, q, succeedRunner(nil), terminal.Noop)
+	api := newRuntime(t, q, nil, nil)
+	// The worker has Run on the store before (a deployment's steady state).
+	first := startRun(t, worker)
+	eventually(t, waitTimeout, "the worker to record its notify queue", func() bool {
+		v, err := q.Get(context.Background(), []byte("workflow/config/notify_queue"))
+		return err == nil && string(v) == notifyQueue
+	})
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
 	mustSubmit(t, api, runtime.RunSpec{RunID: "api-cancelled"})
 	mustCancel(t, api, "api-cancelled", true)
 	mustSubmit(t, api, runtime.RunSpec{RunID: "api-done"})

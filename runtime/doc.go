@@ -23,9 +23,30 @@
 //	steprunner.Permanent(err)       dead-letter; Failed; notification
 //	anything after an external      ack; Cancelled with Error ""; notification
 //	Cancel
+//	a step job of an ended run      dead-letter, with a reason that says to
+//	(requeued by hand) or a stale   Retry the run; logged (WithLogger); the
+//	one                             run record unchanged
 //
 // Each row is ONE queue transaction: a crash never leaves a step acked
-// without its successor, or a run ended without its notification.
+// without its successor, or a run ended without its notification. Failed
+// and cancelled runs keep their final step's payload (and the ID of its
+// dead job, if it died) in their terminal record, for Retry:
+//
+//	operator call                   one transaction does
+//	------------------------------  ----------------------------------------------
+//	Retry, final step dead-lettered requeue the dead job in place (fresh attempt
+//	                                budget, history kept); run record -> active
+//	                                at that step, Retries+1; delete the terminal
+//	                                record
+//	Retry, otherwise (Fail, Cancel, enqueue the final step again with the kept
+//	dead job deleted)               payload; run record and terminal record as
+//	                                above
+//	Cancel of a queued step         remove the step; Cancelled; notification
+//
+// The retried run's next termination is a new notification (new EndedAt,
+// so a new webhook-id) carrying Retries. Retry of a run that is not failed
+// or cancelled, or whose payload is no longer kept, is ErrRunNotRetryable;
+// of concurrent Retries of one run exactly one commits.
 //
 // # Scheduling
 //
@@ -56,10 +77,24 @@
 // that enqueues step 0, so concurrent submits of one ID from any number of
 // goroutines or processes yield one run; later submits with the same input
 // report NewlySubmitted=false and a different input is ErrInputMismatch.
-// When a run ends, its record and a terminal record (result, error, final
-// step, end time) are kept for the terminal retention (24h by default):
-// Status reports the outcome and re-submits stay no-ops. Afterwards the
-// run ID may be reused.
+// Re-submits that differ only in headers, priority or attempt limit are
+// ErrSpecMismatch. The same transaction writes the run's entry in the
+// submitted index (workflow/submitted/<inverted time>/<id>), which
+// ListRuns reads newest first; stores written before the index are
+// indexed by the first Run of this version, and listed by a full scan
+// until then. When a run ends, its record and a terminal record (result,
+// error, final step and attempt, end time, and for failed and cancelled
+// runs the final step's payload) are kept for the terminal retention (24h
+// by default): Status reports the outcome, Retry can restart it, and
+// re-submits stay no-ops. Afterwards the run ID may be reused.
+//
+// # Operating
+//
+// New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
+// Cancel and Retry work (they read and write the durable records), Run
+// returns ErrNoRunner. New does no I/O; a Runtime with a hook records its
+// notify queue in the store when its Run starts, so that runs ended by
+// client Runtimes (Cancel) are notified to it.
 //
 // # Guarantees
 //
@@ -72,8 +107,9 @@
 //     enqueued in the terminating transaction. Hook errors are retried with
 //     backoff (terminal.RetryAfter honoured); terminal.IsPermanent errors and
 //     exhausted attempts dead-letter the notification.
-//   - Status and Cancel read and write the durable records, so they work
-//     from any Runtime on the store and after restarts.
+//   - Status, ListRuns, Cancel and Retry read and write the durable
+//     records, so they work from any Runtime on the store (client Runtimes
+//     included) and after restarts.
 //
 // # Cancel
 //

@@ -8,12 +8,28 @@ var (
 	ErrInputMismatch = errors.New("runtime: run already submitted with a different input")
 	// ErrReservedHeader: a RunSpec header starts with "workflow.".
 	ErrReservedHeader = errors.New(`runtime: header keys starting "workflow." are reserved`)
-	// ErrInvalidRunID: empty after trimming spaces, over 128 bytes, not
-	// printable ASCII, or containing '/'.
+	// ErrInvalidRunID: empty after trimming spaces, with leading or
+	// trailing spaces, over 128 bytes, not printable ASCII, or containing
+	// '/'.
 	ErrInvalidRunID = errors.New("runtime: invalid run ID")
 	// ErrRunNotFound: no run with that ID in the store (never submitted, or
 	// finished longer ago than the terminal retention).
 	ErrRunNotFound = errors.New("runtime: run not found")
-	// ErrInvalidOption: an Option had an invalid value.
+	// ErrInvalidOption: an Option, an argument of New or a ListOptions
+	// field (such as a Cursor that no ListRuns returned) had an invalid
+	// value.
 	ErrInvalidOption = errors.New("runtime: invalid option")
+	// ErrSpecMismatch: Submit of a known run ID with the same input but
+	// other headers, priority or attempt limit (ErrInputMismatch is for a
+	// different input). The message names what differs.
+	ErrSpecMismatch = errors.New("runtime: run already submitted with other headers, priority or attempt limit")
+	// ErrRunNotRetryable: Retry of a run that is not failed or cancelled
+	// (pending, running, cancelling or succeeded; including a run that a
+	// concurrent Retry has just retried), or whose final step's payload is
+	// no longer kept. The message says which. Retrying the call helps only
+	// once the run has failed or been cancelled again.
+	ErrRunNotRetryable = errors.New("runtime: run cannot be retried")
+	// ErrNoRunner: Run of a client Runtime (New with a nil Runner), which
+	// does not execute steps.
+	ErrNoRunner = errors.New("runtime: this Runtime has no Runner: it cannot Run")
 )

@@ -20,10 +20,18 @@ type notification struct {
 	Headers   map[string]string
 	FinalStep uint32
 	EndedAt   int64
+	// Retries is the run's retry count (Runtime.Retry) when it ended.
+	// Appended in November 2026: notifications enqueued before have 7
+	// fields, and decode with Retries 0.
+	Retries uint32
 }
 
-// notificationFields is the number of fields of notification.
-const notificationFields = 7
+// notificationFields is the number of fields of notification;
+// notificationFieldsV1 of those enqueued before Retries.
+const (
+	notificationFields   = 8
+	notificationFieldsV1 = 7
+)
 
 // encode returns the bytes of format.Marshal(n), written without
 // reflection.
@@ -37,11 +45,14 @@ func (n *notification) encode() []byte {
 	b = format.AppendString(b, n.Error)
 	b = format.AppendStringMap(b, n.Headers)
 	b = format.AppendUint32(b, n.FinalStep)
-	return format.AppendInt64(b, n.EndedAt)
+	b = format.AppendInt64(b, n.EndedAt)
+	return format.AppendUint32(b, n.Retries)
 }
 
+// readNotification is the fast reader of encode's output, and of the
+// shorter notifications enqueued before Retries.
 func readNotification(rd *format.Reader, n *notification) {
-	rd.Fields(notificationFields)
+	fields := rd.FieldsIn(notificationFieldsV1, notificationFields)
 	n.RunID = rd.String()
 	n.Status = rd.Uint8()
 	n.Result = rd.Bytes()
@@ -49,14 +60,48 @@ func readNotification(rd *format.Reader, n *notification) {
 	n.Headers = rd.StringMap()
 	n.FinalStep = rd.Uint32()
 	n.EndedAt = rd.Int64()
+	if fields == notificationFields {
+		n.Retries = rd.Uint32()
+	}
+}
+
+// notificationV1 is a notification enqueued before Retries.
+type notificationV1 struct {
+	RunID     string
+	Status    uint8
+	Result    []byte
+	Error     string
+	Headers   map[string]string
+	FinalStep uint32
+	EndedAt   int64
+}
+
+// unmarshalNotification is the reflective decoder of notifications of
+// either shape: what the fast reader must agree with.
+func unmarshalNotification(b []byte, n *notification) error {
+	*n = notification{}
+	err := format.UnmarshalExact(b, n)
+	if err == nil {
+		return nil
+	}
+	var v1 notificationV1
+	if format.UnmarshalExact(b, &v1) != nil {
+		*n = notification{}
+		return err
+	}
+	*n = notification{RunID: v1.RunID, Status: v1.Status, Result: v1.Result, Error: v1.Error,
+		Headers: v1.Headers, FinalStep: v1.FinalStep, EndedAt: v1.EndedAt}
+	return nil
 }
 
 func decodeNotification(b []byte) (*notification, error) {
 	var n notification
 	rd := format.NewReader(b)
 	readNotification(&rd, &n)
-	if err := format.Exact(&rd, b, &n); err != nil {
-		return nil, err
+	if rd.Finish() != nil {
+		if err := unmarshalNotification(b, &n); err != nil {
+			return nil, err
+		}
 	}
 	return &n, nil
 }
@@ -65,6 +110,7 @@ func (n *notification) outcome() terminal.Outcome {
 	return terminal.Outcome{
 		RunID: n.RunID, Status: terminal.Status(n.Status), Result: n.Result, Error: n.Error,
 		Headers: n.Headers, FinalStep: n.FinalStep, EndedAt: time.Unix(0, n.EndedAt).UTC(),
+		Retries: n.Retries,
 	}
 }
 

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -17,6 +18,7 @@ type options struct {
 	retention         time.Duration
 	drainTimeout      time.Duration
 	noChain           bool
+	logger            *slog.Logger
 	now               func() time.Time
 }
 
@@ -28,6 +30,7 @@ func defaultOptions() options {
 		notifyConcurrency: 16,
 		pollInterval:      250 * time.Millisecond,
 		retention:         24 * time.Hour,
+		logger:            slog.Default(),
 		now:               time.Now,
 	}
 }
@@ -137,6 +140,20 @@ func WithDrainTimeout(d time.Duration) Option {
 			return invalid("drain timeout %v must not be negative", d)
 		}
 		o.drainTimeout = d
+		return nil
+	}
+}
+
+// WithLogger sets where Run logs what it cannot return: failures of its
+// background work (expiry, indexing) and step jobs it refuses to run (a
+// step of an ended run requeued by hand is dead-lettered with a reason, and
+// logged). Defaults to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return invalid("logger must not be nil")
+		}
+		o.logger = l
 		return nil
 	}
 }

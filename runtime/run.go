@@ -18,8 +18,15 @@ import (
 // Run executes steps and delivers terminal notifications until ctx is done,
 // then stops claiming, waits for running steps (see WithDrainTimeout) and
 // returns nil. It returns early only if the store fails (for example
-// queue.ErrFenced). Several Runtimes may Run on one store at once.
+// queue.ErrFenced). Several Runtimes may Run on one store at once. A client
+// Runtime (New without a Runner) returns ErrNoRunner at once.
 func (rt *Runtime) Run(ctx context.Context) error {
+	if rt.runner == nil {
+		return ErrNoRunner
+	}
+	if err := rt.recordNotifyQueue(ctx); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return rt.q.Work(gctx, rt.opts.queueName, rt.handleStep, queue.WorkOptions{
@@ -68,12 +75,11 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 			return err
 		}
 		txn := new(queue.Txn).Ack(notice).RequireJobState(deadID, queue.JobDead)
-		if rec.Cancel {
-			rt.terminate(txn, rec, old, terminal.Cancelled, nil, "", uint32(n64))
-		} else {
-			reason := notice.Headers[queue.HeaderDeadReason]
-			rt.terminate(txn, rec, old, terminal.Failed, nil, "step "+strconv.FormatUint(n64, 10)+" died: "+reason, uint32(n64))
+		e := ending{status: terminal.Cancelled, step: uint32(n64), deadJob: deadID}
+		if !rec.Cancel {
+			e.status, e.reason = terminal.Failed, "step "+strconv.FormatUint(n64, 10)+" died: "+notice.Headers[queue.HeaderDeadReason]
 		}
+		rt.terminate(txn, rec, old, e)
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue
@@ -107,8 +113,9 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	n64, perr := strconv.ParseUint(job.Headers[HeaderStep], 10, 32)
 	rec, old, err := rt.loadRun(settleCtx, runID)
 	if perr != nil || errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
-		// Not a live step of a live run (its run ended or expired): drop it.
-		return rt.q.Ack(settleCtx, job)
+		// Not a live step of a live run (its run ended or expired, and the
+		// job was requeued by hand): refuse it, visibly.
+		return rt.refuseStep(settleCtx, job, rec, perr)
 	}
 	if err != nil {
 		return err // the claim's lease expires and the step is retried
@@ -174,7 +181,7 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult) {
 		}
 		// Not run from a worker (cannot happen in handleStep): give it back.
 		if err := rt.q.Release(context.WithoutCancel(claimCtx), e.Claimed); err != nil && !queue.IsClaimLost(err) {
-			slogWarn("stepwell: releasing a chained step failed", err)
+			rt.opts.logger.Warn("stepwell: releasing a chained step failed", "err", err)
 		}
 	}
 }
@@ -186,17 +193,20 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 	case rec.Cancel && !(stepErr == nil && out.Kind() == steprunner.KindCancel):
 		// Cancelled from outside: whatever the step did, the run ends here.
 		txn.Ack(job)
-		rt.terminate(txn, rec, old, terminal.Cancelled, nil, "", n)
+		rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: n, attempt: job.Attempt,
+			payload: job.Payload, queue: job.Queue})
 	case stepErr != nil && !steprunner.IsPermanent(stepErr) && job.Attempt < job.MaxAttempts:
 		txn.Nack(job, stepErr, 0)
 	case stepErr != nil:
 		txn.DeadLetter(job, stepErr.Error())
-		rt.terminate(txn, rec, old, terminal.Failed, nil, stepErr.Error(), n)
+		rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: stepErr.Error(), step: n,
+			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue})
 	default:
 		switch out.Kind() {
 		case steprunner.KindContinue:
 			next := *rec
 			next.CurrentStep, next.CurrentJob = n+1, newJobID()
+			next.UpdatedAt = rt.opts.now().UnixNano()
 			opts := rt.stepOptions(&next, n+1, next.CurrentJob)
 			if d := out.Delay(); d > 0 {
 				opts.Delay = d
@@ -208,13 +218,15 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 				CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
 		case steprunner.KindSucceed:
 			txn.Ack(job)
-			rt.terminate(txn, rec, old, terminal.Succeeded, out.Result(), "", n)
+			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt})
 		case steprunner.KindFail:
 			txn.Ack(job)
-			rt.terminate(txn, rec, old, terminal.Failed, nil, out.Reason(), n)
+			rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: out.Reason(), step: n,
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
 		case steprunner.KindCancel:
 			txn.Ack(job)
-			rt.terminate(txn, rec, old, terminal.Cancelled, nil, out.Reason(), n)
+			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, reason: out.Reason(), step: n,
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
 		}
 	}
 	return txn
@@ -246,8 +258,11 @@ func (rt *Runtime) janitor(ctx context.Context) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		if err := rt.indexRuns(ctx); err != nil && ctx.Err() == nil {
+			rt.opts.logger.Warn("stepwell: indexing runs for ListRuns failed", "err", err)
+		}
 		if err := rt.expireTerminal(ctx); err != nil && ctx.Err() == nil {
-			slogWarn("stepwell: expiring terminal records failed", err)
+			rt.opts.logger.Warn("stepwell: expiring terminal records failed", "err", err)
 		}
 		select {
 		case <-t.C:
@@ -274,7 +289,7 @@ func (rt *Runtime) expireTerminal(ctx context.Context) error {
 			expired++
 			txn := new(queue.Txn).Delete(kv.Key)
 			if rec, old, err := rt.loadRun(ctx, runID); err == nil && rec.State == kvrecord.StateTerminal && rec.EndedAt == ended {
-				txn.CompareAndDelete(kvrecord.RunKey(runID), old)
+				txn.CompareAndDelete(kvrecord.RunKey(runID), old).Delete(kvrecord.SubmittedKey(rec.SubmittedAt, runID))
 			}
 			if _, err := rt.q.Commit(ctx, txn); err != nil && !errors.Is(err, queue.ErrConditionFailed) {
 				return err

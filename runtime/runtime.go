@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"strings"
+	"sync/atomic"
 
 	"github.com/oklog/ulid/v2"
 
@@ -29,19 +31,36 @@ const (
 // several Runtimes may share one *queue.Queue (or one store).
 type Runtime struct {
 	q      *queue.Queue
-	runner steprunner.Runner
+	runner steprunner.Runner // nil: a client Runtime, which does not Run
 	hook   terminal.Hook
 	opts   options
+
+	indexed atomic.Bool // the store's runs are all in the submitted index
 }
 
 // New returns a Runtime that executes steps with r on the store q and
-// reports finished runs to h (terminal.Noop for none).
+// reports finished runs to h (nil or terminal.Noop for none). It does no
+// I/O: Run records what it needs in the store when it starts.
+//
+// A nil r (with a nil or Noop h) makes a client Runtime: it submits,
+// inspects, cancels and retries runs (Submit, Status, ListRuns, Cancel,
+// Retry) but does not execute steps, and its Run returns ErrNoRunner. An
+// API process or an operator tool uses one; the runs' steps and
+// notifications are executed by the Runtimes that Run on the store. A
+// Runner that is a nil func or pointer (steprunner.RunnerFunc(nil)) is
+// refused with ErrInvalidOption, as is a hook without a runner.
 func New(q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...Option) (*Runtime, error) {
-	if q == nil || r == nil {
-		return nil, invalid("queue and runner are required")
+	if q == nil {
+		return nil, invalid("a queue is required")
 	}
-	if h == nil {
+	if r != nil && isNil(r) {
+		return nil, invalid("the runner is a nil %T (pass a nil Runner for a client Runtime that does not run steps)", r)
+	}
+	if h == nil || isNil(h) {
 		h = terminal.Noop
+	}
+	if r == nil && !terminal.IsNoop(h) {
+		return nil, invalid("a hook needs a runner: notifications are delivered by Run")
 	}
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -52,21 +71,34 @@ func New(q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...Option) (
 	if o.queueName == o.notifyQueueName {
 		return nil, invalid("step and notify queues must differ (both %q)", o.queueName)
 	}
-	rt := &Runtime{q: q, runner: r, hook: h, opts: o}
-	if !terminal.IsNoop(h) {
-		// Record where notifications go, for Runtimes without a hook.
-		ctx := context.Background()
-		cur, err := q.Get(ctx, []byte(notifyConfigKey))
-		if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
-			return nil, err
-		}
-		if string(cur) != o.notifyQueueName || err != nil {
-			if err := q.Put(ctx, []byte(notifyConfigKey), []byte(o.notifyQueueName)); err != nil {
-				return nil, err
-			}
-		}
+	return &Runtime{q: q, runner: r, hook: h, opts: o}, nil
+}
+
+// isNil reports whether v holds a nil func, pointer, map, chan or slice.
+func isNil(v any) bool {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Func, reflect.Pointer, reflect.Map, reflect.Chan, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
 	}
-	return rt, nil
+	return false
+}
+
+// recordNotifyQueue records in the store where this Runtime's hook gets
+// notifications, for Runtimes without a hook (an API process that only
+// submits and cancels) that end a run. Run calls it when it starts.
+func (rt *Runtime) recordNotifyQueue(ctx context.Context) error {
+	if terminal.IsNoop(rt.hook) {
+		return nil
+	}
+	cur, err := rt.q.Get(ctx, []byte(notifyConfigKey))
+	if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
+		return err
+	}
+	if err == nil && string(cur) == rt.opts.notifyQueueName {
+		return nil
+	}
+	return rt.q.Put(ctx, []byte(notifyConfigKey), []byte(rt.opts.notifyQueueName))
 }
 
 // RunSpec describes a run to submit.
@@ -94,11 +126,14 @@ type SubmitOutcome struct {
 }
 
 // ValidateRunID returns ErrInvalidRunID (wrapped with the reason) unless id
-// is a valid run ID.
+// is a valid run ID: 1 to 128 bytes of printable ASCII without '/', not
+// starting or ending with a space.
 func ValidateRunID(id string) error {
 	switch {
 	case strings.TrimSpace(id) == "":
 		return fmt.Errorf("%w: empty", ErrInvalidRunID)
+	case strings.TrimSpace(id) != id:
+		return fmt.Errorf("%w: %q has leading or trailing whitespace", ErrInvalidRunID, id)
 	case len(id) > MaxRunIDLen:
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidRunID, len(id), MaxRunIDLen)
 	}
@@ -111,10 +146,12 @@ func ValidateRunID(id string) error {
 }
 
 // Submit starts a run. It is idempotent on (RunID, Input) across processes
-// and restarts: a run that exists with the same input returns
-// NewlySubmitted=false and changes nothing; a different input is
-// ErrInputMismatch. The run record and step 0 are written in one
-// transaction, so concurrent submits of one run ID yield exactly one run.
+// and restarts: a run that exists with the same input, headers, priority
+// and attempt limit returns NewlySubmitted=false and changes nothing; a
+// different input is ErrInputMismatch, the same input with other headers,
+// priority or attempt limit ErrSpecMismatch. The run record, its index
+// entry and step 0 are written in one transaction, so concurrent submits
+// of one run ID yield exactly one run.
 func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, error) {
 	id := spec.RunID
 	if id == "" {
@@ -131,8 +168,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	hash := kvrecord.HashInput(spec.Input)
 	for {
 		jobID := ulid.Make().String()
+		now := rt.opts.now().UnixNano()
 		rec := &kvrecord.Run{
-			RunID: id, SubmittedAt: rt.opts.now().UnixNano(), InputHash: hash,
+			RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
 			State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
 			Headers: spec.Headers, Priority: spec.Priority, MaxAttempts: spec.MaxAttemptsPerStep,
 		}
@@ -143,6 +181,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		opts.Dispatch = true // starts at once if a local Run has a slot idle
 		txn := new(queue.Txn).
 			CompareAndPut(kvrecord.RunKey(id), nil, kvrecord.EncodeRun(rec)).
+			Put(kvrecord.SubmittedKey(now, id), []byte{}).
 			Enqueue(rt.opts.queueName, spec.Input, opts)
 		_, err := rt.q.Commit(ctx, txn)
 		if err == nil {
@@ -161,8 +200,27 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		if existing.InputHash != hash {
 			return SubmitOutcome{}, fmt.Errorf("%w: run %q", ErrInputMismatch, id)
 		}
+		if diff := specDiff(existing, spec); diff != "" {
+			return SubmitOutcome{}, fmt.Errorf("%w: run %q was submitted with other %s", ErrSpecMismatch, id, diff)
+		}
 		return SubmitOutcome{RunID: id, NewlySubmitted: false}, nil
 	}
+}
+
+// specDiff names what of spec differs from the run record's submission
+// ("" if nothing does): headers, priority, attempt limit.
+func specDiff(rec *kvrecord.Run, spec RunSpec) string {
+	var diff []string
+	if !maps.Equal(rec.Headers, spec.Headers) {
+		diff = append(diff, "headers")
+	}
+	if rec.Priority != spec.Priority {
+		diff = append(diff, fmt.Sprintf("priority (%d, not %d)", rec.Priority, spec.Priority))
+	}
+	if rec.MaxAttempts != spec.MaxAttemptsPerStep {
+		diff = append(diff, fmt.Sprintf("MaxAttemptsPerStep (%d, not %d)", rec.MaxAttempts, spec.MaxAttemptsPerStep))
+	}
+	return strings.Join(diff, ", ")
 }
 
 // stepOptions are the enqueue options of step n of a run.
@@ -220,109 +278,6 @@ func (rt *Runtime) loadRun(ctx context.Context, id string) (*kvrecord.Run, []byt
 	return rec, b, err
 }
 
-// State is a run's state as Status reports it.
-type State uint8
-
-// Run states.
-const (
-	StatePending    State = iota + 1 // current step queued (or scheduled)
-	StateRunning                     // a step is executing
-	StateCancelling                  // cancel requested, not yet settled
-	StateSucceeded
-	StateFailed
-	StateCancelled
-)
-
-func (s State) String() string {
-	switch s {
-	case StatePending:
-		return "pending"
-	case StateRunning:
-		return "running"
-	case StateCancelling:
-		return "cancelling"
-	case StateSucceeded:
-		return "succeeded"
-	case StateFailed:
-		return "failed"
-	case StateCancelled:
-		return "cancelled"
-	}
-	return fmt.Sprintf("State(%d)", uint8(s))
-}
-
-// Terminal reports whether s is a final state.
-func (s State) Terminal() bool { return s >= StateSucceeded }
-
-// RunStatus is a run's state.
-type RunStatus struct {
-	RunID       string
-	State       State
-	CurrentStep uint32
-	// Result is the Succeed result of a succeeded run.
-	Result []byte
-	// Error is the reason of a failed or cancelled run ("" for an external
-	// cancel).
-	Error string
-	// Scheduled is set for a pending run whose step waits on a delay
-	// (ContinueAfter) or a retry backoff.
-	Scheduled bool
-	Headers   map[string]string
-}
-
-// Status reports a run's state from the durable records, so it works from
-// any Runtime on the store and across restarts. ErrRunNotFound for unknown
-// runs and for runs finished longer ago than the terminal retention.
-func (rt *Runtime) Status(ctx context.Context, runID string) (RunStatus, error) {
-	rec, _, err := rt.loadRun(ctx, runID)
-	if err != nil {
-		return RunStatus{}, err
-	}
-	st := RunStatus{RunID: runID, CurrentStep: rec.CurrentStep, Headers: rec.Headers}
-	switch rec.State {
-	case kvrecord.StateTerminal:
-		tb, err := rt.q.Get(ctx, kvrecord.TerminalKey(rec.EndedAt, runID))
-		if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
-			return RunStatus{}, err
-		}
-		if err == nil {
-			t, err := kvrecord.DecodeTerminal(tb)
-			if err != nil {
-				return RunStatus{}, err
-			}
-			st.Result, st.Error, st.CurrentStep = t.Result, t.Error, t.FinalStep
-		}
-		st.State = stateOf(terminal.Status(rec.Status))
-	case kvrecord.StateCancelling:
-		st.State = StateCancelling
-	default:
-		st.State = StatePending
-		job, err := rt.q.GetJob(ctx, rec.CurrentJob)
-		if err != nil && !errors.Is(err, queue.ErrJobNotFound) {
-			return RunStatus{}, err
-		}
-		if job != nil {
-			switch job.State {
-			case queue.JobClaimed:
-				st.State = StateRunning
-			case queue.JobScheduled:
-				st.Scheduled = true
-			}
-		}
-	}
-	return st, nil
-}
-
-func stateOf(s terminal.Status) State {
-	switch s {
-	case terminal.Succeeded:
-		return StateSucceeded
-	case terminal.Failed:
-		return StateFailed
-	}
-	return StateCancelled
-}
-
 // Cancel cancels a run. A queued or scheduled step is removed and the run
 // settled Cancelled in one transaction. A running step gets a durable
 // cancel flag and its ctx cancelled (cause steprunner.ErrRunCancelled); the
@@ -363,10 +318,12 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			txn = new(queue.Txn).
 				RequireJobState(job.ID, queue.JobPending, queue.JobScheduled).
 				CancelJob(job.ID)
-			rt.terminate(txn, rec, old, terminal.Cancelled, nil, "", rec.CurrentStep)
+			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
 		case queue.JobClaimed:
 			next := *rec
 			next.State, next.Cancel = kvrecord.StateCancelling, true
+			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn = new(queue.Txn).
 				RequireJobState(job.ID, queue.JobClaimed).
 				CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next)).
@@ -375,7 +332,8 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			// The step died (its last attempt failed or its worker died)
 			// and the run has not been settled yet: settle it cancelled.
 			txn = new(queue.Txn).RequireJobState(job.ID, queue.JobDead)
-			rt.terminate(txn, rec, old, terminal.Cancelled, nil, "", rec.CurrentStep)
+			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
+				attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue})
 		default:
 			continue // settling right now: read again
 		}
@@ -387,23 +345,48 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 	}
 }
 
+// ending is how a run ends, for terminate.
+type ending struct {
+	status terminal.Status
+	result []byte // Succeed's result
+	reason string
+	step   uint32 // the final step
+	// attempt is the final step's attempt that settled the run; 0 if
+	// unknown or it never ran.
+	attempt uint32
+	// payload is the final step's payload, kept in the terminal record of
+	// a failed or cancelled run for Retry.
+	payload []byte
+	// deadJob is the final step's job when it was dead-lettered.
+	deadJob string
+	// queue is the final step job's queue ("" if unknown).
+	queue string
+}
+
 // terminate adds to txn everything that ends a run: the run record's final
-// state, the terminal record and (unless the hook is Noop) the notification.
-func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, status terminal.Status, result []byte, reason string, finalStep uint32) {
+// state, the terminal record and (unless the run has no notify queue) the
+// notification.
+func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e ending) {
 	ended := rt.opts.now().UnixNano()
 	next := *rec
-	next.State, next.Status, next.EndedAt, next.CurrentJob = kvrecord.StateTerminal, uint8(status), ended, ""
-	next.CurrentStep = finalStep
+	next.State, next.Status, next.EndedAt, next.CurrentJob = kvrecord.StateTerminal, uint8(e.status), ended, ""
+	next.CurrentStep, next.UpdatedAt = e.step, ended
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
-	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), kvrecord.EncodeTerminal(&kvrecord.Terminal{
-		RunID: rec.RunID, Status: uint8(status), Result: result, Error: reason, FinalStep: finalStep, EndedAt: ended,
-	}))
+	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
+		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}
+	if e.status != terminal.Succeeded {
+		t.Payload = e.payload
+		if t.Payload == nil && e.deadJob == "" {
+			t.Payload = []byte{} // kept, and empty
+		}
+	}
+	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), kvrecord.EncodeTerminal(t))
 	notifyQueue := rec.NotifyQueue // resolved by resolveNotify
 	if notifyQueue == "" {
 		return
 	}
-	n := notification{RunID: rec.RunID, Status: uint8(status), Result: result, Error: reason,
-		Headers: rec.Headers, FinalStep: finalStep, EndedAt: ended}
+	n := notification{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
+		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
 	txn.Enqueue(notifyQueue, n.encode(), queue.EnqueueOptions{
 		DedupKey: fmt.Sprintf("notify:%s:%d", rec.RunID, ended),
 		Headers:  map[string]string{HeaderRunID: rec.RunID},

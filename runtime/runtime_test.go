@@ -26,8 +26,19 @@ func TestNewValidation(t *testing.T) {
 	if _, err := runtime.New(nil, r, terminal.Noop); err == nil {
 		t.Error("New with a nil queue: no error")
 	}
-	if _, err := runtime.New(q, nil, terminal.Noop); err == nil {
-		t.Error("New with a nil runner: no error")
+	if _, err := runtime.New(q, steprunner.RunnerFunc(nil), terminal.Noop); !errors.Is(err, runtime.ErrInvalidOption) {
+		t.Errorf("New with a nil RunnerFunc: %v, want ErrInvalidOption", err)
+	}
+	if _, err := runtime.New(q, nil, &hookRecorder{}); !errors.Is(err, runtime.ErrInvalidOption) {
+		t.Errorf("New with a hook but no runner: %v, want ErrInvalidOption", err)
+	}
+	// No runner: a client Runtime, whose Run refuses to start.
+	client, err := runtime.New(q, nil, nil)
+	if err != nil {
+		t.Fatalf("New with no runner (a client Runtime): %v", err)
+	}
+	if err := client.Run(context.Background()); !errors.Is(err, runtime.ErrNoRunner) {
+		t.Errorf("Run of a client Runtime = %v, want ErrNoRunner", err)
 	}
 	if _, err := runtime.New(q, r, nil); err != nil {
 		t.Errorf("New with a nil hook (= Noop): %v", err)

@@ -26,12 +26,26 @@ func TestSubmitDuplicateSameInput(t *testing.T) {
 		t.Fatalf("first Submit = %+v", out)
 	}
 	txns := q.StorageStats().Transactions
-	// Headers and attempts are not part of the identity; only the input is.
+	// The same spec again is a no-op; an empty header map is no headers.
 	spec2 := spec
-	spec2.Headers = map[string]string{"other": "headers"}
+	spec2.Headers = map[string]string{}
 	for i, s := range []runtime.RunSpec{spec, spec2} {
 		if out := mustSubmit(t, rt, s); out.NewlySubmitted || out.RunID != "dup" {
 			t.Errorf("duplicate Submit %d = %+v, want not newly submitted", i, out)
+		}
+	}
+	// The same input with other headers, priority or attempt limit is not
+	// silently taken for the run submitted: ErrSpecMismatch.
+	for name, mod := range map[string]func(*runtime.RunSpec){
+		"headers":  func(s *runtime.RunSpec) { s.Headers = map[string]string{"other": "headers"} },
+		"priority": func(s *runtime.RunSpec) { s.Priority = 5 },
+		"attempts": func(s *runtime.RunSpec) { s.MaxAttemptsPerStep = 9 },
+	} {
+		other := spec
+		mod(&other)
+		_, err := rt.Submit(context.Background(), other)
+		if !errors.Is(err, runtime.ErrSpecMismatch) || errors.Is(err, runtime.ErrInputMismatch) {
+			t.Errorf("re-Submit with other %s: %v, want ErrSpecMismatch", name, err)
 		}
 	}
 	if got := q.StorageStats().Transactions; got != txns {
@@ -214,6 +228,9 @@ func TestInvalidRunIDs(t *testing.T) {
 		"leading slash":  "/a",
 		"NUL":            "a\x00b",
 		"129 with slash": strings.Repeat("/", 129),
+		"leading space":  " padded",
+		"trailing space": "padded ",
+		"both":           " padded ",
 	} {
 		before := q.StorageStats()
 		_, err := rt.Submit(context.Background(), runtime.RunSpec{RunID: id, Input: []byte("x")})
@@ -227,7 +244,7 @@ func TestInvalidRunIDs(t *testing.T) {
 			t.Errorf("%s: Submit wrote: %d transactions, %d puts", name, after.Transactions-before.Transactions, after.Puts-before.Puts)
 		}
 	}
-	for _, id := range []string{strings.Repeat("z", 128), "a b", "~!@#$%^&*()_+{}|:\"<>?`-=[]\\;',.", " padded "} {
+	for _, id := range []string{strings.Repeat("z", 128), "a b", "~!@#$%^&*()_+{}|:\"<>?`-=[]\\;',."} {
 		if out, err := rt.Submit(context.Background(), runtime.RunSpec{RunID: id}); err != nil || !out.NewlySubmitted || out.RunID != id {
 			t.Errorf("valid ID %q: %+v, %v", id, out, err)
 		}
@@ -235,8 +252,8 @@ func TestInvalidRunIDs(t *testing.T) {
 			t.Errorf("Status(%q): %v", id, err)
 		}
 	}
-	if s := mustStats(t, q, stepsQueue); s.Pending != 4 {
-		t.Errorf("step queue = %+v, want the 4 valid runs pending", s)
+	if s := mustStats(t, q, stepsQueue); s.Pending != 3 {
+		t.Errorf("step queue = %+v, want the 3 valid runs pending", s)
 	}
 }
 

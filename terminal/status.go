@@ -57,6 +57,10 @@ type Outcome struct {
 	// once and keeps it across delivery attempts; a zero EndedAt is
 	// reported by the webhook as the time of the attempt.
 	EndedAt time.Time
+	// Retries is how many times the run was retried (runtime.Runtime.Retry)
+	// before this termination; 0 for a run that was never retried. Each
+	// termination of a retried run is a notification of its own.
+	Retries uint32
 }
 
 // Hook observes the end of runs. The runtime calls OnTermination at least

@@ -534,7 +534,7 @@ func TestCancelAndRequeue(t *testing.T) {
 	}
 
 	// Requeue: a plain job goes back to pending; a job that is not dead is
-	// refused; a dead step of a failed run is requeued with a warning.
+	// refused; the dead step of a failed run retries the run.
 	if out := f.ok(t, "requeue", "email-1"); out != "job email-1 requeued on queue emails\n" {
 		t.Errorf("requeue email-1 printed %q", out)
 	}
@@ -551,9 +551,46 @@ func TestCancelAndRequeue(t *testing.T) {
 	if len(dead.DeadJobs) != 1 || dead.DeadJobs[0].RunID != "order-2" {
 		t.Fatalf("dead = %+v, want order-2's step only", dead)
 	}
-	r = f.on(t, "requeue", dead.DeadJobs[0].ID)
-	if r.code != exitOK || !strings.Contains(r.stderr, "warning: run order-2 has finished") {
-		t.Errorf("requeue of a failed run's step: exit %d, stderr %q", r.code, r.stderr)
+	f.okJSON(t, &rq, "requeue", dead.DeadJobs[0].ID)
+	if rq != (requeueJSON{JobID: dead.DeadJobs[0].ID, Queue: "workflow-steps", RunID: "order-2", RunResumes: true, RunRetried: true}) {
+		t.Errorf("requeue of a failed run's dead step = %+v", rq)
+	}
+	var r2 runJSON
+	f.okJSON(t, &r2, "run", "order-2")
+	if r2.State != "pending" || r2.CurrentJob != dead.DeadJobs[0].ID {
+		t.Errorf("order-2 after requeue of its dead step = %+v", r2)
+	}
+}
+
+// TestRetry: "retry" retries a failed or cancelled run (runtime.Retry),
+// refuses other runs (exit 1) and unknown ones (exit 4); a dead step job
+// whose run moved on is refused by "requeue" instead of being dropped
+// later.
+func TestRetry(t *testing.T) {
+	f := newFixture(t)
+	var out retryJSON
+	f.okJSON(t, &out, "retry", "order-2")
+	if out != (retryJSON{RunID: "order-2", State: "pending", Step: 0, Retries: 1}) {
+		t.Errorf("retry order-2 = %+v", out)
+	}
+	if r := f.on(t, "retry", "order-2"); r.code != exitFailed || !strings.Contains(r.stderr, "not failed or cancelled") {
+		t.Errorf("second retry: exit %d, %q", r.code, r.stderr)
+	}
+	if r := f.on(t, "retry", "order-1"); r.code != exitFailed || !strings.Contains(r.stderr, "succeeded") {
+		t.Errorf("retry of a succeeded run: exit %d, %q", r.code, r.stderr)
+	}
+	if r := f.on(t, "retry", "nope"); r.code != exitNotFound {
+		t.Errorf("retry of an unknown run: exit %d, %q", r.code, r.stderr)
+	}
+	var c cancelJSON
+	f.okJSON(t, &c, "cancel", "order-3")
+	if got := f.ok(t, "retry", "order-3"); !strings.Contains(got, "run order-3 retried from step 0 (retry 1)") {
+		t.Errorf("retry of a cancelled run printed %q", got)
+	}
+	var runs runsJSON
+	f.okJSON(t, &runs, "runs", "--state", "failed")
+	if len(runs.Runs) != 0 {
+		t.Errorf("failed runs after the retry = %+v", runs)
 	}
 }
 

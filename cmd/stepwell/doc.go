@@ -1,5 +1,5 @@
 // Command stepwell is the operator CLI of a Stepwell store: it shows queues,
-// runs, jobs and dead letters, cancels runs and requeues dead jobs, on any
+// runs, jobs and dead letters, cancels and retries runs and requeues dead jobs, on any
 // store URL the queue package opens (mem://, file://, s3://, gs://,
 // azblob://).
 //
@@ -24,9 +24,10 @@
 //	                             oldest pending job; a storage summary line
 //	queues                       queue names
 //	runs    [--state S] [--limit N]
-//	                             runs with state, current step and submit
-//	                             time; S is pending, running, cancelling,
-//	                             succeeded, failed or cancelled
+//	                             runs, newest first, with state, current
+//	                             step and submit time; S is pending,
+//	                             running, cancelling, succeeded, failed or
+//	                             cancelled (runtime.Runtime.ListRuns)
 //	run     RUN_ID               one run: record, outcome (result, error),
 //	                             its step job with attempt history
 //	dead    [--queue Q] [--limit N]
@@ -41,6 +42,9 @@
 //	                             cancel a run (runtime.Runtime.Cancel)
 //	requeue JOB_ID [--takeover]  make a dead job pending again with a fresh
 //	                             attempt budget (queue.Queue.RequeueDead)
+//	retry   RUN_ID [--takeover]  run a failed or cancelled run again from
+//	                             the step that ended it
+//	                             (runtime.Runtime.Retry)
 //
 // While the service that owns the store is running, a write command is
 // refused with exit code 3: do the operation from inside that service (for
@@ -55,14 +59,18 @@
 // owner object for 2.5 heartbeats (5s by default) to tell a live writer from a
 // crashed one.
 //
-// cancel builds a Runtime that never runs steps. When it ends a queued run,
+// cancel and retry use a client Runtime (runtime.New without a runner),
+// which never runs steps. When cancel ends a queued run,
 // it enqueues the terminal notification where the service's Runtime recorded
 // it in the store; the service's hook delivers it once the service runs.
 //
-// requeue of a dead workflow step job does not revive its run: the run ended
-// Failed when the step was dead-lettered, and the runtime drops steps of
-// finished runs. Requeue is meant for plain queue jobs and for dead terminal
-// notifications (which re-delivers them to the hook).
+// requeue of the dead final step of a failed or cancelled run retries the
+// run (as retry does), which goes on from that step; requeue of the dead
+// current step of an active run (its worker died on the last attempt) lets
+// the run go on. Other step jobs (of a run that moved on, ended otherwise or
+// expired) would never run and are refused. Requeue is otherwise meant for
+// plain queue jobs and for dead terminal notifications (which re-delivers
+// them to the hook).
 //
 // # Output
 //

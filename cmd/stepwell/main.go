@@ -48,6 +48,8 @@ Write commands (become the store's writer; refused while another process is):
   cancel  RUN_ID [--takeover]
                                     cancel a run
   requeue JOB_ID [--takeover]       make a dead job pending again
+  retry   RUN_ID [--takeover]       run a failed or cancelled run again from
+                                    the step that ended it
 
   help    [COMMAND]                 this text, or a command's flags
 
@@ -103,7 +105,7 @@ type command struct {
 func commands() []*command {
 	return []*command{
 		statsCommand(), queuesCommand(), runsCommand(), runCommand(),
-		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(),
+		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(), retryCommand(),
 		benchCommand(),
 	}
 }

@@ -15,12 +15,7 @@ import (
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
-	"github.com/stepwell/stepwell/steprunner"
-	"github.com/stepwell/stepwell/terminal"
 )
-
-// scanPage is the page size of the run-record scan.
-const scanPage = 500
 
 // defaultLimit is the default --limit of listings.
 const defaultLimit = 100
@@ -31,16 +26,11 @@ var runStates = []string{
 	runtime.StateSucceeded.String(), runtime.StateFailed.String(), runtime.StateCancelled.String(),
 }
 
-// idleRunner is the Runner of the CLI's Runtimes, which never call Run:
-// they only read (Status) or cancel.
-var idleRunner = steprunner.RunnerFunc(func(context.Context, *steprunner.Step) (steprunner.Outcome, error) {
-	return steprunner.Outcome{}, errors.New("stepwell CLI: steps are not run here")
-})
-
-// inspector returns a Runtime for reading run state on q (which may be
-// read-only: Status only reads).
+// inspector returns a client Runtime (no runner, no hook: it never Runs)
+// for reading and changing run state on q. Status and ListRuns only read,
+// so q may be read-only.
 func inspector(q *queue.Queue) (*runtime.Runtime, error) {
-	return runtime.New(q, idleRunner, terminal.Noop)
+	return runtime.New(q, nil, nil)
 }
 
 // runRowJSON is one run in "runs --json".
@@ -66,8 +56,8 @@ func runsCommand() *command {
 	return &command{
 		name:     "runs",
 		synopsis: "[--state S] [--limit N]",
-		help: `Lists runs in run-ID order: ID, state, current (or final) step, submit time
-and, for finished runs, end time. Finished runs are listed for the terminal
+		help: `Lists runs, newest submitted first (runtime.Runtime.ListRuns): ID, state,
+current (or final) step, submit time and, for finished runs, end time. Finished runs are listed for the terminal
 retention (24h by default). Opens the store read-only.
 `,
 		flags: func(fs *flag.FlagSet) {
@@ -91,43 +81,35 @@ retention (24h by default). Opens the store read-only.
 				return err
 			}
 			out := runsJSON{Runs: []runRowJSON{}}
-			var after []byte
-		scan:
+			opts := runtime.ListOptions{Limit: runtime.MaxListLimit}
+			if state != "" {
+				st, _ := runtime.ParseState(state)
+				opts.States = []runtime.State{st}
+			}
+		list:
 			for {
-				page, err := q.Scan(ctx, []byte(kvrecord.RunPrefix), queue.ScanOptions{After: after, Limit: scanPage})
+				page, err := rt.ListRuns(ctx, opts)
 				if err != nil {
 					return err
 				}
-				for _, kv := range page.Items {
-					rec, err := kvrecord.DecodeRun(kv.Value)
-					if err != nil {
-						return fmt.Errorf("run record %q: %w", kv.Key, err)
+				for _, st := range page.Runs {
+					if limit > 0 && len(out.Runs) == limit {
+						out.Truncated = true
+						break list
 					}
-					id := strings.TrimPrefix(string(kv.Key), kvrecord.RunPrefix)
-					st, err := rt.Status(ctx, id)
-					if err != nil {
-						return fmt.Errorf("run %q: %w", id, err)
-					}
-					if state != "" && st.State.String() != state {
-						continue
-					}
-					dead, err := isStepDead(ctx, q, rec, st)
+					dead, err := isStepDead(ctx, q, st)
 					if err != nil {
 						return err
 					}
-					if limit > 0 && len(out.Runs) == limit {
-						out.Truncated = true
-						break scan
-					}
 					out.Runs = append(out.Runs, runRowJSON{
-						RunID: id, State: st.State.String(), Scheduled: st.Scheduled, StepDead: dead,
-						Step: st.CurrentStep, SubmittedAt: jsonTime(unixTime(rec.SubmittedAt)), EndedAt: jsonTime(unixTime(rec.EndedAt)),
+						RunID: st.RunID, State: st.State.String(), Scheduled: st.Scheduled, StepDead: dead,
+						Step: st.CurrentStep, SubmittedAt: jsonTime(st.SubmittedAt), EndedAt: jsonTime(st.EndedAt),
 					})
 				}
-				if page.Next == nil {
+				if page.Next == "" {
 					break
 				}
-				after = page.Next
+				opts.Cursor = page.Next
 			}
 			if c.asJSON {
 				return writeJSON(c.stdout, out)
@@ -164,8 +146,22 @@ func stateText(state string, scheduled, stepDead bool) string {
 // the queue dead-lettered it by itself (its worker stopped on the last
 // attempt), so the run goes nowhere until the job is requeued. Status
 // reports such a run as pending.
-func isStepDead(ctx context.Context, q *queue.Queue, rec *kvrecord.Run, st runtime.RunStatus) (bool, error) {
-	if st.State != runtime.StatePending || rec.CurrentJob == "" {
+func isStepDead(ctx context.Context, q *queue.Queue, st runtime.RunStatus) (bool, error) {
+	if st.State != runtime.StatePending {
+		return false, nil
+	}
+	b, err := q.Get(ctx, kvrecord.RunKey(st.RunID))
+	if errors.Is(err, queue.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	rec, err := kvrecord.DecodeRun(b)
+	if err != nil {
+		return false, fmt.Errorf("run record %q: %w", kvrecord.RunKey(st.RunID), err)
+	}
+	if rec.CurrentJob == "" {
 		return false, nil
 	}
 	job, err := q.GetJob(ctx, rec.CurrentJob)

@@ -58,11 +58,11 @@ finished (the output says which), 4 when there is no such run.
 			}
 			defer closeQueue(q, &err)
 
-			// A Runtime without a hook: the run's notification goes where
-			// the service recorded it (runtime.Runtime.Cancel).
-			rt, err := runtime.New(q, idleRunner, terminal.Noop)
+			// A client Runtime: the run's notification goes where the
+			// service recorded it (runtime.Runtime.Cancel).
+			rt, err := inspector(q)
 			if err != nil {
-				return usageError("%v", err)
+				return err
 			}
 			if err := checkCancellable(ctx, q, id); err != nil {
 				return err
@@ -129,9 +129,11 @@ type requeueJSON struct {
 	// RunID is the workflow run the job is a step of; "" for other jobs.
 	RunID string `json:"run_id"`
 	// RunResumes is true when the job is the current step of an active run,
-	// which goes on with it; false for a step of a finished run, which the
-	// runtime drops without running.
+	// which goes on with it, or the dead final step of a failed or
+	// cancelled run, which is retried with it (runtime.Runtime.Retry).
 	RunResumes bool `json:"run_resumes"`
+	// RunRetried is true when the requeue retried the job's run.
+	RunRetried bool `json:"run_retried"`
 }
 
 func requeueCommand() *command {
@@ -142,8 +144,10 @@ func requeueCommand() *command {
 		help: `Makes a dead job pending again with a fresh attempt budget (its history is
 kept), with queue.Queue.RequeueDead. Meant for plain queue jobs, dead terminal
 notifications (redelivered to the hook), and the step of a run whose worker
-died on the last attempt (the run goes on). A dead step of a run that ended
-Failed does not revive the run: the runtime drops it without running it.
+died on the last attempt (the run goes on). The dead final step of a failed or
+cancelled run is requeued by retrying its run (as 'stepwell retry RUN_ID'
+does): the run goes on from that step. Other step jobs whose run has moved on,
+ended otherwise or expired would never run: they are refused (exit 1).
 
 Opens the store as its writer: while the service holds the store this exits 3
 (requeue from inside the service instead, or after it stops; --takeover fences
@@ -170,10 +174,22 @@ it on bucket stores). Exits 4 when there is no such job, 1 when it is not dead.
 			}
 			out := requeueJSON{JobID: id, Queue: job.Queue, RunID: job.Headers[runtime.HeaderRunID]}
 			if out.RunID != "" && job.Headers[runtime.HeaderStep] != "" {
-				out.RunResumes, err = isCurrentStep(ctx, q, out.RunID, id)
+				retry, err := stepRequeue(ctx, q, out.RunID, id)
 				if err != nil {
 					return err
 				}
+				if retry {
+					if err := retryRun(ctx, q, out.RunID); err != nil {
+						return err
+					}
+					out.RunResumes, out.RunRetried = true, true
+					if c.asJSON {
+						return writeJSON(c.stdout, out)
+					}
+					fmt.Fprintf(c.stdout, "job %s requeued on queue %s: run %s is retried from it\n", id, job.Queue, out.RunID)
+					return nil
+				}
+				out.RunResumes = true
 			}
 			err = q.RequeueDead(ctx, id)
 			switch {
@@ -188,22 +204,24 @@ it on bucket stores). Exits 4 when there is no such job, 1 when it is not dead.
 				return writeJSON(c.stdout, out)
 			}
 			fmt.Fprintf(c.stdout, "job %s requeued on queue %s\n", id, job.Queue)
-			switch {
-			case out.RunResumes:
+			if out.RunResumes {
 				fmt.Fprintf(c.stdout, "run %s goes on with it\n", out.RunID)
-			case out.RunID != "" && job.Headers[runtime.HeaderStep] != "":
-				fmt.Fprintf(c.stderr, "stepwell requeue: warning: run %s has finished or moved on; the runtime will drop this step without running it\n", out.RunID)
 			}
 			return nil
 		},
 	}
 }
 
-// isCurrentStep reports whether job is the current step of the active run.
-func isCurrentStep(ctx context.Context, q *queue.Queue, runID, jobID string) (bool, error) {
+// stepRequeue decides the requeue of dead step job jobID of run runID:
+// retry reports that it is the dead final step of the failed or cancelled
+// run, to be requeued by retrying the run; false with a nil error that it
+// is the current step of the active run, to be requeued as is. Any other
+// step job would never run: an error says why and what to do.
+func stepRequeue(ctx context.Context, q *queue.Queue, runID, jobID string) (retry bool, err error) {
 	b, err := q.Get(ctx, kvrecord.RunKey(runID))
 	if errors.Is(err, queue.ErrKeyNotFound) {
-		return false, nil
+		return false, failed("job %s is a step of run %q, which no longer exists (finished longer ago than the\n"+
+			"terminal retention): requeued, it would not run. Nothing was changed", jobID, runID)
 	}
 	if err != nil {
 		return false, err
@@ -212,5 +230,104 @@ func isCurrentStep(ctx context.Context, q *queue.Queue, runID, jobID string) (bo
 	if err != nil {
 		return false, fmt.Errorf("run record %q: %w", kvrecord.RunKey(runID), err)
 	}
-	return rec.State != kvrecord.StateTerminal && rec.CurrentJob == jobID, nil
+	if rec.State != kvrecord.StateTerminal {
+		if rec.CurrentJob == jobID {
+			return false, nil
+		}
+		return false, failed("job %s is an old step of run %q, which is at step %d now: requeued, it would not run.\n"+
+			"Nothing was changed", jobID, runID, rec.CurrentStep)
+	}
+	tb, err := q.Get(ctx, kvrecord.TerminalKey(rec.EndedAt, runID))
+	if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
+		return false, err
+	}
+	var t *kvrecord.Terminal
+	if err == nil {
+		if t, err = kvrecord.DecodeTerminal(tb); err != nil {
+			return false, err
+		}
+	}
+	status := terminal.Status(rec.Status)
+	if t == nil || t.DeadJob != jobID || status == terminal.Succeeded {
+		return false, failed("job %s is a step of run %q, which has ended (%s) at another step: requeued, it would\n"+
+			"not run. Nothing was changed. To run the run again from its last step: stepwell retry %s",
+			jobID, runID, status, runID)
+	}
+	return true, nil
+}
+
+// retryRun retries a run with runtime.Runtime.Retry, mapping its errors to
+// exit codes.
+func retryRun(ctx context.Context, q *queue.Queue, runID string) error {
+	rt, err := inspector(q)
+	if err != nil {
+		return err
+	}
+	err = rt.Retry(ctx, runID)
+	switch {
+	case errors.Is(err, runtime.ErrRunNotFound):
+		return notFound("run %q not found (never submitted, or finished longer ago than the terminal retention)", runID)
+	case errors.Is(err, runtime.ErrRunNotRetryable):
+		return failed("%v", err)
+	}
+	return err
+}
+
+type retryJSON struct {
+	RunID string `json:"run_id"`
+	// State is the run's state after the retry (pending, or running if a
+	// live service picked it up at once).
+	State   string `json:"state"`
+	Step    uint32 `json:"step"`    // the step it starts again from
+	Retries uint32 `json:"retries"` // times the run was retried, this one included
+}
+
+func retryCommand() *command {
+	var takeover bool
+	return &command{
+		name:     "retry",
+		synopsis: "RUN_ID [--takeover]",
+		help: `Retries a failed or cancelled run with runtime.Runtime.Retry: the run starts
+again from the step that ended it, with that step's payload and a fresh attempt
+budget, keeping its run ID; its retry count rises by one. The step's dead job,
+if it died, leaves the dead letters. When the retried run ends, the service's
+hook is notified again.
+
+Opens the store as its writer: while the service holds the store this exits 3
+(retry from inside the service instead, or after it stops; --takeover fences
+it on bucket stores). Exits 0 when the run was retried, 1 when it is not failed
+or cancelled (or its step's payload is no longer kept), 4 when there is no such
+run.
+`,
+		flags: func(fs *flag.FlagSet) { takeoverFlag(fs, &takeover) },
+		nargs: 1,
+		exec: func(ctx context.Context, c *cli, args []string) (err error) {
+			id := args[0]
+			if err := runtime.ValidateRunID(id); err != nil {
+				return usageError("%v", err)
+			}
+			q, err := c.openWrite(ctx, takeover)
+			if err != nil {
+				return err
+			}
+			defer closeQueue(q, &err)
+			if err := retryRun(ctx, q, id); err != nil {
+				return err
+			}
+			rt, err := inspector(q)
+			if err != nil {
+				return err
+			}
+			st, err := rt.Status(ctx, id)
+			if err != nil {
+				return err
+			}
+			out := retryJSON{RunID: id, State: st.State.String(), Step: st.CurrentStep, Retries: st.Retries}
+			if c.asJSON {
+				return writeJSON(c.stdout, out)
+			}
+			fmt.Fprintf(c.stdout, "run %s retried from step %d (retry %d); it is %s\n", id, out.Step, out.Retries, out.State)
+			return nil
+		},
+	}
 }

@@ -1,0 +1,192 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stepwell/stepwell/kvrecord"
+	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/terminal"
+)
+
+// State is a run's state as Status reports it. It marshals as text (and so
+// in JSON) by its String name.
+type State uint8
+
+// Run states.
+const (
+	StatePending    State = iota + 1 // current step queued (or scheduled)
+	StateRunning                     // a step is executing
+	StateCancelling                  // cancel requested, not yet settled
+	StateSucceeded
+	StateFailed
+	StateCancelled
+)
+
+var stateNames = [...]string{
+	StatePending:    "pending",
+	StateRunning:    "running",
+	StateCancelling: "cancelling",
+	StateSucceeded:  "succeeded",
+	StateFailed:     "failed",
+	StateCancelled:  "cancelled",
+}
+
+func (s State) String() string {
+	if s >= StatePending && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Terminal reports whether s is a final state.
+func (s State) Terminal() bool { return s >= StateSucceeded }
+
+// MarshalText implements encoding.TextMarshaler: the String name. A value
+// that is not one of the states is an error.
+func (s State) MarshalText() ([]byte, error) {
+	if s < StatePending || int(s) >= len(stateNames) {
+		return nil, fmt.Errorf("runtime: invalid State %d", uint8(s))
+	}
+	return []byte(stateNames[s]), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler: it parses a String
+// name ("pending", "running", ...).
+func (s *State) UnmarshalText(b []byte) error {
+	st, err := ParseState(string(b))
+	if err != nil {
+		return err
+	}
+	*s = st
+	return nil
+}
+
+// ParseState returns the State whose String name is name.
+func ParseState(name string) (State, error) {
+	for st := StatePending; int(st) < len(stateNames); st++ {
+		if stateNames[st] == name {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("runtime: unknown run state %q", name)
+}
+
+// RunStatus is a run's state.
+type RunStatus struct {
+	RunID       string
+	State       State
+	CurrentStep uint32
+	// Result is the Succeed result of a succeeded run (Status only: nil in
+	// ListRuns pages).
+	Result []byte
+	// Error is the reason of a failed or cancelled run ("" for an external
+	// cancel).
+	Error string
+	// Scheduled is set for a pending run whose step waits on a delay
+	// (ContinueAfter) or a retry backoff.
+	Scheduled bool
+	Headers   map[string]string
+	// SubmittedAt is when the run was submitted.
+	SubmittedAt time.Time
+	// UpdatedAt is when the run record last changed: submit, a step
+	// settled, cancel, retry, end. Runs submitted before the record kept it
+	// report their last known time (EndedAt, else SubmittedAt).
+	UpdatedAt time.Time
+	// EndedAt is when a finished run ended; zero for active runs.
+	EndedAt time.Time
+	// Attempt counts the attempts of the current step so far, a running
+	// one included (0: not started yet); for a finished run, the attempt
+	// that settled it (0 if unknown, or if it never ran).
+	Attempt uint32
+	// LastError is the error of the current step's last failed attempt
+	// (active runs), or Error (finished runs); "" if none.
+	LastError string
+	// Retries counts the times the run was retried (Retry).
+	Retries uint32
+}
+
+// Status reports a run's state from the durable records, so it works from
+// any Runtime on the store and across restarts. ErrRunNotFound for unknown
+// runs and for runs finished longer ago than the terminal retention.
+func (rt *Runtime) Status(ctx context.Context, runID string) (RunStatus, error) {
+	rec, _, err := rt.loadRun(ctx, runID)
+	if err != nil {
+		return RunStatus{}, err
+	}
+	return rt.status(ctx, rec, true)
+}
+
+// status builds a run's RunStatus from its record, reading its terminal
+// record (finished runs) or its current job (active runs). withResult keeps
+// a succeeded run's result.
+func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult bool) (RunStatus, error) {
+	st := RunStatus{
+		RunID: rec.RunID, CurrentStep: rec.CurrentStep, Headers: rec.Headers, Retries: rec.Retries,
+		SubmittedAt: unixTime(rec.SubmittedAt), UpdatedAt: unixTime(rec.UpdatedAt), EndedAt: unixTime(rec.EndedAt),
+	}
+	if rec.UpdatedAt == 0 { // a record written before UpdatedAt
+		st.UpdatedAt = unixTime(max(rec.SubmittedAt, rec.EndedAt))
+	}
+	if rec.State == kvrecord.StateTerminal {
+		st.State = stateOf(terminal.Status(rec.Status))
+		tb, err := rt.q.Get(ctx, kvrecord.TerminalKey(rec.EndedAt, rec.RunID))
+		if errors.Is(err, queue.ErrKeyNotFound) {
+			return st, nil // expiring right now
+		}
+		if err != nil {
+			return RunStatus{}, err
+		}
+		t, err := kvrecord.DecodeTerminal(tb)
+		if err != nil {
+			return RunStatus{}, err
+		}
+		st.Error, st.LastError, st.CurrentStep, st.Attempt = t.Error, t.Error, t.FinalStep, t.Attempt
+		if withResult {
+			st.Result = t.Result
+		}
+		return st, nil
+	}
+	st.State = StatePending
+	if rec.State == kvrecord.StateCancelling {
+		st.State = StateCancelling
+	}
+	job, err := rt.q.GetJob(ctx, rec.CurrentJob)
+	if err != nil && !errors.Is(err, queue.ErrJobNotFound) {
+		return RunStatus{}, err
+	}
+	if job != nil {
+		st.Attempt = job.Attempt
+		if n := len(job.History); n > 0 {
+			st.LastError = job.History[n-1].Error
+		}
+		switch {
+		case st.State == StateCancelling:
+		case job.State == queue.JobClaimed:
+			st.State = StateRunning
+		case job.State == queue.JobScheduled:
+			st.Scheduled = true
+		}
+	}
+	return st, nil
+}
+
+func stateOf(s terminal.Status) State {
+	switch s {
+	case terminal.Succeeded:
+		return StateSucceeded
+	case terminal.Failed:
+		return StateFailed
+	}
+	return StateCancelled
+}
+
+// unixTime is the time of unix ns; zero for 0.
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
