@@ -103,7 +103,10 @@
 // 308 ones (which repeat the POST and its body), and only to the same host
 // and port (or from http to https on the same host). Set
 // AllowPrivateNetworks for tests and on-premises receivers. A
-// WebhookConfig.Client of one's own replaces all of this.
+// WebhookConfig.Client of one's own replaces all of this. A fixed
+// WebhookConfig.URL whose host is a forbidden IP literal or "localhost"
+// is refused by NewWebhook itself (ErrForbiddenDestination in a
+// ConfigError) rather than at every delivery.
 //
 // # Caveats
 //

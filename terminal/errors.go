@@ -27,7 +27,9 @@ var (
 	// ErrForbiddenDestination: the default client refused to connect to a
 	// loopback, private, link-local, unspecified, multicast or otherwise
 	// non-public address (see WebhookConfig.AllowPrivateNetworks). Wrapped
-	// by a permanent DeliveryError: retrying the same URL cannot help.
+	// by a permanent DeliveryError: retrying the same URL cannot help. From
+	// NewWebhook, wrapped by a ConfigError: WebhookConfig.URL names such an
+	// address literally (an IP literal or "localhost"). Not retryable.
 	ErrForbiddenDestination = errors.New("terminal: webhook destination address not allowed")
 
 	// ErrRedirectRefused: the default client refused to follow a redirect:
@@ -43,7 +45,8 @@ var (
 )
 
 // ConfigError reports an invalid WebhookConfig field. It unwraps to
-// ErrInvalidSecret, ErrInvalidURL or ErrInvalidConfig. Not retryable.
+// ErrInvalidSecret, ErrInvalidURL, ErrForbiddenDestination or
+// ErrInvalidConfig. Not retryable.
 type ConfigError struct {
 	Field  string // "URL", "Secret" or "Timeout"
 	Reason string // what is wrong, never the secret itself

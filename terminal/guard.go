@@ -92,6 +92,25 @@ func forbiddenReason(ip netip.Addr) string {
 	return ""
 }
 
+// literalHostReason returns why host (a URL's Hostname) names a forbidden
+// address without any resolution, or "": an IP literal forbiddenReason
+// objects to, or "localhost" and names under ".localhost" (RFC 6761:
+// always loopback). Other names are left to the dial-time check.
+func literalHostReason(host string) string {
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return fmt.Sprintf("host %q is a loopback name", host)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return ""
+	}
+	if r := forbiddenReason(ip); r != "" {
+		return fmt.Sprintf("host %s is a %s", ip, r)
+	}
+	return ""
+}
+
 // checkDialAddress is the dialer's Control hook: it refuses every address
 // forbiddenReason objects to, and every network but TCP. address is the
 // resolved "ip:port" about to be dialed.

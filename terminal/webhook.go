@@ -82,6 +82,13 @@ var _ Hook = (*Webhook)(nil)
 
 // NewWebhook validates cfg and returns a Webhook. An invalid field yields a
 // *ConfigError wrapping ErrInvalidSecret, ErrInvalidURL or ErrInvalidConfig.
+// A URL whose host is itself a forbidden address (an IP literal such as
+// 127.0.0.1, 10.0.0.5 or [fe80::1]) or "localhost" (or a name under
+// ".localhost") yields a *ConfigError wrapping ErrForbiddenDestination,
+// unless AllowPrivateNetworks is set or a Client is given: the default
+// client's SSRF guard would refuse every delivery to it, and each
+// notification would be dead-lettered. Hostnames that resolve to such
+// addresses are still refused at each delivery, by the guard.
 func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	w := &Webhook{
 		timeout: cfg.Timeout,
@@ -92,6 +99,11 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 		u, reason := parseEndpoint(cfg.URL)
 		if reason != "" {
 			return nil, &ConfigError{Field: "URL", Reason: reason, Err: ErrInvalidURL}
+		}
+		if cfg.Client == nil && !cfg.AllowPrivateNetworks {
+			if reason := literalHostReason(u.Hostname()); reason != "" {
+				return nil, &ConfigError{Field: "URL", Reason: reason + "; set AllowPrivateNetworks to deliver to it", Err: ErrForbiddenDestination}
+			}
 		}
 		w.url = u
 	}

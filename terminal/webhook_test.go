@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -591,7 +592,12 @@ func TestInvalidOutcome(t *testing.T) {
 func TestPrivateNetworkRefusedByDefault(t *testing.T) {
 	rc := newReceiver(t, nil)
 	for _, u := range []string{rc.URL, strings.Replace(rc.URL, "127.0.0.1", "localhost", 1)} {
-		w := newTestWebhook(t, WebhookConfig{URL: u}) // AllowPrivateNetworks false
+		// A fixed URL naming loopback literally is refused by NewWebhook
+		// (TestNewWebhookRefusesLiteralPrivateURL); one whose name resolves
+		// there is refused by the guard at delivery, which this fakes by
+		// setting the parsed URL behind NewWebhook's back.
+		w := newTestWebhook(t, WebhookConfig{URL: "https://hooks.example.com/"}) // AllowPrivateNetworks false
+		w.url, _ = url.Parse(u)
 		err := w.OnTermination(context.Background(), testOutcome())
 		if !errors.Is(err, ErrForbiddenDestination) || !IsPermanent(err) {
 			t.Errorf("%s: err = %v, want permanent ErrForbiddenDestination", u, err)
@@ -606,6 +612,48 @@ func TestPrivateNetworkRefusedByDefault(t *testing.T) {
 	}
 	if n := len(rc.got()); n != 0 {
 		t.Fatalf("guarded client reached loopback %d times", n)
+	}
+}
+
+// TestNewWebhookRefusesLiteralPrivateURL: a fixed URL naming a loopback,
+// private or link-local address literally (or "localhost") is a
+// ConfigError at NewWebhook, not a dead-lettered delivery per run, unless
+// AllowPrivateNetworks is set or the caller's own Client decides.
+func TestNewWebhookRefusesLiteralPrivateURL(t *testing.T) {
+	for _, u := range []string{
+		"http://127.0.0.1:8080/hooks",
+		"https://10.1.2.3/hooks",
+		"http://192.168.0.10/",
+		"http://169.254.169.254/latest/meta-data/",
+		"http://[::1]:9000/",
+		"http://[fe80::1]/",
+		"http://[::ffff:127.0.0.1]/",
+		"http://0.0.0.0/",
+		"http://localhost:8080/hooks",
+		"http://LOCALHOST./",
+		"http://api.localhost/",
+	} {
+		w, err := NewWebhook(WebhookConfig{URL: u, Secret: testSecret})
+		var ce *ConfigError
+		if w != nil || !errors.Is(err, ErrForbiddenDestination) || !errors.As(err, &ce) || ce.Field != "URL" {
+			t.Errorf("NewWebhook(%s) = %v, %v; want a ConfigError for URL wrapping ErrForbiddenDestination", u, w, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "AllowPrivateNetworks") {
+			t.Errorf("NewWebhook(%s): message %q does not say how to allow it", u, err)
+		}
+		if _, err := NewWebhook(WebhookConfig{URL: u, Secret: testSecret, AllowPrivateNetworks: true}); err != nil {
+			t.Errorf("NewWebhook(%s) with AllowPrivateNetworks: %v", u, err)
+		}
+		if _, err := NewWebhook(WebhookConfig{URL: u, Secret: testSecret, Client: http.DefaultClient}); err != nil {
+			t.Errorf("NewWebhook(%s) with a Client: %v", u, err)
+		}
+	}
+	// Public literals and hostnames pass: names are checked when dialed.
+	for _, u := range []string{"https://93.184.216.34/hooks", "https://[2606:2800:220:1::]/", "https://hooks.example.com/", "https://localhost.example.com/"} {
+		if _, err := NewWebhook(WebhookConfig{URL: u, Secret: testSecret}); err != nil {
+			t.Errorf("NewWebhook(%s): %v", u, err)
+		}
 	}
 }
 

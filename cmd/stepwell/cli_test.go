@@ -302,9 +302,18 @@ func TestJSON(t *testing.T) {
 	if s := counts["emails"]; s.Dead != 1 || s.Pending != 0 {
 		t.Errorf("emails stats = %+v, want 1 dead", s)
 	}
-	// workflow-steps.dead holds the runtime's notices of dead step jobs.
-	if _, ok := counts["workflow-notify"]; !ok || len(stats.Queues) != 4 {
-		t.Errorf("stats queues = %+v, want emails, workflow-notify, workflow-steps, workflow-steps.dead", stats.Queues)
+	// workflow-steps.dead holds the runtime's notices of dead step jobs:
+	// internal, listed only with --all (or by name).
+	if _, ok := counts["workflow-notify"]; !ok || len(stats.Queues) != 3 {
+		t.Errorf("stats queues = %+v, want emails, workflow-notify, workflow-steps", stats.Queues)
+	}
+	f.okJSON(t, &stats, "stats", "--all")
+	if len(stats.Queues) != 4 || stats.Queues[3].Queue != "workflow-steps.dead" || stats.Queues[3].Pending != 1 {
+		t.Errorf("stats --all queues = %+v, want workflow-steps.dead too, with a pending notice", stats.Queues)
+	}
+	f.okJSON(t, &stats, "stats", "--queue", "workflow-steps.dead")
+	if len(stats.Queues) != 1 || stats.Queues[0].Pending != 1 {
+		t.Errorf("stats --queue workflow-steps.dead = %+v", stats.Queues)
 	}
 	if stats.Storage.Keys == 0 || stats.Storage.Puts != 0 || stats.Storage.Deletes != 0 {
 		t.Errorf("storage = %+v: want keys, and no writes by a read-only open", stats.Storage)
@@ -314,8 +323,12 @@ func TestJSON(t *testing.T) {
 		Queues []string `json:"queues"`
 	}
 	f.okJSON(t, &queues, "queues")
-	if got := strings.Join(queues.Queues, ","); got != "emails,workflow-notify,workflow-steps,workflow-steps.dead" {
+	if got := strings.Join(queues.Queues, ","); got != "emails,workflow-notify,workflow-steps" {
 		t.Errorf("queues = %s", got)
+	}
+	f.okJSON(t, &queues, "queues", "--all")
+	if got := strings.Join(queues.Queues, ","); got != "emails,workflow-notify,workflow-steps,workflow-steps.dead" {
+		t.Errorf("queues --all = %s", got)
 	}
 
 	var runs runsJSON
@@ -328,7 +341,8 @@ func TestJSON(t *testing.T) {
 		if r.State != want[r.RunID] || r.SubmittedAt == nil || (r.EndedAt != nil) != (r.State != "pending") {
 			t.Errorf("run %+v: want state %s, submitted, ended iff finished", r, want[r.RunID])
 		}
-		if r.StepDead != (r.RunID == "order-4") {
+		// order-2 failed with its step job dead; order-4 is stuck on its.
+		if r.StepDead != (r.RunID == "order-2" || r.RunID == "order-4") {
 			t.Errorf("run %s: step_dead = %v", r.RunID, r.StepDead)
 		}
 	}
@@ -353,7 +367,7 @@ func TestJSON(t *testing.T) {
 
 	var r2 runJSON
 	f.okJSON(t, &r2, "run", "order-2")
-	if r2.State != "failed" || r2.Error != "card declined" || r2.Result != nil || r2.StepJob == nil {
+	if r2.State != "failed" || r2.Error != "card declined" || r2.Result != nil || r2.StepJob == nil || !r2.StepDead {
 		t.Fatalf("run order-2 = %+v", r2)
 	}
 	if j := r2.StepJob; j.State != "dead" || j.Attempt != 2 || len(j.History) != 2 ||

@@ -19,10 +19,10 @@
 // or block the live writer, so they are safe to run against a production
 // store at any time. What they show is a snapshot as of the command's start.
 //
-//	stats   [--queue Q]          per-queue counts (pending, scheduled,
+//	stats   [--queue Q] [--all]  per-queue counts (pending, scheduled,
 //	                             claimed, dead, done) and the age of the
 //	                             oldest pending job; a storage summary line
-//	queues                       queue names
+//	queues  [--all]              queue names
 //	runs    [--state S] [--limit N]
 //	                             runs, newest first, with state, current
 //	                             step and submit time; S is pending,
@@ -35,6 +35,13 @@
 //	job     JOB_ID               one job: fields, headers, payload preview,
 //	                             attempt history
 //
+// stats and queues leave out a Runtime's internal queue of dead-step
+// notices ("workflow-steps.dead" beside "workflow-steps"); --all shows it.
+// A run's step_dead (and "(step dead)" in text) says that its step job is
+// dead: for a pending or cancelling run, the run is stuck until the job is
+// requeued or a Runtime settles it; for a failed or cancelled run, the step
+// that ended it was dead-lettered and its job is kept for inspection.
+//
 // Write commands open the store as its writer (queue.Open), which only one
 // process may be at a time:
 //
@@ -45,6 +52,11 @@
 //	retry   RUN_ID [--takeover]  run a failed or cancelled run again from
 //	                             the step that ended it
 //	                             (runtime.Runtime.Retry)
+//
+// bench runs a synthetic workload through a real Runtime and reports what
+// it achieved and cost (see "stepwell help bench" and docs/BENCHMARKS.md);
+// point it at a store or prefix of its own. "stepwell help COMMAND" (or
+// "stepwell COMMAND --help") prints a command's flags.
 //
 // While the service that owns the store is running, a write command is
 // refused with exit code 3: do the operation from inside that service (for
@@ -79,8 +91,14 @@
 // snake_case field names that are kept stable: times are RFC 3339 in UTC,
 // byte strings (payloads, results) are standard base64 with a *_text
 // companion that holds the text when it is printable UTF-8 (null otherwise),
-// and absent values are null. Errors always go to stderr as text, and stdout
-// is then empty.
+// and absent values are null. A failure prints, instead of the result, one
+// JSON document on stdout too, and nothing on stderr:
+//
+//	{"error": "run \"order-99\" not found (...)", "code": 4}
+//
+// where error is the message the text form prints (without its "stepwell
+// COMMAND: " prefix) and code is the exit code. Without --json, errors go
+// to stderr as text and stdout is then empty.
 //
 // # Exit codes
 //

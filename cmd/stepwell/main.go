@@ -51,13 +51,21 @@ Write commands (become the store's writer; refused while another process is):
   retry   RUN_ID [--takeover]       run a failed or cancelled run again from
                                     the step that ended it
 
+Measure (a store or prefix of its own; without --store, a new mem:// store):
+  bench   [--scenario S] [--runs N] [--steps K] [flags]
+                                    a synthetic workload through a real
+                                    Runtime: transitions/s, latency, object
+                                    store requests (S: saturate, steady,
+                                    recovery, idle)
+
   help    [COMMAND]                 this text, or a command's flags
 
 Global flags (before or after the command):
   --store URL   the store: mem://NAME, file:///ABS/DIR,
                 s3://BUCKET?prefix=P/&region=R, gs://BUCKET?prefix=P/,
                 azblob://CONTAINER?prefix=P/ (default: $STEPWELL_STORE)
-  --json        print one JSON document (stable snake_case fields)
+  --json        print one JSON document (stable snake_case fields); a
+                failure prints {"error": "...", "code": EXIT_CODE} instead
 
 Write commands and the live writer:
   Only one process at a time may write a store. While your service runs, a
@@ -144,10 +152,10 @@ func failed(format string, args ...any) error {
 // the program name), environment and output streams, and exits with what
 // it returns; tests call it in-process.
 func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	c := &cli{env: env, stdout: stdout, stderr: stderr}
+	c := &cli{env: env, stdout: stdout, stderr: stderr, asJSON: wantsJSON(args)}
 
 	global := flag.NewFlagSet("stepwell", flag.ContinueOnError)
-	global.SetOutput(stderr)
+	global.SetOutput(io.Discard) // parse errors are reported by fail
 	global.Usage = func() {}
 	c.globalFlags(global)
 	if err := global.Parse(args); err != nil {
@@ -155,10 +163,12 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, usageText)
 			return exitOK
 		}
-		fmt.Fprintln(stderr, "Run 'stepwell --help' for usage.")
-		return exitUsage
+		return c.fail(exitUsage, "", err.Error(), "Run 'stepwell --help' for usage.")
 	}
 	if global.NArg() == 0 {
+		if c.asJSON {
+			return c.fail(exitUsage, "", "no command", "")
+		}
 		fmt.Fprint(stderr, usageText)
 		return exitUsage
 	}
@@ -168,12 +178,11 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	}
 	cmd := lookup(name)
 	if cmd == nil {
-		fmt.Fprintf(stderr, "stepwell: unknown command %q\nRun 'stepwell --help' for usage.\n", name)
-		return exitUsage
+		return c.fail(exitUsage, "stepwell", fmt.Sprintf("unknown command %q", name), "Run 'stepwell --help' for usage.")
 	}
 
 	fs := flag.NewFlagSet("stepwell "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	c.globalFlags(fs)
 	if cmd.flags != nil {
@@ -185,18 +194,14 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 			c.commandUsage(stdout, cmd, fs)
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "Run 'stepwell %s --help' for usage.\n", cmd.name)
-		return exitUsage
+		return c.fail(exitUsage, "", err.Error(), fmt.Sprintf("Run 'stepwell %s --help' for usage.", cmd.name))
 	}
 	if len(pos) != cmd.nargs {
-		switch {
-		case len(pos) < cmd.nargs:
-			fmt.Fprintf(stderr, "stepwell %s: missing argument\n", cmd.name)
-		default:
-			fmt.Fprintf(stderr, "stepwell %s: unexpected argument %q\n", cmd.name, pos[cmd.nargs])
+		msg := "missing argument"
+		if len(pos) > cmd.nargs {
+			msg = fmt.Sprintf("unexpected argument %q", pos[cmd.nargs])
 		}
-		fmt.Fprintf(stderr, "usage: stepwell %s %s\n", cmd.name, cmd.synopsis)
-		return exitUsage
+		return c.fail(exitUsage, "stepwell "+cmd.name, msg, fmt.Sprintf("usage: stepwell %s %s", cmd.name, cmd.synopsis))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -205,8 +210,48 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	code := exitCode(err)
-	fmt.Fprintf(stderr, "stepwell %s: %v\n", cmd.name, err)
+	return c.fail(exitCode(err), "stepwell "+cmd.name, err.Error(), "")
+}
+
+// wantsJSON reports whether args ask for --json, so that an error found
+// before the flag is parsed is reported as JSON too.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-json", "--json", "-json=true", "--json=true", "-json=1", "--json=1":
+			return true
+		}
+	}
+	return false
+}
+
+// errorJSON is what a failed invocation prints with --json.
+type errorJSON struct {
+	Error string `json:"error"` // the message the text form prints, without its "stepwell CMD: " prefix
+	Code  int    `json:"code"`  // the exit code
+}
+
+// fail reports a failed invocation and returns its exit code. As text,
+// msg goes to stderr prefixed with "who: " (when who is not ""), then hint
+// on a line of its own. With --json, stdout gets one errorJSON document
+// instead (in place of the command's result) and stderr nothing: a script
+// reads one JSON document from stdout whatever happened.
+func (c *cli) fail(code int, who, msg, hint string) int {
+	if c.asJSON {
+		if err := writeJSON(c.stdout, errorJSON{Error: msg, Code: code}); err != nil {
+			fmt.Fprintf(c.stderr, "stepwell: %v\n", err)
+		}
+		return code
+	}
+	if who != "" {
+		msg = who + ": " + msg
+	}
+	fmt.Fprintln(c.stderr, msg)
+	if hint != "" {
+		fmt.Fprintln(c.stderr, hint)
+	}
 	return code
 }
 
@@ -251,8 +296,7 @@ func (c *cli) helpCommand(args []string) int {
 	}
 	cmd := lookup(args[0])
 	if cmd == nil || len(args) > 1 {
-		fmt.Fprintf(c.stderr, "stepwell help: unknown command %q\n", strings.Join(args, " "))
-		return exitUsage
+		return c.fail(exitUsage, "stepwell help", fmt.Sprintf("unknown command %q", strings.Join(args, " ")), "")
 	}
 	fs := flag.NewFlagSet("stepwell "+cmd.name, flag.ContinueOnError)
 	c.globalFlags(fs)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/stepwell/stepwell/queue"
@@ -43,16 +44,20 @@ type statsJSON struct {
 
 func statsCommand() *command {
 	var queueName string
+	var all bool
 	return &command{
 		name:     "stats",
-		synopsis: "[--queue Q]",
+		synopsis: "[--queue Q] [--all]",
 		help: `Prints, for every queue (or the one named by --queue), the number of pending,
 scheduled, claimed, dead and done jobs and how long the oldest pending job has
 waited, then a storage summary: the keys in the store's state and the
-requests this command made to load it. Opens the store read-only.
+requests this command made to load it. The runtime's internal queues of
+dead-step notices ("<step queue>.dead") are left out unless --all is given
+or --queue names one. Opens the store read-only.
 `,
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&queueName, "queue", "", "only this `queue`")
+			fs.BoolVar(&all, "all", false, "include internal queues")
 		},
 		exec: func(ctx context.Context, c *cli, _ []string) (err error) {
 			q, err := c.openRead(ctx)
@@ -60,7 +65,7 @@ requests this command made to load it. Opens the store read-only.
 				return err
 			}
 			defer closeQueue(q, &err)
-			names, err := q.Queues(ctx)
+			names, err := listQueues(ctx, q, all)
 			if err != nil {
 				return err
 			}
@@ -115,19 +120,24 @@ requests this command made to load it. Opens the store read-only.
 }
 
 func queuesCommand() *command {
+	var all bool
 	return &command{
 		name:     "queues",
-		synopsis: "",
-		help: `Prints the names of the queues that have or had jobs, one per line.
-Opens the store read-only.
+		synopsis: "[--all]",
+		help: `Prints the names of the queues that have or had jobs, one per line. The
+runtime's internal queues of dead-step notices ("<step queue>.dead") are left
+out unless --all is given. Opens the store read-only.
 `,
+		flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&all, "all", false, "include internal queues")
+		},
 		exec: func(ctx context.Context, c *cli, _ []string) (err error) {
 			q, err := c.openRead(ctx)
 			if err != nil {
 				return err
 			}
 			defer closeQueue(q, &err)
-			names, err := q.Queues(ctx)
+			names, err := listQueues(ctx, q, all)
 			if err != nil {
 				return err
 			}
@@ -145,6 +155,25 @@ Opens the store read-only.
 			return nil
 		},
 	}
+}
+
+// deadNoticeSuffix ends the name of a runtime's queue of dead-step notices:
+// the queue hands a Runtime the notice of a step job it dead-lettered by
+// itself there ("workflow-steps.dead" for "workflow-steps").
+const deadNoticeSuffix = ".dead"
+
+// listQueues returns the store's queues; without all, not the internal
+// ones: a queue "X.dead" beside a queue "X" holds a Runtime's dead-step
+// notices, not jobs of the user's.
+func listQueues(ctx context.Context, q *queue.Queue, all bool) ([]string, error) {
+	names, err := q.Queues(ctx)
+	if err != nil || all {
+		return names, err
+	}
+	return slices.DeleteFunc(slices.Clone(names), func(n string) bool {
+		base, ok := strings.CutSuffix(n, deadNoticeSuffix)
+		return ok && slices.Contains(names, base)
+	}), nil
 }
 
 // queueNames returns the named queue, or every queue of the store.

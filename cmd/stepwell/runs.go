@@ -38,7 +38,7 @@ type runRowJSON struct {
 	RunID       string     `json:"run_id"`
 	State       string     `json:"state"`
 	Scheduled   bool       `json:"scheduled"`
-	StepDead    bool       `json:"step_dead"`
+	StepDead    bool       `json:"step_dead"` // see runJSON.StepDead
 	Step        uint32     `json:"step"`
 	SubmittedAt *time.Time `json:"submitted_at"`
 	EndedAt     *time.Time `json:"ended_at"`
@@ -86,6 +86,7 @@ retention (24h by default). Opens the store read-only.
 				st, _ := runtime.ParseState(state)
 				opts.States = []runtime.State{st}
 			}
+			var dead deadSteps // loaded at the first ended run that may have one
 		list:
 			for {
 				page, err := rt.ListRuns(ctx, opts)
@@ -97,12 +98,18 @@ retention (24h by default). Opens the store read-only.
 						out.Truncated = true
 						break list
 					}
-					dead, err := isStepDead(ctx, q, st)
+					rec, err := runRecord(ctx, q, st.RunID)
 					if err != nil {
 						return err
 					}
+					stepDead := false
+					if rec != nil {
+						if stepDead, err = isStepDead(ctx, q, rec, st, &dead); err != nil {
+							return err
+						}
+					}
 					out.Runs = append(out.Runs, runRowJSON{
-						RunID: st.RunID, State: st.State.String(), Scheduled: st.Scheduled, StepDead: dead,
+						RunID: st.RunID, State: st.State.String(), Scheduled: st.Scheduled, StepDead: stepDead,
 						Step: st.CurrentStep, SubmittedAt: jsonTime(st.SubmittedAt), EndedAt: jsonTime(st.EndedAt),
 					})
 				}
@@ -142,24 +149,40 @@ func stateText(state string, scheduled, stepDead bool) string {
 	return state
 }
 
-// isStepDead reports whether an active run's current step job is dead:
-// the queue dead-lettered it by itself (its worker stopped on the last
-// attempt), so the run goes nowhere until the job is requeued. Status
-// reports such a run as pending.
-func isStepDead(ctx context.Context, q *queue.Queue, st runtime.RunStatus) (bool, error) {
-	if st.State != runtime.StatePending {
-		return false, nil
-	}
-	b, err := q.Get(ctx, kvrecord.RunKey(st.RunID))
+// runRecord returns the run record of runID, or nil if it has none (it
+// expired since it was listed).
+func runRecord(ctx context.Context, q *queue.Queue, runID string) (*kvrecord.Run, error) {
+	b, err := q.Get(ctx, kvrecord.RunKey(runID))
 	if errors.Is(err, queue.ErrKeyNotFound) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	rec, err := kvrecord.DecodeRun(b)
 	if err != nil {
-		return false, fmt.Errorf("run record %q: %w", kvrecord.RunKey(st.RunID), err)
+		return nil, fmt.Errorf("run record %q: %w", kvrecord.RunKey(runID), err)
+	}
+	return rec, nil
+}
+
+// isStepDead reports whether the run's step job is dead (see
+// runJSON.StepDead): for an active run its current step's job, for an
+// ended one the kept dead job of its final step, looked up in *dead (loaded
+// on first use).
+func isStepDead(ctx context.Context, q *queue.Queue, rec *kvrecord.Run, st runtime.RunStatus, dead *deadSteps) (bool, error) {
+	if st.State.Terminal() {
+		if !mayHaveDeadStep(st.State) {
+			return false, nil
+		}
+		if *dead == nil {
+			var err error
+			if *dead, err = loadDeadSteps(ctx, q); err != nil {
+				return false, err
+			}
+		}
+		at, ok := (*dead)[deadStepKey{rec.RunID, st.CurrentStep}]
+		return ok && !at.Before(unixTime(rec.SubmittedAt)), nil
 	}
 	if rec.CurrentJob == "" {
 		return false, nil
@@ -183,10 +206,15 @@ func deref(t *time.Time) time.Time {
 
 // runJSON is "run --json".
 type runJSON struct {
-	RunID              string            `json:"run_id"`
-	State              string            `json:"state"`
-	Scheduled          bool              `json:"scheduled"`
-	StepDead           bool              `json:"step_dead"` // pending, but its step job is dead: see "requeue"
+	RunID     string `json:"run_id"`
+	State     string `json:"state"`
+	Scheduled bool   `json:"scheduled"`
+	// StepDead is true when the step job (StepJob) is dead. For a run
+	// that has not ended (pending or cancelling) the run is stuck until
+	// the job is requeued or a Runtime handles the queue's dead-letter
+	// notice; for a failed or cancelled run it is the dead letter of the
+	// step that ended it.
+	StepDead           bool              `json:"step_dead"`
 	Step               uint32            `json:"step"`
 	SubmittedAt        *time.Time        `json:"submitted_at"`
 	EndedAt            *time.Time        `json:"ended_at"`
@@ -276,14 +304,14 @@ func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
 		if errors.Is(err, queue.ErrJobNotFound) {
 			err = nil // settled between the two reads of a live store
 		}
-	case st.State == runtime.StateFailed:
+	case mayHaveDeadStep(st.State):
 		job, err = findDeadStep(ctx, q, rec, st.CurrentStep)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if job != nil {
-		out.StepDead = st.State == runtime.StatePending && job.State == queue.JobDead
+		out.StepDead = job.State == queue.JobDead
 		j := toJobJSON(job)
 		j.Payload, j.PayloadText = nil, nil
 		out.StepJob = &j
@@ -291,31 +319,46 @@ func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
 	return out, nil
 }
 
-// findDeadStep finds the dead job of step n of a failed run, if it is still
+// mayHaveDeadStep reports whether a run in state s may have ended with its
+// step job dead-lettered: failed (a permanent error, the last attempt, a
+// dead worker) or cancelled (a dead step of a run being cancelled).
+func mayHaveDeadStep(s runtime.State) bool {
+	return s == runtime.StateFailed || s == runtime.StateCancelled
+}
+
+// findDeadStep finds the dead job of step n of an ended run, if it is still
 // kept: a dead step job is no longer referenced by its run's record, so the
 // dead letters are searched for its reserved headers.
 func findDeadStep(ctx context.Context, q *queue.Queue, rec *kvrecord.Run, n uint32) (*queue.Job, error) {
-	names, err := q.Queues(ctx)
-	if err != nil {
-		return nil, err
-	}
 	step := strconv.FormatUint(uint64(n), 10)
 	submitted := unixTime(rec.SubmittedAt)
 	var found *queue.Job
+	err := eachDeadJob(ctx, q, func(j *queue.Job) {
+		// A run ID may be reused after the retention: only a job enqueued
+		// since this run was submitted belongs to it.
+		if j.Headers[runtime.HeaderRunID] == rec.RunID && j.Headers[runtime.HeaderStep] == step &&
+			!j.EnqueuedAt.Before(submitted) {
+			found = j
+		}
+	})
+	return found, err
+}
+
+// eachDeadJob calls fn with every dead job of every queue.
+func eachDeadJob(ctx context.Context, q *queue.Queue, fn func(*queue.Job)) error {
+	names, err := q.Queues(ctx)
+	if err != nil {
+		return err
+	}
 	for _, name := range names {
 		after := ""
 		for {
 			page, err := q.DeadJobs(ctx, name, after, queue.MaxScanLimit)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			for _, j := range page.Jobs {
-				// A run ID may be reused after the retention: only a job
-				// enqueued since this run was submitted belongs to it.
-				if j.Headers[runtime.HeaderRunID] == rec.RunID && j.Headers[runtime.HeaderStep] == step &&
-					!j.EnqueuedAt.Before(submitted) {
-					found = j
-				}
+				fn(j)
 			}
 			if page.Next == "" {
 				break
@@ -323,7 +366,35 @@ func findDeadStep(ctx context.Context, q *queue.Queue, rec *kvrecord.Run, n uint
 			after = page.Next
 		}
 	}
-	return found, nil
+	return nil
+}
+
+// deadStepKey names a step of a run.
+type deadStepKey struct {
+	runID string
+	step  uint32
+}
+
+// deadSteps maps the steps that have a dead job to the newest such job's
+// enqueue time (a run ID may be reused: the caller compares it with the
+// run's submit time, as findDeadStep does).
+type deadSteps map[deadStepKey]time.Time
+
+// loadDeadSteps reads every dead job once, for a listing of many runs.
+func loadDeadSteps(ctx context.Context, q *queue.Queue) (deadSteps, error) {
+	m := deadSteps{}
+	err := eachDeadJob(ctx, q, func(j *queue.Job) {
+		id, ok := j.Headers[runtime.HeaderRunID]
+		n, err := strconv.ParseUint(j.Headers[runtime.HeaderStep], 10, 32)
+		if !ok || err != nil {
+			return
+		}
+		k := deadStepKey{id, uint32(n)}
+		if at, seen := m[k]; !seen || j.EnqueuedAt.After(at) {
+			m[k] = j.EnqueuedAt
+		}
+	})
+	return m, err
 }
 
 func printRun(w io.Writer, r *runJSON) {
@@ -355,7 +426,7 @@ func printRun(w io.Writer, r *runJSON) {
 	}
 	fmt.Fprintln(w, "step job:")
 	printJob(&indented{w: w, prefix: "  "}, r.StepJob)
-	if r.StepDead {
+	if r.StepDead && r.EndedAt == nil {
 		fmt.Fprintf(w, "note: the step job is dead (its worker stopped on the last attempt), so the run is stuck.\n"+
 			"      'stepwell requeue %s' lets it go on.\n", r.StepJob.ID)
 	}

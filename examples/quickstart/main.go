@@ -3,7 +3,9 @@
 //
 //	go run ./examples/quickstart [-store file:///abs/dir]
 //
-// Without -store it uses a fresh temporary directory.
+// Without -store it uses a fresh temporary directory. Run again with the
+// same -store, it finds the run already finished and reports its durable
+// record (rt.Status) instead of running it again.
 package main
 
 import (
@@ -74,6 +76,21 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Printf("submitted run %s (new: %v)\n", sub.RunID, sub.NewlySubmitted)
+	if !sub.NewlySubmitted {
+		// The store already knew the run (a second invocation with the same
+		// -store): if it has finished, its hook has been called already and
+		// will not be called again, so report the durable record instead of
+		// waiting for the hook.
+		st, err := rt.Status(ctx, sub.RunID)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if st.State.Terminal() {
+			fmt.Printf("run %s already finished\n", sub.RunID)
+			fmt.Printf("status: %s, result %q\n", st.State, st.Result)
+			return
+		}
+	}
 
 	runCtx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)

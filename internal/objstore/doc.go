@@ -35,7 +35,9 @@
 //     dualstack, fips, accelerate, rate_limiter_capacity, ssetype,
 //     kmskeyid, request_checksum_calculation,
 //     response_checksum_validation, awssdk. Credentials come from the
-//     usual AWS environment and files. For MinIO and other S3-compatible
+//     usual AWS environment and files. A region is required: from the
+//     URL, AWS_REGION or AWS_DEFAULT_REGION, or the AWS config profile;
+//     without one Open fails (ErrInvalidURL). For MinIO and other S3-compatible
 //     servers: s3://BUCKET?endpoint=http://127.0.0.1:9000&region=us-east-1&use_path_style=true.
 //   - gs: anonymous, access_id, private_key_path, universe_domain, grpc,
 //     zonal. Credentials are Application Default Credentials; with

@@ -66,8 +66,9 @@ type location struct {
 // Open opens the store named by rawURL. The URL forms and their parameters
 // are described in the package documentation. A malformed URL, an unknown
 // scheme or parameter, or a cloud configuration error is an error wrapping
-// ErrInvalidURL. Open does not contact cloud services; a missing bucket or
-// bad credentials show up on the first operation.
+// ErrInvalidURL; so is an s3:// URL with no AWS region from the URL, the
+// environment or the AWS config. Open does not contact cloud services; a
+// missing bucket or bad credentials show up on the first operation.
 func Open(ctx context.Context, rawURL string) (Bucket, error) {
 	loc, err := parseLocation(rawURL)
 	if err != nil {
@@ -78,9 +79,17 @@ func Open(ctx context.Context, rawURL string) (Bucket, error) {
 		return openMem(loc), nil
 	case schemeFile:
 		return openFile(loc)
-	default:
-		return openGocloud(ctx, loc)
 	}
+	b, err := openGocloud(ctx, loc)
+	if err == nil && loc.scheme == schemeS3 {
+		if err = checkS3Region(b, loc); err != nil {
+			b.Close()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Canonical returns a string identifying the store rawURL names, for
