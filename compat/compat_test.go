@@ -37,7 +37,7 @@ var wantFixtures = []string{
 	"v2-wal-segments",
 	"v3-payload-in-job",
 	"v4-segment-header",
-	"v5-durable-tail",
+	"v5-owner-mark-run-index",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.
