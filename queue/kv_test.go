@@ -240,7 +240,10 @@ func kvSuite(t *testing.T, newURL func(t *testing.T) string) {
 		if err != nil || len(page.Items) != 640 {
 			t.Fatalf("scan after concurrent commits: %d items, %v", len(page.Items), err)
 		}
-		if s := q.StorageStats(); s.Transactions < 640 || s.WALBatches >= s.Transactions {
+		// Whether they shared batches depends on scheduling (a mem:// write
+		// takes microseconds); TestGroupCommit (engine) checks batching with
+		// a write latency that makes it certain.
+		if s := q.StorageStats(); s.Transactions < 640 {
 			t.Fatalf("stats: %+v", s)
 		}
 	})
