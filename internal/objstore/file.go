@@ -360,7 +360,11 @@ func (f *fileBucket) publish(st staged, key string, ifNotExist bool) error {
 			err = placeNamed(st.file.Name(), d.f, name, ifNotExist)
 		}
 		if err == nil {
-			err = syncDirFile(d.f)
+			if err = syncDirFile(d.f); err != nil {
+				// The name exists: a retry would find it (ErrExists) and
+				// not sync it. Not retryable (see IsRetryable).
+				err = &permanentError{err}
+			}
 			f.dirs.release(d)
 			break
 		}
@@ -649,5 +653,10 @@ func mkdirAllSync(dir string) error {
 			return err
 		}
 	}
-	return syncDir(parent)
+	if err := syncDir(parent); err != nil {
+		// A retry would find the directory and not sync its parent again:
+		// not retryable (see IsRetryable).
+		return &permanentError{err}
+	}
+	return nil
 }
