@@ -325,8 +325,9 @@ func (f *Fault) Reset() {
 	f.diskFull, f.readOnly = false, false
 }
 
-// Injected returns how many errors Fault has injected (context errors
-// from latency and stalls not included).
+// Injected returns how many errors Fault has injected, disk errors and
+// requests failed by lifting a blackhole included (context errors from
+// latency, stalls and blackholes not).
 func (f *Fault) Injected() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
