@@ -137,7 +137,11 @@
 //
 // Lock takes flock(LOCK_EX|LOCK_NB) on .lock. The lock belongs to the open
 // file, so it excludes other processes and other Buckets of this process
-// alike (ErrLocked); Close releases it, and so does process death. Having
+// alike (ErrLocked); Close releases it, and so does process death. A
+// child process holds copies of its parent's descriptors from its fork
+// until its exec, so a lock file just closed may stay locked for as long:
+// a Lock that finds the lock held, last by this very process, and by none
+// of its Buckets, waits for that (up to 5s) instead of failing. Having
 // taken the lock, Lock deletes everything in .tmp: named staging files of
 // writers that crashed (unnamed ones are gone with their process).
 //
