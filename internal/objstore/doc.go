@@ -139,9 +139,34 @@
 //
 // Lock takes flock(LOCK_EX|LOCK_NB) on .lock. The lock belongs to the open
 // file, so it excludes other processes and other Buckets of this process
-// alike (ErrLocked); Close releases it, and so does process death. Having
+// alike (ErrLocked); Close releases it, and so does process death. A
+// child process holds copies of its parent's descriptors from its fork
+// until its exec, so a lock file just closed may stay locked for as long:
+// a Lock that finds the lock held, last by this very process, and by none
+// of its Buckets, waits for that (up to 5s) instead of failing. Having
 // taken the lock, Lock deletes everything in .tmp: named staging files of
 // writers that crashed (unnamed ones are gone with their process).
+//
+// A full disk and a read-only file system: writes fail with an error
+// wrapping syscall.ENOSPC (or EDQUOT, over a quota) or syscall.EROFS
+// (errors.Is finds them through the OpError and the *fs.PathError of the
+// failed system call). A write that fails so leaves nothing behind: its
+// staged file is discarded before anything is published. IsRetryable
+// reports true for ENOSPC and EDQUOT, so that a writer that retries
+// transient errors with backoff heals once space is freed, and false for
+// EROFS: a file system goes read-only when mounted so or when the kernel
+// stops writing to it after an I/O error, and only an operator makes it
+// writable again. Reads, List and Delete work on a full disk (Delete
+// frees space), and so do segments already staged: their blocks are
+// allocated. No failed sync is retryable, whatever its errno: failures of
+// Segment.WriteAt, Segment.Sync and SyncPrefix, and of the directory sync
+// that makes a new name durable (Put, Writer.Close, Publish, new
+// directories), are marked not retryable, because after a failed fsync
+// the kernel may drop the pages it could not write and mark them clean,
+// and a repeated request would not sync them again (an object's retry
+// finds its name and reports ErrExists; a second fsync reports success).
+// objstoretest.Fault injects these errors as the driver reports them
+// (SetDiskFull, SetReadOnly).
 //
 // Caveats: a key and a key prefix ending at a '/' cannot coexist ("a" and
 // "a/b": "a" would have to be a file and a directory); the second write

@@ -80,17 +80,36 @@ func (e *transientError) Error() string   { return e.err.Error() }
 func (e *transientError) Unwrap() error   { return e.err }
 func (e *transientError) Retryable() bool { return true }
 
+// permanentError marks an error that retrying the same request must not be
+// trusted to fix, whatever its cause (see IsRetryable on syncs).
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() error   { return e.err }
+func (e *permanentError) Retryable() bool { return false }
+
 // IsRetryable reports whether err is a transient failure that retrying the
 // same request may fix: service unavailability, throttling, internal and
 // unknown service errors, timeouts (context.DeadlineExceeded, which for a
-// caller's own deadline is moot), network errors, connection resets and
-// truncated responses (io.ErrUnexpectedEOF).
+// caller's own deadline is moot), network errors, connection resets,
+// truncated responses (io.ErrUnexpectedEOF), and a full disk or quota
+// (syscall.ENOSPC, syscall.EDQUOT): a file-driver write that fails so
+// leaves nothing behind (its staged file is discarded, nothing is
+// published), and the same request succeeds once space is freed, by an
+// operator or by the caller's own garbage collection. Retry with backoff.
 //
 // It reports false for nil, for the package's sentinel errors (ErrNotFound,
 // ErrExists, ErrLocked, ErrInvalidURL, ErrInvalidKey, ErrClosed), for
-// context.Canceled, for permission and invalid-argument errors, for local
-// file-system errors (a full or failing disk is not fixed by an immediate
-// retry) and for any error it does not recognise.
+// context.Canceled, for permission and invalid-argument errors, for other
+// local file-system errors (a read-only file system, syscall.EROFS, which
+// stays so until an operator remounts it, usually after repairing what
+// made the kernel remount it; EIO and other failing-disk errors), for any
+// failure of Segment.WriteAt, Segment.Sync or Segmenter.SyncPrefix, or of
+// the file driver's directory sync after it made a name, whatever its
+// cause, and for any error it does not recognise. Syncs are never
+// retryable: after a failed fsync the kernel may have dropped the dirty
+// pages it could not write and marked them clean, so a second fsync can
+// succeed without the data being durable; write the data anew instead.
 //
 // An error in whose chain some error has a method
 //
@@ -119,13 +138,14 @@ func IsRetryable(err error) bool {
 		context.DeadlineExceeded, io.ErrUnexpectedEOF,
 		syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ECONNABORTED,
 		syscall.EPIPE, syscall.ETIMEDOUT,
+		syscall.ENOSPC, syscall.EDQUOT,
 	} {
 		if errors.Is(err, transient) {
 			return true
 		}
 	}
 	// syscall.Errno satisfies net.Error too; errno values from the file
-	// system (ENOSPC, EIO) are not network errors.
+	// system (EROFS, EIO) are not network errors.
 	var ne net.Error
 	if errors.As(err, &ne) {
 		_, isErrno := ne.(syscall.Errno)

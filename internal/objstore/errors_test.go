@@ -38,7 +38,8 @@ func TestIsRetryable(t *testing.T) {
 		{opErr("put", "k", fmt.Errorf("request: %w", context.Canceled)), false},
 		{errors.New("something unrecognised"), false},
 		{os.ErrPermission, false},
-		{&fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, false},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EROFS}, false},
+		{opErr("sync", "k", &permanentError{&fs.PathError{Op: "fdatasync", Path: "/x", Err: syscall.ENOSPC}}), false},
 		{&fs.PathError{Op: "fsync", Path: "/x", Err: syscall.EIO}, false},
 		{errors.ErrUnsupported, false},
 		{retryableErr(false), false},
@@ -54,6 +55,8 @@ func TestIsRetryable(t *testing.T) {
 		{opErr("put", "k", &transientError{errors.New("HTTP 503")}), true},
 		{retryableErr(true), true},
 		{opErr("put", "k", retryableErr(true)), true},
+		{&fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, true},
+		{opErr("put", "k", &fs.PathError{Op: "write", Path: "/x", Err: syscall.EDQUOT}), true},
 	} {
 		if got := IsRetryable(tc.err); got != tc.want {
 			t.Errorf("IsRetryable(%v) = %v; want %v", tc.err, got, tc.want)

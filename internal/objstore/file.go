@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Names inside a file store's directory. Keys cannot start with '.', so
@@ -45,7 +47,8 @@ type fileBucket struct {
 	dirs     dirCache
 
 	mu       sync.Mutex
-	lockFile *os.File // guarded by mu; non-nil while the lock is held
+	lockFile *os.File    // guarded by mu; non-nil while the lock is held
+	lockInfo fs.FileInfo // guarded by mu; lockFile's, in heldLocks
 
 	spareMu     sync.Mutex
 	spare       *os.File       // guarded by spareMu: unnamed file for the next create-only write
@@ -360,7 +363,11 @@ func (f *fileBucket) publish(st staged, key string, ifNotExist bool) error {
 			err = placeNamed(st.file.Name(), d.f, name, ifNotExist)
 		}
 		if err == nil {
-			err = syncDirFile(d.f)
+			if err = syncDirFile(d.f); err != nil {
+				// The name exists: a retry would find it (ErrExists) and
+				// not sync it. Not retryable (see IsRetryable).
+				err = &permanentError{err}
+			}
 			f.dirs.release(d)
 			break
 		}
@@ -507,8 +514,9 @@ func (f *fileBucket) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.lockFile != nil {
+		heldLocks.drop(f.lockInfo)
 		err := f.lockFile.Close()
-		f.lockFile = nil
+		f.lockFile, f.lockInfo = nil, nil
 		if err != nil {
 			return opErr("close", "", err)
 		}
@@ -533,22 +541,97 @@ func (f *fileBucket) Lock() error {
 	if err != nil {
 		return opErr("lock", "", err)
 	}
-	if err := lockFile(lf); err != nil {
+	err = lockFile(lf)
+	if errors.Is(err, ErrLocked) {
+		err = waitOwnChildren(lf)
+	}
+	var info fs.FileInfo
+	if err == nil {
+		info, err = lf.Stat()
+	}
+	if err != nil {
 		if errors.Is(err, ErrLocked) {
-			holder := make([]byte, 32)
-			n, _ := lf.ReadAt(holder, 0)
-			err = fmt.Errorf("%w: %s (pid of last holder: %s)", ErrLocked, name, strings.TrimSpace(string(holder[:n])))
+			err = fmt.Errorf("%w: %s (pid of last holder: %s)", ErrLocked, name, lockHolder(lf))
 		}
 		lf.Close()
 		return opErr("lock", "", err)
 	}
-	// The pid is for the error message of the next contender only.
+	// The pid is for the error message of the next contender, and tells a
+	// Lock in this process that finds the lock held that the holder may
+	// be a child of its own (see waitOwnChildren).
 	if err := lf.Truncate(0); err == nil {
 		lf.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
 	}
-	f.lockFile = lf
+	heldLocks.add(info)
+	f.lockFile, f.lockInfo = lf, info
 	f.removeStaleTemps()
 	return nil
+}
+
+// lockHolder returns the pid the last holder wrote into the lock file.
+func lockHolder(lf *os.File) string {
+	holder := make([]byte, 32)
+	n, _ := lf.ReadAt(holder, 0)
+	return strings.TrimSpace(string(holder[:n]))
+}
+
+// heldLocks are the lock files that Buckets of this process hold.
+var heldLocks lockSet
+
+type lockSet struct {
+	mu    sync.Mutex
+	files []fs.FileInfo // guarded by mu
+}
+
+func (s *lockSet) add(fi fs.FileInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files = append(s.files, fi)
+}
+
+func (s *lockSet) drop(fi fs.FileInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files = slices.DeleteFunc(s.files, func(h fs.FileInfo) bool { return h == fi })
+}
+
+func (s *lockSet) has(lf *os.File) bool {
+	fi, err := lf.Stat()
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.files, func(h fs.FileInfo) bool { return os.SameFile(h, fi) })
+}
+
+// lockChildWait bounds how long Lock waits for its own process's children
+// to let go of a lock this process released (see waitOwnChildren).
+const lockChildWait = 5 * time.Second
+
+// waitOwnChildren takes the lock on lf, which lockFile found held, if the
+// holder is this process's own child: it waits, up to lockChildWait, while
+// the last holder was this process and no Bucket of this process holds the
+// lock, and returns ErrLocked as soon as that is not so.
+//
+// A flock belongs to the open file description, and a child process holds
+// a copy of each of its parent's descriptors from its fork until its exec
+// closes the close-on-exec ones (Go's os/exec resumes the parent before
+// that). A lock file that a Bucket closed meanwhile stays locked for that
+// long, and a Lock right after Close, in a process that starts
+// subprocesses (a step running a command), failed with ErrLocked.
+func waitOwnChildren(lf *os.File) error {
+	self := strconv.Itoa(os.Getpid())
+	deadline := time.Now().Add(lockChildWait)
+	for {
+		if lockHolder(lf) != self || heldLocks.has(lf) || time.Now().After(deadline) {
+			return ErrLocked
+		}
+		time.Sleep(time.Millisecond)
+		if err := lockFile(lf); !errors.Is(err, ErrLocked) {
+			return err
+		}
+	}
 }
 
 // removeStaleTemps empties the temp directory.
@@ -649,5 +732,10 @@ func mkdirAllSync(dir string) error {
 			return err
 		}
 	}
-	return syncDir(parent)
+	if err := syncDir(parent); err != nil {
+		// A retry would find the directory and not sync its parent again:
+		// not retryable (see IsRetryable).
+		return &permanentError{err}
+	}
+	return nil
 }

@@ -122,12 +122,15 @@ func (f *fileBucket) SyncPrefix(ctx context.Context, prefix string) error {
 		err = syncData(file)
 		file.Close()
 		if err != nil {
-			return opErr("sync", o.Key, err)
+			// Never retryable (see IsRetryable): a crashed writer's pages
+			// that failed to write back may be dropped, and a second
+			// fdatasync would report them durable.
+			return opErr("sync", o.Key, &permanentError{err})
 		}
 	}
 	for d := range dirs {
 		if err := syncDir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return opErr("sync", strings.TrimSuffix(prefix, "/"), err)
+			return opErr("sync", strings.TrimSuffix(prefix, "/"), &permanentError{err})
 		}
 	}
 	return nil
@@ -227,7 +230,7 @@ func (s *fileSegment) WriteAt(p []byte, off int64) error {
 		return opErr("write", s.name(), fmt.Errorf("write of %d bytes at %d outside the segment's %d", len(p), off, s.size))
 	}
 	if _, err := s.st.file.WriteAt(p, off); err != nil {
-		return opErr("write", s.name(), err)
+		return opErr("write", s.name(), &permanentError{err})
 	}
 	return nil
 }
@@ -239,7 +242,9 @@ func (s *fileSegment) Sync() error {
 		return err
 	}
 	if err := syncData(s.st.file); err != nil {
-		return opErr("sync", s.name(), err)
+		// Never retryable (see IsRetryable): the failed write-back may
+		// have been dropped, and a second fdatasync would not see it.
+		return opErr("sync", s.name(), &permanentError{err})
 	}
 	return nil
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/objstore"
@@ -68,9 +71,11 @@ func (e *FaultError) Retryable() bool { return true }
 
 // Fault wraps a Bucket and injects failures: errors by request kind, added
 // latency, "ambiguous" writes that succeed but report a retryable error,
-// an outage after N writes, and stalls. Every knob is off after NewFault
-// and after Reset, and Fault then behaves exactly like the inner bucket.
-// All methods are safe for concurrent use.
+// an outage after N writes, stalls and pauses (every request waits),
+// blackholes (requests of a kind never answer) and the errors of a full
+// or read-only disk as the file driver reports them. Every knob is off
+// after NewFault and after Reset, and Fault then behaves exactly like the
+// inner bucket. All methods are safe for concurrent use.
 //
 // Random choices come from one generator seeded by NewFault's seed: a
 // sequence of requests made from one goroutine fails the same way on every
@@ -85,6 +90,10 @@ func (e *FaultError) Retryable() bool { return true }
 // and each Segment.Sync (the segment's key), which an ambiguous fault
 // reports failed after it succeeded. SyncPrefix is an OpList of the
 // prefix; opening a segment to read it and each read of it are OpGets.
+// Segment.WriteAt is not a request (it writes into the operating
+// system's cache): only SetReadOnly fails it. Segment.Sync and
+// SegmentReader.ReadAt have no context: a stall or blackhole holds them
+// until it is lifted.
 type Fault struct {
 	inner objstore.Bucket
 
@@ -98,6 +107,11 @@ type Fault struct {
 	writes        int64                 // guarded by mu; writes since FailAfterWrites
 	match         func(Op, string) bool // guarded by mu; nil: every request
 	stall         chan struct{}         // guarded by mu; non-nil while stalled
+	pause         *time.Timer           // guarded by mu; ends the stall (Pause)
+	hole          [numOps]chan struct{} // guarded by mu; non-nil: blackholed
+	diskFull      bool                  // guarded by mu
+	readOnly      bool                  // guarded by mu
+	blocked       int                   // guarded by mu; requests held now
 	injected      int64                 // guarded by mu
 }
 
@@ -150,9 +164,10 @@ func (f *Fault) FailAfterWrites(n int) {
 }
 
 // SetMatch limits injected errors (error rates, ambiguous writes,
-// FailAfterWrites) to requests for which match returns true, for example
-// only keys under "wal/". Latency and stalls apply to every request. nil
-// (the default) matches every request.
+// FailAfterWrites, blackholes, SetDiskFull and SetReadOnly) to requests
+// for which match returns true, for example only keys under "wal/".
+// Latency, stalls and pauses apply to every request. nil (the default)
+// matches every request.
 func (f *Fault) SetMatch(match func(op Op, key string) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -161,40 +176,158 @@ func (f *Fault) SetMatch(match func(op Op, key string) bool) {
 
 // Stall makes every request block, before reaching the inner bucket, until
 // Unstall (or until its context ends, when it fails with the context's
-// error). Requests already past the stall point are not affected.
+// error). Requests already past the stall point are not affected. A
+// Pause in progress becomes a stall without an end.
 func (f *Fault) Stall() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.stopPauseLocked()
 	if f.stall == nil {
 		f.stall = make(chan struct{})
 	}
 }
 
-// Unstall releases the requests blocked by Stall.
+// Pause stalls every request as Stall does, for d from now, then releases
+// them as Unstall does; Unstall, Reset or another Pause (which sets a new
+// end) may end it sooner, and Stall makes it last until Unstall. Pause
+// returns at once. In a testing/synctest bubble, d is the bubble's time.
+func (f *Fault) Pause(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopPauseLocked()
+	if f.stall == nil {
+		f.stall = make(chan struct{})
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.pause == t { // not stopped, nor replaced, meanwhile
+			f.pause = nil
+			f.unstallLocked()
+		}
+	})
+	f.pause = t
+}
+
+// Unstall releases the requests blocked by Stall or Pause.
 func (f *Fault) Unstall() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.stopPauseLocked()
+	f.unstallLocked()
+}
+
+// REQUIRES: f.mu held.
+func (f *Fault) unstallLocked() {
 	if f.stall != nil {
 		close(f.stall)
 		f.stall = nil
 	}
 }
 
-// Reset turns every knob off (and releases a stall). The random generator
-// keeps its state.
-func (f *Fault) Reset() {
-	f.Unstall()
+// REQUIRES: f.mu held.
+func (f *Fault) stopPauseLocked() {
+	if f.pause != nil {
+		f.pause.Stop()
+		f.pause = nil
+	}
+}
+
+// SetBlackhole makes requests of kind op (those SetMatch's function
+// accepts) vanish, like requests to a server that stopped answering
+// without closing its connections: they never reach the inner bucket and
+// never answer until their context ends, when they fail with the
+// context's error as a client that gave up would. Lifting the blackhole
+// (SetBlackhole(op, false) or Reset) fails the requests held in it with a
+// retryable FaultError; later requests go through. Stall and latency come
+// first. Defaults to off for every kind.
+//
+// Requests without a context (Segment.Sync, SegmentReader.ReadAt) wait
+// until the blackhole is lifted: lift it before closing an engine whose
+// committer may be held in one.
+func (f *Fault) SetBlackhole(op Op, on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	switch {
+	case on && f.hole[op] == nil:
+		f.hole[op] = make(chan struct{})
+	case !on && f.hole[op] != nil:
+		close(f.hole[op])
+		f.hole[op] = nil
+	}
+}
+
+// Blocked returns how many requests are held right now by a stall, a
+// pause or a blackhole. Tests wait for it to reach a count instead of
+// sleeping.
+func (f *Fault) Blocked() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.blocked
+}
+
+// SetDiskFull makes the requests that need new space fail as the file://
+// driver fails on a full disk: with an *objstore.OpError (the driver's Op
+// and the key) wrapping an *fs.PathError (the failing system call) of
+// syscall.ENOSPC. Those are Put and Writer.Close (op "put", writing the
+// staged object) and NewSegment (op "segment", writing its zeros); reads,
+// List, Delete (which frees space) and the segment requests that reuse
+// blocks already allocated (ReuseSegment, Publish, WriteAt, Sync,
+// SyncPrefix) go through, as they do on a real full disk. The request
+// does not reach the inner bucket. objstore.IsRetryable reports true, as
+// for the real error (see the objstore package documentation): the
+// failed write left nothing behind, and a retry succeeds once space is
+// freed. The PathError's Path is the key, not a file name.
+// Segment.Sync on a real full disk of a file system that allocates at
+// write-back (copy-on-write, thin provisioning) can fail too; the driver
+// reports that as not retryable (see objstore.IsRetryable on syncs), and
+// SetDiskFull does not inject it.
+func (f *Fault) SetDiskFull(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.diskFull = on
+}
+
+// SetReadOnly makes every request that modifies the store fail as the
+// file:// driver fails on a read-only file system (mounted read-only, or
+// remounted so after an I/O error): with an *objstore.OpError wrapping an
+// *fs.PathError (an *os.LinkError for Publish) of syscall.EROFS. Those
+// are Put, NewWriter (which stages a file; a Writer made before fails at
+// Close), Delete, NewSegment, ReuseSegment, Publish, Segment.WriteAt and
+// Segment.Sync; reads, List and SyncPrefix go through. It takes
+// precedence over SetDiskFull. objstore.IsRetryable reports false, as for
+// the real error: a read-only file system does not heal by waiting.
+func (f *Fault) SetReadOnly(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readOnly = on
+}
+
+// Reset turns every knob off (and releases a stall, a pause and the
+// requests in blackholes). The random generator keeps its state.
+func (f *Fault) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopPauseLocked()
+	f.unstallLocked()
+	for op := range f.hole {
+		if f.hole[op] != nil {
+			close(f.hole[op])
+			f.hole[op] = nil
+		}
+	}
 	f.errRate = [numOps]float64{}
 	f.ambiguousRate = 0
 	f.latency, f.jitter = 0, 0
 	f.failAfter, f.writes = -1, 0
 	f.match = nil
+	f.diskFull, f.readOnly = false, false
 }
 
-// Injected returns how many errors Fault has injected (context errors
-// from latency and stalls not included).
+// Injected returns how many errors Fault has injected, disk errors and
+// requests failed by lifting a blackhole included (context errors from
+// latency, stalls and blackholes not).
 func (f *Fault) Injected() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -207,9 +340,93 @@ func (f *Fault) chanceLocked(p float64) bool {
 	return p > 0 && f.rng.Float64() < p
 }
 
+// diskFunc returns the error the file driver reports for a request on a
+// disk that is full (syscall.ENOSPC) or read-only (syscall.EROFS), or nil
+// if that disk lets the request through. nil: no request is affected.
+type diskFunc func(errno syscall.Errno) error
+
+// driverErr is the file driver's error for a failed system call sysOp:
+// the OpError for op on key, wrapping the call's PathError. The Path is the
+// key (".tmp", the staging directory, for a segment not yet named): the
+// Fault does not know the store's directory.
+func driverErr(op, key, sysOp string, errno syscall.Errno) error {
+	path := key
+	if path == "" {
+		path = ".tmp"
+	}
+	return &objstore.OpError{Op: op, Key: key, Err: &fs.PathError{Op: sysOp, Path: path, Err: errno}}
+}
+
+// Disk errors by request, as the file driver fails them (see file.go and
+// file_segment.go in package objstore): on a full disk, writing the bytes
+// of a staged object or a new segment's zeros; on a read-only one,
+// creating the staged file (open), or whatever comes first for a request
+// whose file is already open.
+var (
+	diskPut = func(key string) diskFunc {
+		return func(errno syscall.Errno) error {
+			if errno == syscall.EROFS {
+				return driverErr("put", key, "open", errno)
+			}
+			return driverErr("put", key, "write", errno)
+		}
+	}
+	diskWriterOpen = func(key string) diskFunc {
+		return func(errno syscall.Errno) error {
+			if errno == syscall.EROFS {
+				return driverErr("put", key, "open", errno)
+			}
+			return nil // fails at Close, when the bytes are written
+		}
+	}
+	diskWriterClose = func(key string) diskFunc {
+		return func(errno syscall.Errno) error { return driverErr("put", key, "write", errno) }
+	}
+	diskDelete = func(key string) diskFunc {
+		return func(errno syscall.Errno) error {
+			if errno == syscall.EROFS {
+				return driverErr("delete", key, "unlink", errno)
+			}
+			return nil
+		}
+	}
+	diskNewSegment diskFunc = func(errno syscall.Errno) error {
+		if errno == syscall.EROFS {
+			return driverErr("segment", "", "open", errno)
+		}
+		return driverErr("segment", "", "write", errno)
+	}
+	diskReuseSegment = func(key string) diskFunc {
+		return func(errno syscall.Errno) error {
+			if errno == syscall.EROFS {
+				return driverErr("segment", key, "open", errno)
+			}
+			return nil // its blocks are allocated
+		}
+	}
+	diskPublish = func(key string) diskFunc {
+		return func(errno syscall.Errno) error {
+			if errno == syscall.EROFS {
+				return &objstore.OpError{Op: "publish", Key: key, Err: &os.LinkError{Op: "linkat", Old: "(unnamed)", New: key, Err: errno}}
+			}
+			return nil
+		}
+	}
+	diskSegWrite = func(op, name, sysOp string) diskFunc {
+		return func(errno syscall.Errno) error {
+			if errno == syscall.EROFS {
+				return driverErr(op, name, sysOp, errno)
+			}
+			return nil // overwriting allocated blocks needs no space
+		}
+	}
+)
+
 // before runs the stall and latency knobs, then decides whether to fail the
-// request. It returns the error to report, or nil to go ahead.
-func (f *Fault) before(ctx context.Context, op Op, key string) error {
+// request (holding it first if it is blackholed). It returns the error to
+// report, or nil to go ahead. disk says how a full or read-only disk fails
+// the request (nil: it does not).
+func (f *Fault) before(ctx context.Context, op Op, key string, disk diskFunc) error {
 	f.mu.Lock()
 	stall := f.stall
 	delay := f.latency
@@ -219,10 +436,8 @@ func (f *Fault) before(ctx context.Context, op Op, key string) error {
 	f.mu.Unlock()
 
 	if stall != nil {
-		select {
-		case <-stall:
-		case <-ctx.Done():
-			return &objstore.OpError{Op: op.String(), Key: key, Err: ctx.Err()}
+		if err := f.hold(ctx, stall); err != nil {
+			return &objstore.OpError{Op: op.String(), Key: key, Err: err}
 		}
 	}
 	if delay > 0 {
@@ -236,9 +451,24 @@ func (f *Fault) before(ctx context.Context, op Op, key string) error {
 	}
 
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.match != nil && !f.match(op, key) {
+		f.mu.Unlock()
 		return nil
+	}
+	if hole := f.hole[op]; hole != nil {
+		f.mu.Unlock()
+		if err := f.hold(ctx, hole); err != nil {
+			return &objstore.OpError{Op: op.String(), Key: key, Err: err}
+		}
+		// Lifted: the request was lost.
+		f.mu.Lock()
+		f.injected++
+		f.mu.Unlock()
+		return &objstore.OpError{Op: op.String(), Key: key, Err: &FaultError{Op: op, Key: key}}
+	}
+	defer f.mu.Unlock()
+	if err := f.diskErrLocked(disk); err != nil {
+		return err
 	}
 	fail := false
 	if op == OpPut || op == OpDelete {
@@ -257,6 +487,57 @@ func (f *Fault) before(ctx context.Context, op Op, key string) error {
 	return &objstore.OpError{Op: op.String(), Key: key, Err: &FaultError{Op: op, Key: key}}
 }
 
+// hold blocks until release is closed (nil) or ctx ends (its error),
+// counting the request in Blocked meanwhile.
+func (f *Fault) hold(ctx context.Context, release <-chan struct{}) error {
+	f.mu.Lock()
+	f.blocked++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.blocked--
+		f.mu.Unlock()
+	}()
+	select {
+	case <-release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// diskErrLocked returns the error of a full or read-only disk for a
+// request that such a disk fails, counting it as injected.
+//
+// REQUIRES: f.mu held.
+func (f *Fault) diskErrLocked(disk diskFunc) error {
+	if disk == nil {
+		return nil
+	}
+	var err error
+	switch {
+	case f.readOnly:
+		err = disk(syscall.EROFS)
+	case f.diskFull:
+		err = disk(syscall.ENOSPC)
+	}
+	if err != nil {
+		f.injected++
+	}
+	return err
+}
+
+// diskOnly fails a request that only the disk knobs apply to (not a
+// request to the store, or checked again later by before).
+func (f *Fault) diskOnly(op Op, key string, disk diskFunc) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.match != nil && !f.match(op, key) {
+		return nil
+	}
+	return f.diskErrLocked(disk)
+}
+
 // after decides whether a successful write reports an ambiguous error.
 func (f *Fault) after(key string) error {
 	f.mu.Lock()
@@ -273,7 +554,7 @@ func (f *Fault) after(key string) error {
 
 // Get implements objstore.Bucket.
 func (f *Fault) Get(ctx context.Context, key string) ([]byte, error) {
-	if err := f.before(ctx, OpGet, key); err != nil {
+	if err := f.before(ctx, OpGet, key, nil); err != nil {
 		return nil, err
 	}
 	return f.inner.Get(ctx, key)
@@ -281,7 +562,7 @@ func (f *Fault) Get(ctx context.Context, key string) ([]byte, error) {
 
 // NewReader implements objstore.Bucket.
 func (f *Fault) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
-	if err := f.before(ctx, OpGet, key); err != nil {
+	if err := f.before(ctx, OpGet, key, nil); err != nil {
 		return nil, err
 	}
 	return f.inner.NewReader(ctx, key)
@@ -289,7 +570,7 @@ func (f *Fault) NewReader(ctx context.Context, key string) (io.ReadCloser, error
 
 // Put implements objstore.Bucket.
 func (f *Fault) Put(ctx context.Context, key string, data []byte, ifNotExist bool) error {
-	if err := f.before(ctx, OpPut, key); err != nil {
+	if err := f.before(ctx, OpPut, key, diskPut(key)); err != nil {
 		return err
 	}
 	if err := f.inner.Put(ctx, key, data, ifNotExist); err != nil {
@@ -298,8 +579,12 @@ func (f *Fault) Put(ctx context.Context, key string, data []byte, ifNotExist boo
 	return f.after(key)
 }
 
-// NewWriter implements objstore.Bucket. Faults apply at the Writer's Close.
+// NewWriter implements objstore.Bucket. Faults apply at the Writer's Close,
+// except SetReadOnly's, which fails NewWriter as the file driver does.
 func (f *Fault) NewWriter(ctx context.Context, key string, ifNotExist bool) (objstore.Writer, error) {
+	if err := f.diskOnly(OpPut, key, diskWriterOpen(key)); err != nil {
+		return nil, err
+	}
 	w, err := f.inner.NewWriter(ctx, key, ifNotExist)
 	if err != nil {
 		return nil, err
@@ -309,7 +594,7 @@ func (f *Fault) NewWriter(ctx context.Context, key string, ifNotExist bool) (obj
 
 // Delete implements objstore.Bucket.
 func (f *Fault) Delete(ctx context.Context, key string) error {
-	if err := f.before(ctx, OpDelete, key); err != nil {
+	if err := f.before(ctx, OpDelete, key, diskDelete(key)); err != nil {
 		return err
 	}
 	return f.inner.Delete(ctx, key)
@@ -317,7 +602,7 @@ func (f *Fault) Delete(ctx context.Context, key string) error {
 
 // List implements objstore.Bucket.
 func (f *Fault) List(ctx context.Context, prefix string) ([]objstore.ObjectInfo, error) {
-	if err := f.before(ctx, OpList, prefix); err != nil {
+	if err := f.before(ctx, OpList, prefix, nil); err != nil {
 		return nil, err
 	}
 	return f.inner.List(ctx, prefix)
@@ -340,7 +625,7 @@ func (w *faultWriter) Close() error {
 		return w.Writer.Close() // the inner writer reports the misuse
 	}
 	w.done = true
-	if err := w.f.before(w.ctx, OpPut, w.key); err != nil {
+	if err := w.f.before(w.ctx, OpPut, w.key, diskWriterClose(w.key)); err != nil {
 		w.Writer.Abort()
 		return err
 	}
@@ -367,7 +652,7 @@ type faultSegmenter struct {
 }
 
 func (s *faultSegmenter) NewSegment(ctx context.Context, size int64) (objstore.Segment, error) {
-	if err := s.f.before(ctx, OpPut, ""); err != nil {
+	if err := s.f.before(ctx, OpPut, "", diskNewSegment); err != nil {
 		return nil, err
 	}
 	seg, err := s.inner.NewSegment(ctx, size)
@@ -378,7 +663,7 @@ func (s *faultSegmenter) NewSegment(ctx context.Context, size int64) (objstore.S
 }
 
 func (s *faultSegmenter) ReuseSegment(ctx context.Context, key string) (objstore.Segment, error) {
-	if err := s.f.before(ctx, OpPut, key); err != nil {
+	if err := s.f.before(ctx, OpPut, key, diskReuseSegment(key)); err != nil {
 		return nil, err
 	}
 	seg, err := s.inner.ReuseSegment(ctx, key)
@@ -389,14 +674,14 @@ func (s *faultSegmenter) ReuseSegment(ctx context.Context, key string) (objstore
 }
 
 func (s *faultSegmenter) SyncPrefix(ctx context.Context, prefix string) error {
-	if err := s.f.before(ctx, OpList, prefix); err != nil {
+	if err := s.f.before(ctx, OpList, prefix, nil); err != nil {
 		return err
 	}
 	return s.inner.SyncPrefix(ctx, prefix)
 }
 
 func (s *faultSegmenter) OpenSegment(ctx context.Context, key string) (objstore.SegmentReader, error) {
-	if err := s.f.before(ctx, OpGet, key); err != nil {
+	if err := s.f.before(ctx, OpGet, key, nil); err != nil {
 		return nil, err
 	}
 	r, err := s.inner.OpenSegment(ctx, key)
@@ -413,7 +698,7 @@ type faultSegReader struct {
 }
 
 func (r *faultSegReader) ReadAt(p []byte, off int64) (int, error) {
-	if err := r.f.before(context.Background(), OpGet, r.key); err != nil {
+	if err := r.f.before(context.Background(), OpGet, r.key, nil); err != nil {
 		return 0, err
 	}
 	return r.SegmentReader.ReadAt(p, off)
@@ -426,7 +711,7 @@ type faultSegment struct {
 }
 
 func (s *faultSegment) Publish(ctx context.Context, key string) error {
-	if err := s.f.before(ctx, OpPut, key); err != nil {
+	if err := s.f.before(ctx, OpPut, key, diskPublish(key)); err != nil {
 		return err
 	}
 	if err := s.Segment.Publish(ctx, key); err != nil {
@@ -436,8 +721,23 @@ func (s *faultSegment) Publish(ctx context.Context, key string) error {
 	return s.f.after(key)
 }
 
+// name is the segment's name in the file driver's errors.
+func (s *faultSegment) name() string {
+	if s.key != "" {
+		return s.key
+	}
+	return "(unpublished segment)"
+}
+
+func (s *faultSegment) WriteAt(p []byte, off int64) error {
+	if err := s.f.diskOnly(OpPut, s.key, diskSegWrite("write", s.name(), "write")); err != nil {
+		return err
+	}
+	return s.Segment.WriteAt(p, off)
+}
+
 func (s *faultSegment) Sync() error {
-	if err := s.f.before(context.Background(), OpPut, s.key); err != nil {
+	if err := s.f.before(context.Background(), OpPut, s.key, diskSegWrite("sync", s.name(), "fdatasync")); err != nil {
 		return err
 	}
 	if err := s.Segment.Sync(); err != nil {
