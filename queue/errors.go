@@ -48,7 +48,7 @@ var (
 // store needs an operator; nothing was dropped silently.
 type CorruptionError = engine.CorruptionError
 
-// ErrTailLost is wrapped by TailLostError. It wraps ErrCorrupt, so
+// ErrTailLost is wrapped by TailLostError, as ErrCorrupt is, so
 // IsCorruption reports true for it. Not retryable: see TailLostError.
 var ErrTailLost = engine.ErrTailLost
 

@@ -30,9 +30,9 @@ import (
 // rewrites the owner object while commits go on.
 const markInterval = time.Second
 
-// ErrTailLost is wrapped by TailLostError. It wraps format.ErrCorrupt: the
-// store needs an operator.
-var ErrTailLost = fmt.Errorf("%w: the WAL ends before batches known to have been durable", format.ErrCorrupt)
+// ErrTailLost is wrapped by TailLostError, which wraps format.ErrCorrupt
+// too: the store needs an operator.
+var ErrTailLost = errors.New("the WAL ends before batches known to have been durable")
 
 // TailLostError reports a WAL that ends below the highest sequence known to
 // have been durable: acknowledged batches are gone. Not retryable: open with
@@ -62,7 +62,7 @@ func (e *TailLostError) Error() string {
 // Missing returns how many batches are missing.
 func (e *TailLostError) Missing() uint64 { return e.Durable - e.End }
 
-func (e *TailLostError) Unwrap() error { return ErrTailLost }
+func (e *TailLostError) Unwrap() []error { return []error{ErrTailLost, format.ErrCorrupt} }
 
 // readMark returns the highest sequence the owner object says was durable
 // (0 if there is none). An unreadable owner object is logged and ignored:
