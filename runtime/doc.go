@@ -104,7 +104,10 @@
 //   - Settlement is atomic (see the table).
 //   - The terminal hook is called at least once for every run whose
 //     termination committed, and never for another: the notification job is
-//     enqueued in the terminating transaction. Hook errors are retried with
+//     enqueued in the terminating transaction. A retried run terminates
+//     again, so it is notified once per termination (Outcome.Retries tells
+//     them apart): a hook that deduplicates on the run ID alone would drop
+//     the retried run's outcome. Hook errors are retried with
 //     backoff (terminal.RetryAfter honoured); terminal.IsPermanent errors and
 //     exhausted attempts dead-letter the notification.
 //   - Status, ListRuns, Cancel and Retry read and write the durable
