@@ -92,9 +92,12 @@
 //
 // New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
 // Cancel and Retry work (they read and write the durable records), Run
-// returns ErrNoRunner. New does no I/O; a Runtime with a hook records its
-// notify queue in the store when its Run starts, so that runs ended by
-// client Runtimes (Cancel) are notified to it.
+// returns ErrNoRunner. A Runtime with a hook records its notify queue in
+// the store when it is made (New, best effort) and when its Run starts, so
+// that runs ended by client Runtimes (Cancel) are notified to it, also
+// those ended before its Run started. A run ended by a client Runtime on
+// a store where no Runtime with a hook was ever made is not notified:
+// nobody listens.
 //
 // # Guarantees
 //
