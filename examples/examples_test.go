@@ -32,14 +32,12 @@ var checks = map[string]func(t *testing.T, bin string){
 		// (its hook will not be called again) and reports it at once.
 		store := "file://" + t.TempDir()
 		mustRun(t, bin, t.TempDir(), "-store", store)
-		start := time.Now()
+		// "already finished" says it did not wait for a hook that is not
+		// called again (no wall-clock bound: a loaded machine is slow).
 		out = mustRun(t, bin, t.TempDir(), "-store", store)
 		wantContains(t, out, "submitted run greeting-1 (new: false)", "already finished", `status: succeeded, result "HELLO, STEPWELL! (16 bytes)"`)
 		if strings.Contains(out, "step 0 of run") {
 			t.Errorf("second invocation ran a step\n%s", out)
-		}
-		if d := time.Since(start); d > 10*time.Second {
-			t.Errorf("second invocation took %v", d)
 		}
 	},
 	"crash_resume": testCrashResume,

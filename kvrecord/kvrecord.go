@@ -111,8 +111,9 @@ type Terminal struct {
 	DeadJob string
 	// Payload is the final step's payload, kept for failed and cancelled
 	// runs so that they can be retried: non-nil (possibly empty) when kept,
-	// nil when not (succeeded runs, shape 1 records, and runs whose step
-	// died without the runtime: see DeadJob). Shape 2.
+	// nil when not (succeeded runs, shape 1 records, and runs whose dead
+	// step job was deleted before the runtime settled them: see DeadJob).
+	// Shape 2.
 	Payload []byte
 	// Queue is the step queue of the final step's job ("" if unknown), where
 	// Retry enqueues it again. Shape 2.

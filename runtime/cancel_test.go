@@ -409,3 +409,27 @@ func TestCancelRunWhoseStepIsDeadReturns(t *testing.T) {
 			"(its ctx has a 1s deadline); Status = %+v", st)
 	}
 }
+
+// TestCancelBeforeWorkerRunsStillNotifiesHook: a run that a client Runtime
+// submits and cancels after the worker Runtime (with a hook) was made, but
+// before its Run started, is notified to the worker's hook once it runs:
+// the contract calls the hook for every run whose termination committed.
+// Fails when only Run, not New, records the hook's notify queue: the
+// cancel then commits with no notification at all.
+func TestCancelBeforeWorkerRunsStillNotifiesHook(t *testing.T) {
+	t.Parallel()
+	q := openQueue(t, memURL())
+	hook := &hookRecorder{}
+	worker := newRuntime(t, q, succeedRunner(nil), hook)
+	api := newRuntime(t, q, nil, nil)
+	mustSubmit(t, api, runtime.RunSpec{RunID: "api-cancelled"})
+	mustCancel(t, api, "api-cancelled", true)
+	mustSubmit(t, api, runtime.RunSpec{RunID: "api-done"})
+	startRun(t, worker)
+	if o := hook.wait(t, "api-done"); o.Status != terminal.Succeeded {
+		t.Errorf("outcome = %+v", o)
+	}
+	if o := hook.wait(t, "api-cancelled"); o.Status != terminal.Cancelled || o.Error != "" {
+		t.Errorf("outcome of the run cancelled before the worker ran = %+v", o)
+	}
+}

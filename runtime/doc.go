@@ -92,9 +92,12 @@
 //
 // New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
 // Cancel and Retry work (they read and write the durable records), Run
-// returns ErrNoRunner. New does no I/O; a Runtime with a hook records its
-// notify queue in the store when its Run starts, so that runs ended by
-// client Runtimes (Cancel) are notified to it.
+// returns ErrNoRunner. A Runtime with a hook records its notify queue in
+// the store when it is made (New, best effort) and when its Run starts, so
+// that runs ended by client Runtimes (Cancel) are notified to it, also
+// those ended before its Run started. A run ended by a client Runtime on
+// a store where no Runtime with a hook was ever made is not notified:
+// nobody listens.
 //
 // # Guarantees
 //
@@ -104,7 +107,10 @@
 //   - Settlement is atomic (see the table).
 //   - The terminal hook is called at least once for every run whose
 //     termination committed, and never for another: the notification job is
-//     enqueued in the terminating transaction. Hook errors are retried with
+//     enqueued in the terminating transaction. A retried run terminates
+//     again, so it is notified once per termination (Outcome.Retries tells
+//     them apart): a hook that deduplicates on the run ID alone would drop
+//     the retried run's outcome. Hook errors are retried with
 //     backoff (terminal.RetryAfter honoured); terminal.IsPermanent errors and
 //     exhausted attempts dead-letter the notification.
 //   - Status, ListRuns, Cancel and Retry read and write the durable

@@ -64,17 +64,25 @@ func serve(ctx context.Context, url string, body []byte) error {
 
 // README: end
 
+// readmeDone ends Example_readme's serve once step 0 has run.
+var readmeDone context.CancelFunc = func() {}
+
 // reserve stands for the service's own idempotent side effect.
 func reserve(_ context.Context, runID string, order []byte) ([]byte, error) {
 	fmt.Printf("reserved %s: %s\n", runID, order)
+	readmeDone() // the example has shown what it shows: stop serving
 	return append([]byte("reserved "), order...), nil
 }
 
 // The README's code, run on an in-memory store: step 0 reserves the order,
-// step 1 waits ten minutes (longer than this example lets it run).
+// step 1 waits ten minutes (longer than this example lets it run). serve
+// stops when step 0 has run, however long that takes on a loaded machine
+// (the timeout is only a backstop).
 func Example_readme() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	readmeDone = cancel
+	defer func() { readmeDone = func() {} }()
 	log.SetOutput(os.Stdout)
 	log.SetFlags(0)
 	defer log.SetOutput(os.Stderr)

@@ -90,9 +90,11 @@ func (rt *Runtime) ListRuns(ctx context.Context, opts ListOptions) (RunPage, err
 	if err != nil {
 		return RunPage{}, err
 	}
-	var stop []byte // keys past it are submitted at or before SubmittedAfter
+	var stop []byte // keys from it on are submitted at or before SubmittedAfter
 	if !opts.SubmittedAfter.IsZero() {
-		stop = kvrecord.SubmittedKey(opts.SubmittedAfter.UnixNano()+1, "")
+		// The first key of a run submitted at SubmittedAfter: newer runs'
+		// keys (a smaller inverted time) all sort before it.
+		stop = kvrecord.SubmittedKey(opts.SubmittedAfter.UnixNano(), "")
 	}
 	page := RunPage{Runs: []RunStatus{}}
 	for {

@@ -164,3 +164,47 @@ func TestStateText(t *testing.T) {
 	}
 
 }
+
+// TestListRunsTimeBoundsToTheNanosecond: SubmittedAfter and
+// SubmittedBefore are exclusive bounds at the nanosecond, as documented: a
+// run submitted 1ns after SubmittedAfter is listed, one submitted at it is
+// not. Before the fix, the index scan stopped at the first key of the
+// nanosecond after the bound, which left that nanosecond's runs out.
+func TestListRunsTimeBoundsToTheNanosecond(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var at atomic.Int64 // the next Submit's time, in ns after base
+	clock := func() time.Time { return base.Add(time.Duration(at.Load())) }
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, nil, nil, runtime.WithClock(clock))
+	ctx := context.Background()
+	for i, id := range []string{"a0", "b1", "c2", "d3"} { // submitted at base + i ns
+		at.Store(int64(i))
+		mustSubmit(t, rt, runtime.RunSpec{RunID: id})
+	}
+	for _, tc := range []struct {
+		after, before int64 // ns after base; -1: unbounded
+		want          string
+	}{
+		{0, -1, "[d3 c2 b1]"},
+		{1, -1, "[d3 c2]"},
+		{2, -1, "[d3]"},
+		{3, -1, "[]"},
+		{-1, 3, "[c2 b1 a0]"},
+		{-1, 1, "[a0]"},
+		{0, 3, "[c2 b1]"},
+		{1, 2, "[]"},
+	} {
+		var opts runtime.ListOptions
+		if tc.after >= 0 {
+			opts.SubmittedAfter = base.Add(time.Duration(tc.after))
+		}
+		if tc.before >= 0 {
+			opts.SubmittedBefore = base.Add(time.Duration(tc.before))
+		}
+		page, err := rt.ListRuns(ctx, opts)
+		if got := fmt.Sprint(ids(page.Runs)); err != nil || got != tc.want {
+			t.Errorf("after %dns, before %dns: %s, %v; want %s", tc.after, tc.before, got, err, tc.want)
+		}
+	}
+}

@@ -28,7 +28,8 @@ import (
 // Errors: ErrRunNotFound for an unknown run (or one finished longer ago
 // than the terminal retention); ErrRunNotRetryable for a run that is not
 // failed or cancelled, or whose step payload is no longer kept (a run that
-// failed before this version kept it, whose dead job was deleted).
+// ended before this version kept it and whose dead job is gone, or one
+// whose step's dead job was deleted before a Runtime settled the run).
 func (rt *Runtime) Retry(ctx context.Context, runID string) error {
 	if err := ValidateRunID(runID); err != nil {
 		return err

@@ -273,8 +273,9 @@ func TestRequeuedStepOfEndedRunIsRefused(t *testing.T) {
 	}
 }
 
-// TestNewDoesNoIO: New touches no store (here a closed one), even with a
-// hook; Run records the hook's notify queue. Fails if New reads or writes.
+// TestNewDoesNoIO: New does not fail on the store (here a closed one),
+// even with a hook, whose notify queue it records only at best (Run records
+// it again). Fails if New returns a store error.
 func TestNewDoesNoIO(t *testing.T) {
 	t.Parallel()
 	q, err := queue.Open(context.Background(), memURL())

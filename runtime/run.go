@@ -56,14 +56,24 @@ func (rt *Runtime) Run(ctx context.Context) error {
 // without the runtime (its lease expired on the last attempt, or its worker
 // died on it): the run fails with the job's last error (or ends cancelled
 // if a cancel was requested), in one transaction with the notice's ack.
+// The terminal record keeps the dead job's payload, so that Retry works
+// after the dead job is gone (queue.QueueConfig.DeadRetention).
+//
 // Notices of steps the runtime dead-lettered itself find the run already
-// ended and are just acknowledged.
+// ended and are just acknowledged, as are notices whose job is no longer
+// dead: it was requeued (Retry of the run that a Cancel ended, or by hand),
+// and its next death, if any, comes with a notice of its own. A dead job
+// deleted before its notice was handled (dead retention) still fails its
+// run, without the payload.
 func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error {
 	ctx = context.WithoutCancel(ctx)
 	deadID := string(notice.Payload)
 	runID := notice.Headers[HeaderRunID]
 	n64, _ := strconv.ParseUint(notice.Headers[HeaderStep], 10, 32)
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == 100 {
+			return fmt.Errorf("runtime: settling run %q of dead step job %s kept racing other writes", runID, deadID)
+		}
 		rec, old, err := rt.loadRun(ctx, runID)
 		if errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != deadID) {
 			return rt.q.Ack(ctx, notice)
@@ -71,11 +81,27 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 		if err != nil {
 			return err
 		}
+		job, err := rt.q.GetJob(ctx, deadID)
+		if err != nil && !errors.Is(err, queue.ErrJobNotFound) {
+			return err
+		}
+		if job != nil && job.State != queue.JobDead {
+			// Requeued since it died: it runs again (and settles the run
+			// itself), so this death no longer ends the run.
+			return rt.q.Ack(ctx, notice)
+		}
 		if err := rt.resolveNotify(ctx, rec); err != nil {
 			return err
 		}
-		txn := new(queue.Txn).Ack(notice).RequireJobState(deadID, queue.JobDead)
+		txn := new(queue.Txn).Ack(notice)
 		e := ending{status: terminal.Cancelled, step: uint32(n64), deadJob: deadID}
+		if job != nil {
+			// Still dead when this commits; its payload is kept for Retry.
+			txn.RequireJobState(deadID, queue.JobDead)
+			e.attempt, e.payload, e.queue = job.Attempt, job.Payload, job.Queue
+		}
+		// Otherwise the dead job was deleted (dead retention): the run
+		// record's compare-and-put alone says nothing moved on.
 		if !rec.Cancel {
 			e.status, e.reason = terminal.Failed, "step "+strconv.FormatUint(n64, 10)+" died: "+notice.Headers[queue.HeaderDeadReason]
 		}

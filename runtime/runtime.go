@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -39,8 +40,12 @@ type Runtime struct {
 }
 
 // New returns a Runtime that executes steps with r on the store q and
-// reports finished runs to h (nil or terminal.Noop for none). It does no
-// I/O: Run records what it needs in the store when it starts.
+// reports finished runs to h (nil or terminal.Noop for none). With a hook,
+// New records the hook's notify queue in the store (see resolveNotify), so
+// that a run that a client Runtime ends from now on (Cancel) is notified
+// to it even if this Runtime's Run has not started yet. That write is best
+// effort: New does not fail on it (a read-only or closed store), and Run
+// records the notify queue again when it starts.
 //
 // A nil r (with a nil or Noop h) makes a client Runtime: it submits,
 // inspects, cancels and retries runs (Submit, Status, ListRuns, Cancel,
@@ -71,8 +76,19 @@ func New(q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...Option) (
 	if o.queueName == o.notifyQueueName {
 		return nil, invalid("step and notify queues must differ (both %q)", o.queueName)
 	}
-	return &Runtime{q: q, runner: r, hook: h, opts: o}, nil
+	rt := &Runtime{q: q, runner: r, hook: h, opts: o}
+	if !terminal.IsNoop(h) {
+		ctx, cancel := context.WithTimeout(context.Background(), newRecordTimeout)
+		if err := rt.recordNotifyQueue(ctx); err != nil {
+			o.logger.Debug("stepwell: New could not record the notify queue; Run will", "err", err)
+		}
+		cancel()
+	}
+	return rt, nil
 }
+
+// newRecordTimeout bounds New's best-effort write of the notify queue.
+const newRecordTimeout = 10 * time.Second
 
 // isNil reports whether v holds a nil func, pointer, map, chan or slice.
 func isNil(v any) bool {

@@ -12,7 +12,10 @@
 // after a crash between a successful call and its acknowledgement. An
 // error is retried with backoff (after RetryAfter, when the error carries
 // one); an error for which IsPermanent is true dead-letters the
-// notification instead.
+// notification instead. A run retried after it failed or was cancelled
+// (runtime.Runtime.Retry) terminates again: each termination is notified,
+// so one run ID may be notified more than once with different outcomes
+// (told apart by Outcome.Retries and EndedAt, and by the webhook-id).
 //
 // Pass Noop to observe nothing: the runtime then enqueues no notification
 // at all. HookFunc turns a function into a Hook.

@@ -66,8 +66,12 @@ type Outcome struct {
 // Hook observes the end of runs. The runtime calls OnTermination at least
 // once for every run whose termination committed, and for no other run;
 // calls may repeat (after an error, or after a crash between a successful
-// call and its acknowledgement), so implementations should be idempotent,
-// for example by keying on Outcome.RunID. OnTermination may be called from
+// call and its acknowledgement), so implementations should be idempotent.
+// Key on the termination, not on the run alone: a failed or cancelled run
+// that is retried (runtime.Runtime.Retry) terminates again, and that is a
+// new notification with a higher Outcome.Retries and a later EndedAt, whose
+// outcome may differ. (Outcome.RunID, Outcome.Retries) identifies one
+// termination, as does the webhook-id. OnTermination may be called from
 // several goroutines at once.
 type Hook interface {
 	// OnTermination is told that a run ended. A non-nil error makes the
