@@ -81,7 +81,11 @@ retention (24h by default). Opens the store read-only.
 				return err
 			}
 			out := runsJSON{Runs: []runRowJSON{}}
+			// One more than the limit tells whether the list was cut.
 			opts := runtime.ListOptions{Limit: runtime.MaxListLimit}
+			if limit > 0 && limit < runtime.MaxListLimit {
+				opts.Limit = limit + 1
+			}
 			if state != "" {
 				st, _ := runtime.ParseState(state)
 				opts.States = []runtime.State{st}
