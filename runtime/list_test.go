@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -206,5 +207,37 @@ func TestListRunsTimeBoundsToTheNanosecond(t *testing.T) {
 		if got := fmt.Sprint(ids(page.Runs)); err != nil || got != tc.want {
 			t.Errorf("after %dns, before %dns: %s, %v; want %s", tc.after, tc.before, got, err, tc.want)
 		}
+	}
+}
+
+// TestExpiryKeepsAnUnreadableRun: a finished run whose record cannot be
+// read keeps its terminal record (so a later pass expires both, instead of
+// leaving a run record nothing expires), and does not hold up the expiry
+// of the runs that ended after it.
+func TestExpiryKeepsAnUnreadableRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, succeedRunner(nil), nil, runtime.WithTerminalRetention(time.Hour))
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "broken"})
+	r := startRun(t, rt)
+	eventually(t, waitTimeout, "run broken to end", func() bool {
+		st, err := rt.Status(ctx, "broken")
+		return err == nil && st.State.Terminal()
+	})
+	r.stop()
+	if err := q.Put(ctx, []byte(kvrecord.RunKey("broken")), []byte("not a run record")); err != nil {
+		t.Fatal(err)
+	}
+	rt2 := newRuntime(t, q, succeedRunner(nil), nil, runtime.WithTerminalRetention(time.Millisecond))
+	mustSubmit(t, rt2, runtime.RunSpec{RunID: "later"})
+	startRun(t, rt2)
+	eventually(t, waitTimeout, "run later, which ended after broken, to expire", func() bool {
+		_, err := rt2.Status(ctx, "later")
+		return errors.Is(err, runtime.ErrRunNotFound)
+	})
+	page, err := q.Scan(ctx, []byte(kvrecord.TerminalPrefix), queue.ScanOptions{})
+	if err != nil || len(page.Items) != 1 || !strings.Contains(string(page.Items[0].Key), "broken") {
+		t.Fatalf("terminal records left: %v, %v; want broken's alone", page.Items, err)
 	}
 }

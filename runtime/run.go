@@ -301,28 +301,36 @@ func (rt *Runtime) janitor(ctx context.Context) {
 // expireTerminal deletes terminal and run records past the retention.
 func (rt *Runtime) expireTerminal(ctx context.Context) error {
 	cutoff := rt.opts.now().Add(-rt.opts.retention).UnixNano()
+	var after []byte
 	for {
-		page, err := rt.q.Scan(ctx, []byte(kvrecord.TerminalPrefix), queue.ScanOptions{Limit: 100})
+		page, err := rt.q.Scan(ctx, []byte(kvrecord.TerminalPrefix), queue.ScanOptions{After: after, Limit: 100})
 		if err != nil {
 			return err
 		}
-		expired := 0
 		for _, kv := range page.Items {
 			ended, runID, err := kvrecord.ParseTerminalKey(kv.Key)
 			if err != nil || ended > cutoff {
-				break
+				return nil // keys sort by end time: the rest are younger
 			}
-			expired++
 			txn := new(queue.Txn).Delete(kv.Key)
-			if rec, old, err := rt.loadRun(ctx, runID); err == nil && rec.State == kvrecord.StateTerminal && rec.EndedAt == ended {
+			rec, old, err := rt.loadRun(ctx, runID)
+			switch {
+			case errors.Is(err, ErrRunNotFound):
+			case err != nil:
+				// Keep the terminal record: deleting it alone would leave a
+				// run record that nothing expires. Later passes retry it.
+				rt.opts.logger.Warn("stepwell: expiring a run failed; will retry", "run_id", runID, "err", err)
+				continue
+			case rec.State == kvrecord.StateTerminal && rec.EndedAt == ended:
 				txn.CompareAndDelete(kvrecord.RunKey(runID), old).Delete(kvrecord.SubmittedKey(rec.SubmittedAt, runID))
 			}
 			if _, err := rt.q.Commit(ctx, txn); err != nil && !errors.Is(err, queue.ErrConditionFailed) {
 				return err
 			}
 		}
-		if expired < len(page.Items) || page.Next == nil {
+		if page.Next == nil {
 			return nil
 		}
+		after = page.Next
 	}
 }
