@@ -98,11 +98,36 @@
 //
 // Claim 4: nothing unacknowledged is reported done. A transaction's changes
 // are applied to memory when it is accepted, but its caller waits for the
-// batch. If the batch write fails for good (fencing, a non-retryable error,
-// or transient errors past the retry budget) the whole store closes: every
-// caller in that batch and the next one gets the error, and so does every
-// reader that saw their changes. Ambiguous failures (timeouts, resets) are
-// retried with the same bytes, which claim 2's read-back makes safe.
+// batch. Transient failures (network errors, timeouts, throttling, 5xx
+// answers, a full or read-only disk) are retried with the same bytes, with
+// capped backoff, for as long as they last, which claim 2's read-back
+// makes safe: an outage delays commits but closes nothing, and if another
+// writer took over meanwhile the next write finds its sequence taken and
+// this writer is fenced. A caller whose ctx ends first gets
+// ErrOutcomeUnknown: its transaction may still commit, and is never
+// reported done before it has. If the batch write fails for good (fencing,
+// an error retrying cannot fix) the whole store closes: every caller in
+// that batch and the next one gets the error, and so does every reader
+// that saw their changes. On file:// a failed segment write or sync is
+// not retried in place (after a failed fsync the file's content is
+// unknown): the segment is abandoned and the batch written as a WAL
+// object, which recovery reads before any record the abandoned segment
+// may hold for the same sequence.
+//
+// # Outages
+//
+// While a WAL write fails, or has been in flight for over a second, the
+// store is unhealthy (Queue.Health): the writer retries, logging one
+// warning per 30s; no new jobs are claimed (claims wait); the reaper
+// expires no lease; a lease does not run before its claim is durable, and
+// the time the store spends unhealthy extends every lease, so an outage of
+// any length spends no attempt. Once the store answers, everything resumes
+// by itself. Snapshots that fail are retried after a backoff (1s doubling
+// to 5 minutes). Cloud requests time out (connect 10s, response headers
+// 30s, idle connections 90s; the URL parameters connect_timeout,
+// response_timeout and idle_timeout of s3:// and gs:// stores set them).
+// Final, closing the store: ErrFenced, a CorruptionError, a WriteError (an
+// error retrying cannot fix: permission denied, EIO) and Close.
 //
 // Claim 5: a crash at any point leaves a store that opens. Objects appear
 // atomically. A crash during a segment write leaves a torn record that ends
@@ -146,7 +171,13 @@
 //     more writers have opened the store, the owner object when the
 //     store's latency nears the heartbeat interval.
 //   - Cancelling the context of a call whose transaction was already
-//     accepted does not withdraw it: the call waits for the batch outcome.
+//     accepted does not withdraw it: the call returns ErrOutcomeUnknown
+//     and the transaction commits if its batch lands. Retry only what is
+//     idempotent or guarded (see ErrOutcomeUnknown). Reads whose ctx ends
+//     while they wait for durability return ctx's error.
+//   - Health reflects WAL writes: an idle writer notices an outage only at
+//     its next commit (or, on bucket stores, by its failing heartbeat,
+//     which is logged).
 //   - The local-disk store pays one disk flush per batch (its WAL segment
 //     record), so a lone committer is bound by the disk's flush rate;
 //     throughput comes from concurrent committers sharing batches. Each

@@ -41,6 +41,18 @@ var (
 	ErrTooLarge = errors.New("queue: too large")
 	// ErrInvalidOption: an Option had an invalid value. Not retryable.
 	ErrInvalidOption = errors.New("queue: invalid option")
+	// ErrOutcomeUnknown: a call that changes state returned because its
+	// ctx ended (or the Queue was closed while the store was unreachable)
+	// after its transaction was accepted but before it was durable. The
+	// transaction may or may not commit: it commits if its WAL batch lands,
+	// which the writer keeps trying to do. The error also wraps ctx's
+	// error (errors.Is(err, context.DeadlineExceeded) holds). Retrying is
+	// safe where the transaction is idempotent or guarded: a compare-and-put
+	// fails with ConditionFailedError if the first attempt committed, an
+	// enqueue with a JobID with ErrJobExists, a runtime Submit with the
+	// same run ID and input reports the run as already submitted. A plain
+	// Put or an enqueue without a JobID or DedupKey may apply twice.
+	ErrOutcomeUnknown = engine.ErrOutcomeUnknown
 )
 
 // CorruptionError reports an object in the store that failed validation
@@ -63,6 +75,12 @@ type TailLostError = engine.TailLostError
 
 // WriteError reports a write to the store that failed for good; the Queue
 // closes after it. No transaction in the failed batch was reported done.
+// Transient failures (network errors, timeouts, throttling, 5xx answers, a
+// full or read-only disk) are never final: the writer retries them until
+// the store answers (see Queue.Health). A WriteError is an error retrying
+// cannot fix (permission denied, a failing disk: EIO). Not retryable on
+// this Queue; reopen once the cause is fixed. (A large-value upload that
+// fails for WithWriteRetry also returns one; only that call fails.)
 type WriteError = engine.WriteError
 
 // IsCorruption reports whether err is (or wraps) a corruption error.
@@ -100,6 +118,8 @@ func mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, ErrOutcomeUnknown):
+		return err // wraps ctx's error or ErrClosed: keep both
 	case errors.Is(err, ErrStoreLocked), errors.Is(err, ErrFenced), errors.Is(err, ErrClosed), errors.Is(err, ErrReadOnly):
 		return err
 	case errors.Is(err, engine.ErrReadOnly):

@@ -69,10 +69,11 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 		}
 	}
 	var res TxnResult
-	var unused [][]byte // staged payloads of dedup hits
-	var after []func()  // run once the transaction is applied
-	err := l.eng.Update(ctx, func(tx *engine.Tx) error {
-		res, unused, after = TxnResult{}, nil, nil
+	var unused [][]byte  // staged payloads of dedup hits
+	var after []func()   // run once the transaction is applied
+	var signals []func() // tell the watchers of settled claims, once the outcome is known
+	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
+		res, unused, after, signals = TxnResult{}, nil, nil, nil
 		for i := range ops {
 			op := &ops[i]
 			var err error
@@ -111,9 +112,9 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 				}
 				res.Enqueued = append(res.Enqueued, r)
 			case opAck, opNack, opDeadLetter, opRelease:
-				var f func()
+				var f func() func()
 				f, err = l.settleTx(tx, op, o, now)
-				after = append(after, f)
+				after = append(after, func() { signals = append(signals, f()) })
 			case opRequireJob:
 				v, ok := tx.Get(jobSpace + op.JobID)
 				var st State
@@ -162,7 +163,40 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 		}
 		return TxnResult{}, err
 	}
-	discard(unused)
+	if err := wait(ctx); err != nil {
+		if errors.Is(err, engine.ErrOutcomeUnknown) {
+			// The caller stops waiting; what follows the commit still
+			// has to happen once the outcome is known.
+			go func() { l.committed(ops, slotFor, res, unused, signals, wait(context.Background()), o, true) }()
+		} else {
+			l.committed(ops, slotFor, res, unused, signals, err, o, false)
+		}
+		return TxnResult{}, err
+	}
+	l.committed(ops, slotFor, res, unused, signals, nil, o, false)
+	return res, nil
+}
+
+// committed does what follows a transaction's outcome (err == nil:
+// durable): it tells the watchers of the claims it settled, starts the
+// leases of the jobs it claimed and the dispatched jobs in the slots taken
+// for them, or gives the slots back. abandoned says the caller stopped
+// waiting (ErrOutcomeUnknown) and will not see the result: the jobs
+// claimed for it (EnqueueOptions.Claim) are then released, their attempt
+// not counted.
+func (l *local) committed(ops []txnOp, slotFor map[int]*slots, res TxnResult, unused [][]byte, signals []func(), err error, o options, abandoned bool) {
+	for _, signal := range signals {
+		signal()
+	}
+	if err != nil {
+		for _, s := range slotFor {
+			s.put()
+		}
+		return
+	}
+	for _, ref := range unused {
+		l.eng.DiscardBlob(context.Background(), ref)
+	}
 	var claimed []*Job
 	for _, r := range res.Enqueued {
 		if r.Claimed != nil {
@@ -173,7 +207,17 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 	if slotFor != nil {
 		startDispatched(ops, slotFor, res.Enqueued)
 	}
-	return res, nil
+	if abandoned {
+		var unrun []*Job
+		for _, r := range res.Enqueued {
+			if r.Claimed != nil { // not dispatched (startDispatched cleared those)
+				unrun = append(unrun, r.Claimed)
+			}
+		}
+		if len(unrun) > 0 {
+			l.releaseUnrun(unrun, o)
+		}
+	}
 }
 
 // startDispatched starts each dispatched job that the transaction claimed
@@ -316,7 +360,7 @@ func (l *local) claimedRec(tx *engine.Tx, id string, token uint64, reaping bool)
 	held := ls != nil && ls.token == token && token != 0
 	// An expired lease is lost even before the reaper requeues the job: the
 	// reaper may be about to, and another worker may claim it next.
-	expired := held && !l.now().Before(ls.expires)
+	expired := held && l.expired(ls, l.now())
 	l.lmu.Unlock()
 	if !held || expired && !reaping {
 		return nil, &ClaimLostError{JobID: id}
@@ -335,11 +379,12 @@ func (l *local) claimedRec(tx *engine.Tx, id string, token uint64, reaping bool)
 	return rec, nil
 }
 
-// settleTx applies Ack, Nack or DeadLetter and returns the function that
-// releases the claim.
+// settleTx applies Ack, Nack, DeadLetter or Release and returns the
+// function that ends the claim (run inside the transaction), which returns
+// the one that tells its watchers (run once the outcome is known).
 //
 // REQUIRES: inside an engine transaction.
-func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (func(), error) {
+func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (func() func(), error) {
 	rec, err := l.claimedRec(tx, op.JobID, op.Token, false)
 	if err != nil {
 		return nil, err
@@ -357,7 +402,7 @@ func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (fu
 		rec.Attempts = max(rec.Attempts, 1) - 1
 		tx.Put(jobSpace+op.JobID, encodeJob(rec))
 	}
-	return func() { l.release(op.JobID, op.Token, nil) }, nil
+	return func() func() { return l.unlease(op.JobID, op.Token, nil) }, nil
 }
 
 // finishTx records a job as done: deleted, or kept without its payload for

@@ -19,9 +19,15 @@ import (
 // state, not a write: a lease dies with its process, and recovery requeues
 // every job left claimed.
 type lease struct {
-	token     uint64
-	queue     string
-	expires   time.Time
+	token   uint64
+	queue   string
+	expires time.Time
+	// started is false until the claim is durable (see startLeases): a
+	// lease does not run, and cannot expire, before. stallAt is the
+	// engine's StallTime when the lease was started or last renewed: time
+	// the store spent stalled since then extends it (see expired).
+	started   bool
+	stallAt   time.Duration
 	lost      chan struct{} // closed when the claim is lost (expired, or settled)
 	cancel    chan struct{} // closed when a cancel is requested
 	cause     error         // why lost was closed; guarded by lmu
@@ -32,11 +38,16 @@ type lease struct {
 // FIFO within a priority. The attempt count rises at claim.
 func (l *local) claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
 	cfg := o.config(queue)
+	// A stalled store claims nothing: a claim now would only wait for the
+	// store, holding jobs another process could run once it is back.
+	if err := l.eng.WaitHealthy(ctx); err != nil {
+		return nil, err
+	}
 	var jobs []*Job
 	var encs [][]byte
 	now := l.now()
 	taken := 0 // slots of s taken
-	err := l.eng.Update(ctx, func(tx *engine.Tx) error {
+	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
 		jobs, encs = nil, nil
 		qi := l.ix.queues[queue]
 		if qi == nil {
@@ -82,6 +93,20 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 			s.put()
 		}
 	}
+	if err == nil {
+		err = wait(ctx)
+	}
+	if errors.Is(err, engine.ErrOutcomeUnknown) {
+		// ctx ended before the claim was durable. Nobody will run the
+		// jobs: once it is, release them (the attempt does not count).
+		go func() {
+			if wait(context.Background()) == nil {
+				l.releaseUnrun(jobs, o)
+			}
+			putTaken()
+		}()
+		return nil, ctx.Err()
+	}
 	if err != nil {
 		putTaken()
 		return nil, err
@@ -92,11 +117,25 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 			continue
 		}
 		if j.Payload, err = l.resolve(ctx, encs[i]); err != nil {
-			putTaken() // the jobs are not run: their slots are free
+			// The jobs are not run: release them, and free their slots.
+			go l.releaseUnrun(jobs, o)
+			putTaken()
 			return nil, err
 		}
 	}
 	return jobs, nil
+}
+
+// releaseUnrun gives back jobs this process claimed durably but will not
+// run (their caller gave up): released, their attempt not counted. A job
+// whose claim was lost meanwhile is skipped; a failing store is logged.
+func (l *local) releaseUnrun(jobs []*Job, o options) {
+	for _, j := range jobs {
+		op := txnOp{Kind: opRelease, JobID: j.ID, Token: j.token, Queue: j.Queue}
+		if _, err := l.commit(context.Background(), []txnOp{op}, o); err != nil && !IsClaimLost(err) {
+			o.logf("stepwell: releasing job %s, claimed for a caller that gave up, failed: %v", j.ID, err)
+		}
+	}
 }
 
 // payloadValue returns the engine value of a job's payload if it is not in
@@ -129,21 +168,36 @@ func (l *local) grantLeases(jobs []*Job, cfg QueueConfig, now time.Time) {
 	}
 }
 
-// startLeases restarts the leases of jobs whose claim just became durable:
-// a lease runs from then, not from before the commit, so that a slow store
-// does not eat into the worker's time.
+// startLeases starts the leases of jobs whose claim just became durable: a
+// lease runs from then, not from the commit, so that a slow or stalled
+// store does not eat into the worker's time nor expire a claim that no
+// worker could start yet.
 func (l *local) startLeases(jobs []*Job, o options) {
 	if len(jobs) == 0 {
 		return
 	}
-	durableAt := l.now()
+	durableAt, stall := l.now(), l.eng.StallTime()
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
 	for _, j := range jobs {
 		if ls := l.leases[j.ID]; ls != nil && ls.token == j.token {
-			ls.expires = durableAt.Add(o.config(j.Queue).Lease)
+			ls.expires, ls.stallAt, ls.started = durableAt.Add(o.config(j.Queue).Lease), stall, true
 		}
 	}
+}
+
+// expired reports whether a lease has run out at now. A lease not started
+// (its claim is not durable yet) never has; a started one is extended by
+// the time the store spent stalled since it was started or renewed, so
+// that an outage, during which nothing can be settled, does not spend the
+// attempt.
+//
+// REQUIRES: l.lmu held.
+func (l *local) expired(ls *lease, now time.Time) bool {
+	if !ls.started || now.Before(ls.expires) {
+		return false
+	}
+	return !now.Before(ls.expires.Add(l.eng.StallTime() - ls.stallAt))
 }
 
 // testHookClaimWait, when set by a test, runs before each claim of
@@ -206,19 +260,27 @@ func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s
 //
 // REQUIRES: called with the engine's lock held (inside a transaction) or
 // with the claim already settled, so the reaper cannot race it.
-func (l *local) release(id string, token uint64, cause error) {
+func (l *local) release(id string, token uint64, cause error) { l.unlease(id, token, cause)() }
+
+// unlease is release in two: it ends the claim now and returns the function
+// that tells its watchers (ClaimContext). A settlement tells them once its
+// outcome is known: a handler settling its own job commits with its claim
+// context, which must not end while the commit waits for the store.
+//
+// REQUIRES: as release.
+func (l *local) unlease(id string, token uint64, cause error) (signal func()) {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
 	ls := l.leases[id]
 	if ls == nil || ls.token != token {
-		return
+		return func() {}
 	}
 	delete(l.leases, id)
 	if cause == nil {
 		cause = ErrClaimLost
 	}
 	ls.cause = cause
-	close(ls.lost)
+	return func() { close(ls.lost) }
 }
 
 func (l *local) signalCancel(id string) {
@@ -236,11 +298,11 @@ func (l *local) renew(id string, token uint64, o options) error {
 	defer l.lmu.Unlock()
 	ls := l.leases[id]
 	now := l.now()
-	if ls == nil || ls.token != token || token == 0 || !now.Before(ls.expires) {
+	if ls == nil || ls.token != token || token == 0 || l.expired(ls, now) {
 		// An expired lease is lost even before the reaper requeues the job.
 		return &ClaimLostError{JobID: id}
 	}
-	ls.expires = now.Add(o.config(ls.queue).Lease)
+	ls.expires, ls.stallAt = now.Add(o.config(ls.queue).Lease), l.eng.StallTime()
 	return nil
 }
 
@@ -263,7 +325,13 @@ func (l *local) watch(id string, token uint64) (lost, cancel <-chan struct{}, ca
 
 // reap requeues (or dead-letters, at the attempt limit) every job whose
 // lease has expired, and deletes done and dead jobs past their retention.
+//
+// While the store is stalled it does nothing: its transaction could not be
+// committed, and a lease whose holder cannot settle must not run out.
 func (l *local) reap(ctx context.Context) error {
+	if !l.eng.Health().Healthy {
+		return l.eng.Err()
+	}
 	now := l.now()
 	type expired struct {
 		id    string
@@ -272,7 +340,7 @@ func (l *local) reap(ctx context.Context) error {
 	var exp []expired
 	l.lmu.Lock()
 	for id, ls := range l.leases {
-		if !now.Before(ls.expires) {
+		if l.expired(ls, now) {
 			exp = append(exp, expired{id, ls.token})
 		}
 	}
@@ -288,7 +356,7 @@ func (l *local) reap(ctx context.Context) error {
 			}
 			l.lmu.Lock()
 			ls := l.leases[e.id]
-			stillExpired := ls != nil && !now.Before(ls.expires) // not renewed meanwhile
+			stillExpired := ls != nil && l.expired(ls, now) // not renewed meanwhile
 			l.lmu.Unlock()
 			if !stillExpired {
 				continue
@@ -375,13 +443,23 @@ func (l *local) reaperLoop() {
 	every = min(max(every, 5*time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// A reap caught by a stall stops waiting for it at Close.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		select {
 		case <-t.C:
 		case <-l.stop:
 			return
 		}
-		if err := l.reap(context.Background()); err != nil {
+		if err := l.reap(ctx); err != nil && !errors.Is(err, ErrOutcomeUnknown) {
 			return // the engine has failed or closed
 		}
 	}

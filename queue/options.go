@@ -243,7 +243,10 @@ func WithSnapshotThreshold(bytes int64, objects int) Option {
 }
 
 // WithWriteRetry sets how long a transient object-store failure of one
-// write is retried before the Queue gives up and closes. Defaults to 60s.
+// request is retried before the call that made it fails: the requests of
+// Open, and the upload or read of a large value. It does not bound WAL
+// writes, which are retried until the store answers, however long that
+// takes (see Health). Defaults to 60s.
 func WithWriteRetry(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {

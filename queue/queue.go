@@ -50,6 +50,7 @@ type backend interface {
 	requeueDead(ctx context.Context, id string) error
 	refresh(ctx context.Context) error
 	storageStats() StorageStats
+	health() Health
 	err() error
 	close(ctx context.Context) error
 }
@@ -122,7 +123,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 
 // Close releases this handle. When it is the last handle on its store, every
 // accepted transaction is flushed, background work stops and the store is
-// released for other processes. Close is safe to call more than once.
+// released for other processes. Close is safe to call more than once. If
+// ctx ends while the store does not answer (see Health), Close stops
+// waiting for the flush and returns ErrOutcomeUnknown, as do the calls
+// still waiting for their transactions.
 func (q *Queue) Close(ctx context.Context) error {
 	q.mu.Lock()
 	if q.closed {
@@ -166,9 +170,34 @@ func (q *Queue) Refresh(ctx context.Context) error {
 	return mapErr(q.be.refresh(ctx))
 }
 
-// Err returns why the store stopped working (ErrFenced, a WriteError), or nil
-// while it works.
+// Err returns why the store stopped working for good, or nil while it
+// works (or waits out an outage: see Health). Only these are final:
+// ErrFenced (another writer took over), a CorruptionError, a WriteError
+// (an error retrying cannot fix) and ErrClosed.
 func (q *Queue) Err() error { return mapErr(q.be.err()) }
+
+// Health says whether the store answers the writer. While it does not (a
+// WAL write keeps failing with a transient error, or has been in flight
+// for over a second), commits wait and the writer retries with backoff,
+// logging a warning at most every 30s; no new jobs are claimed; leases do
+// not run out; and once the store answers, everything resumes by itself.
+// An outage of any length closes nothing (see Err for what does).
+type Health struct {
+	// Healthy is false while the store is stalled.
+	Healthy bool
+	// Since is when Healthy last changed: when the stall began, or when
+	// the last one ended (the Open time if none).
+	Since time.Time
+	// LastError is the last failed WAL write attempt's error (kept after
+	// the store heals); nil if none failed since Open.
+	LastError error
+	// Stalled is how long the current stall has lasted (0 when healthy).
+	Stalled time.Duration
+}
+
+// Health reports whether the store answers this process's writes. A
+// read-only Queue, which writes nothing, is always healthy.
+func (q *Queue) Health() Health { return q.be.health() }
 
 // StorageStats counts the object-store requests this process has made on
 // the store since it was opened, and the engine's work.
@@ -185,6 +214,8 @@ type StorageStats struct {
 	WALBytes          uint64
 	Snapshots         uint64 // snapshots written
 	Keys              int    // keys in the state (all spaces)
+	// Health is the store's health, as Queue.Health reports it.
+	Health Health
 }
 
 // StorageStats returns the store's request and commit counters.
@@ -210,6 +241,10 @@ type local struct {
 	wg   sync.WaitGroup
 }
 
+// testHookBucket, when set by a test, wraps the bucket of every store
+// opened (to inject faults).
+var testHookBucket func(objstore.Bucket) objstore.Bucket
+
 func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -218,6 +253,9 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 	bucket, err := objstore.Open(ctx, rawURL)
 	if err != nil {
 		return nil, err
+	}
+	if testHookBucket != nil {
+		bucket = testHookBucket(bucket)
 	}
 	counting := objstore.NewCounting(bucket)
 	l := &local{counting: counting, opts: o, now: o.now, ix: newJobIndex(o.now),
@@ -246,6 +284,7 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 		SnapshotMinBytes:   o.snapshotBytes,
 		SnapshotMaxObjects: o.snapshotObjs,
 		WriteRetry:         o.writeRetry,
+		Now:                o.now,
 		Logger:             o.logger,
 		Indexer:            l.ix,
 	})
@@ -282,7 +321,7 @@ func (l *local) close(ctx context.Context) error {
 		l.wg.Wait()
 	}
 	err := l.eng.Close(ctx)
-	if errors.Is(err, engine.ErrClosed) {
+	if errors.Is(err, engine.ErrClosed) && !errors.Is(err, engine.ErrOutcomeUnknown) {
 		return nil
 	}
 	return err
@@ -295,6 +334,11 @@ func (l *local) storageStats() StorageStats {
 		Puts: c.Puts, Gets: c.Gets, Lists: c.Lists, Deletes: c.Deletes, Heads: c.Heads,
 		BytesWritten: c.BytesWritten, BytesRead: c.BytesRead,
 		WALBatches: s.Batches, WALSegmentBatches: s.SegmentBatches, Transactions: s.Txns, Mutations: s.Mutations,
-		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys,
+		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys, Health: l.health(),
 	}
+}
+
+func (l *local) health() Health {
+	h := l.eng.Health()
+	return Health{Healthy: h.Healthy, Since: h.Since, LastError: h.LastError, Stalled: h.Stalled}
 }

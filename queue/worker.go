@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/objstore"
 )
 
 // Handler processes one claimed job. Returning nil acknowledges it; an error
@@ -61,7 +63,9 @@ type WorkOptions struct {
 
 // Work runs h over the named queue until ctx is done, then stops claiming,
 // waits for running jobs (see WorkOptions.DrainTimeout) and returns nil. It
-// returns early with an error only if the store fails (ErrFenced, ...).
+// returns early with an error only if the store fails for good (see
+// Queue.Err: ErrFenced, ...); it rides out an outage (see Health), claiming
+// again once the store answers.
 // Leases of long jobs are renewed automatically; a panic in h is a failed
 // attempt whose error carries the panic message. Enqueues of this process
 // with EnqueueOptions.Dispatch start jobs directly in its idle slots; those
@@ -88,15 +92,30 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 	}
 	q.be.addSlots(s)
 	var runErr error
-	for ctx.Err() == nil {
+	for failures := 0; ctx.Err() == nil; {
 		jobs, err := q.be.claimWait(ctx, queue, s.total, claimOpts, s)
 		if err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			if q.be.err() != nil || !objstore.IsRetryable(err) {
 				runErr = mapErr(err)
 				break
 			}
+			// Transient (reading a payload during an outage): try again.
+			if failures%100 == 0 {
+				q.opts.logf("stepwell: claiming from queue %s failed; retrying: %v", queue, err)
+			}
+			failures++
+			t := time.NewTimer(min(10*time.Millisecond<<min(failures, 9), 5*time.Second))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
 			continue
 		}
+		failures = 0
 		for _, j := range jobs {
 			s.run(j, false)
 		}

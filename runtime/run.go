@@ -17,9 +17,11 @@ import (
 
 // Run executes steps and delivers terminal notifications until ctx is done,
 // then stops claiming, waits for running steps (see WithDrainTimeout) and
-// returns nil. It returns early only if the store fails (for example
-// queue.ErrFenced). Several Runtimes may Run on one store at once. A client
-// Runtime (New without a Runner) returns ErrNoRunner at once.
+// returns nil. It returns early only if the store fails for good (for
+// example queue.ErrFenced; see queue.Queue.Err): it rides out an outage of
+// the store, which delays steps but fails no run and spends no attempt
+// (see queue.Health). Several Runtimes may Run on one store at once. A
+// client Runtime (New without a Runner) returns ErrNoRunner at once.
 func (rt *Runtime) Run(ctx context.Context) error {
 	if rt.runner == nil {
 		return ErrNoRunner

@@ -168,6 +168,10 @@ func ValidateRunID(id string) error {
 // priority or attempt limit ErrSpecMismatch. The run record, its index
 // entry and step 0 are written in one transaction, so concurrent submits
 // of one run ID yield exactly one run.
+// If ctx ends before that transaction is durable (the store is slow or
+// unreachable), Submit returns queue.ErrOutcomeUnknown wrapping ctx's
+// error: the run may or may not have been submitted, and submitting it
+// again with the same spec is safe.
 func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, error) {
 	id := spec.RunID
 	if id == "" {
@@ -299,7 +303,10 @@ func (rt *Runtime) loadRun(ctx context.Context, id string) (*kvrecord.Run, []byt
 // cancel flag and its ctx cancelled (cause steprunner.ErrRunCancelled); the
 // run settles Cancelled when the step returns, whatever it returns, unless
 // the step itself returned Cancel. It returns false for unknown and
-// finished runs; true otherwise (also when already cancelling).
+// finished runs; true otherwise (also when already cancelling). If ctx
+// ends before its transaction is durable it returns
+// queue.ErrOutcomeUnknown (the cancel may still take effect; calling
+// Cancel again is safe).
 func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		if attempt == 100 {

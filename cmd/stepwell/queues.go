@@ -35,6 +35,11 @@ type storageJSON struct {
 	BytesWritten int64  `json:"bytes_written"`
 	WALBatches   uint64 `json:"wal_batches"`
 	Snapshots    uint64 `json:"snapshots"`
+	// Healthy, Since and LastError are queue.Health as this command's own
+	// requests see the store.
+	Healthy   bool      `json:"healthy"`
+	Since     time.Time `json:"healthy_since_or_stalled_since"`
+	LastError string    `json:"last_error,omitempty"`
 }
 
 type statsJSON struct {
@@ -50,8 +55,10 @@ func statsCommand() *command {
 		synopsis: "[--queue Q] [--all]",
 		help: `Prints, for every queue (or the one named by --queue), the number of pending,
 scheduled, claimed, dead and done jobs and how long the oldest pending job has
-waited, then a storage summary: the keys in the store's state and the
-requests this command made to load it. The runtime's internal queues of
+waited, then a storage summary: the keys in the store's state, the
+requests this command made to load it, and the store's health as those
+requests saw it (queue.Health; a writer process reports its own through
+Queue.Health and StorageStats). The runtime's internal queues of
 dead-step notices ("<step queue>.dead") are left out unless --all is given
 or --queue names one. Opens the store read-only.
 `,
@@ -93,6 +100,10 @@ or --queue names one. Opens the store read-only.
 				Keys: ss.Keys, Gets: ss.Gets, Lists: ss.Lists, Heads: ss.Heads, BytesRead: ss.BytesRead,
 				Puts: ss.Puts, Deletes: ss.Deletes, BytesWritten: ss.BytesWritten,
 				WALBatches: ss.WALBatches, Snapshots: ss.Snapshots,
+				Healthy: ss.Health.Healthy, Since: ss.Health.Since,
+			}
+			if ss.Health.LastError != nil {
+				out.Storage.LastError = ss.Health.LastError.Error()
 			}
 			if c.asJSON {
 				return writeJSON(c.stdout, out)
@@ -114,6 +125,12 @@ or --queue names one. Opens the store read-only.
 			}
 			fmt.Fprintf(c.stdout, "\nstorage: %d keys; loading read %d bytes in %d gets and %d lists\n",
 				ss.Keys, ss.BytesRead, ss.Gets, ss.Lists)
+			if h := ss.Health; h.Healthy {
+				fmt.Fprintln(c.stdout, "health: healthy")
+			} else {
+				fmt.Fprintf(c.stdout, "health: UNHEALTHY: stalled for %v (since %s); last error: %v\n",
+					h.Stalled.Round(time.Second), h.Since.Format(time.RFC3339), h.LastError)
+			}
 			return nil
 		},
 	}

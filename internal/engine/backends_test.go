@@ -23,7 +23,7 @@ var engineSuite = map[string]func(*testing.T){
 	"StaleWriterCannotWriteIntoWAL":  TestStaleWriterCannotWriteIntoCollectedWAL,
 	"SnapshotSameSeqKeepsSnapshot":   TestSnapshotSameSeqKeepsSnapshot,
 	"FaultInjection":                 TestFaultInjection,
-	"OutageFailsCallersLosesNothing": TestOutageFailsCallersAndLosesNothing,
+	"OutageOutlastingRetryStaysOpen": TestOutageLongerThanWriteRetryDoesNotClose,
 	"TakeoverOfBusyWriter":           TestTakeoverOfBusyWriter,
 }
 

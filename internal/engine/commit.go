@@ -148,20 +148,23 @@ func (tx *Tx) rollback() {
 // fn runs with the engine's mutex held: it must be quick and must not block
 // or call the engine. If fn returns an error every change it made is undone
 // and the error is returned. Once fn has succeeded, Update waits for the
-// batch's outcome regardless of ctx: the result is then either durable
-// (nil) or the engine's terminal error, never ambiguous.
+// batch's outcome until ctx ends: the result is then durable (nil), the
+// engine's terminal error (not committed), or, if ctx ended first,
+// ErrOutcomeUnknown wrapping ctx's error: the transaction stays applied
+// and commits if its batch lands. A caller that must learn the outcome
+// (say, to start leases once a claim is durable) uses Apply and waits with
+// a ctx that does not end.
 func (e *Engine) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	wait, err := e.Apply(ctx, fn)
 	if err != nil {
 		return err
 	}
-	return wait()
+	return wait(ctx)
 }
 
 // Apply is Update split in two: it applies fn and returns a function that
-// waits for durability. Callers that must not block on the write (the
-// committer's own loops) use it directly.
-func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func() error, err error) {
+// waits for durability, until its ctx ends (then ErrOutcomeUnknown).
+func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(context.Context) error, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -196,7 +199,22 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func() 
 	if len(tx.muts) > 0 {
 		e.wake()
 	}
-	return func() error { return waitBatch(context.Background(), b) }, nil
+	return func(ctx context.Context) error {
+		if b == nil {
+			return nil
+		}
+		select {
+		case <-b.done:
+			return b.err
+		case <-ctx.Done():
+		}
+		select {
+		case <-b.done: // both: the outcome is known
+			return b.err
+		default:
+			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, context.Cause(ctx))
+		}
+	}, nil
 }
 
 // View runs fn against the live state and returns once every change fn could
@@ -301,7 +319,9 @@ func (e *Engine) commitLoop() {
 		start := time.Now()
 		var inSeg bool
 		if err == nil {
+			e.health.begin()
 			inSeg, err = e.writeWAL(b.seq, data)
+			e.health.end()
 		}
 		last.txns, last.write = b.txns, time.Since(start)
 
@@ -341,15 +361,28 @@ func (e *Engine) commitLoop() {
 
 // writeWAL makes batch seq, encoded as data, durable: as a record of the
 // current WAL segment if the bucket has segments and one is at hand (it
-// reports true), else as the object wal/<seq>.
+// reports true), else as the object wal/<seq>. Transient failures are
+// retried until the write lands (see health.go); an error is final.
+//
+// A segment record whose write or sync failed is not retried in place:
+// after a failed fsync, Linux may have dropped the dirty pages and a
+// second fsync reports success for data that never reached the disk. The
+// segment is abandoned instead (no later record goes into it) and the
+// batch is written as the object wal/<seq>, with the same bytes. Records
+// are 4 KiB-aligned, so the failed one cannot damage those before it,
+// which were synced; it may be there or not (a torn or whole record that
+// ends the segment's log), and recovery reads the object first.
 func (e *Engine) writeWAL(seq uint64, data []byte) (inSeg bool, err error) {
 	if e.seg != nil {
 		inSeg, err = e.seg.write(e.bgCtx, seq, data, e.prepareSegment)
-		if inSeg || err != nil {
+		if inSeg || err != nil && e.bgCtx.Err() != nil {
 			return inSeg, err
 		}
+		if err != nil {
+			e.health.failed(walKey(seq), err)
+		}
 	}
-	return false, e.writeCreateOnly(e.bgCtx, walKey(seq), data)
+	return false, e.createOnly(e.bgCtx, walKey(seq), data, time.Time{})
 }
 
 // prepareSegment stages the next WAL segment in the background.
@@ -408,8 +441,17 @@ func (e *Engine) lingerLocked(want uint32, max time.Duration) {
 // is read back: if it holds exactly data, an earlier attempt (ours, perhaps
 // retried inside the SDK) landed; otherwise another writer owns the
 // sequence and this engine is fenced.
+//
+// It gives up after Options.WriteRetry of transient failures (for Open).
 func (e *Engine) writeCreateOnly(ctx context.Context, key string, data []byte) error {
-	deadline := time.Now().Add(e.opts.WriteRetry)
+	return e.createOnly(ctx, key, data, time.Now().Add(e.opts.WriteRetry))
+}
+
+// createOnly is writeCreateOnly retrying transient failures until deadline
+// or, with a zero deadline (the committer's WAL writes), until the write
+// lands or ctx ends, reporting each failure to the engine's health.
+func (e *Engine) createOnly(ctx context.Context, key string, data []byte, deadline time.Time) error {
+	forever := deadline.IsZero()
 	for attempt := 0; ; attempt++ {
 		err := e.bucket.Put(ctx, key, data, true)
 		if err == nil {
@@ -425,23 +467,34 @@ func (e *Engine) writeCreateOnly(ctx context.Context, key string, data []byte) e
 			}
 			return fmt.Errorf("%w: %s was written by another writer", ErrFenced, key)
 		}
-		if !objstore.IsRetryable(err) || time.Now().After(deadline) {
+		if !forever && (!objstore.IsRetryable(err) || time.Now().After(deadline)) || forever && !retryLater(err) {
 			return &WriteError{Key: key, Err: err}
 		}
-		if err := sleepBackoff(ctx, attempt); err != nil {
+		if forever {
+			e.health.failed(key, err)
+			err = outageBackoff(ctx, attempt)
+		} else {
+			err = sleepBackoff(ctx, attempt)
+		}
+		if err != nil {
 			return &WriteError{Key: key, Err: err}
 		}
 	}
 }
 
-// getRetry reads key, retrying transient failures until deadline.
+// getRetry reads key, retrying transient failures until deadline (zero:
+// until ctx ends).
 func (e *Engine) getRetry(ctx context.Context, key string, deadline time.Time) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
 		data, err := e.bucket.Get(ctx, key)
-		if err == nil || !objstore.IsRetryable(err) || time.Now().After(deadline) {
+		if err == nil || !objstore.IsRetryable(err) || !deadline.IsZero() && time.Now().After(deadline) {
 			return data, err
 		}
-		if err := sleepBackoff(ctx, attempt); err != nil {
+		backoff := sleepBackoff
+		if deadline.IsZero() {
+			backoff = outageBackoff
+		}
+		if err := backoff(ctx, attempt); err != nil {
 			return nil, err
 		}
 	}

@@ -25,6 +25,17 @@
 // requests.
 // Fields are grouped in Engine as immutable after Open and guarded by mu.
 //
+// # Outages
+//
+// The committer retries a WAL write that fails transiently until it lands
+// (health.go): the store never closes for an outage. Its health (its own
+// leaf mutex) tells callers whether the store answers and how long it has
+// been stalled in total (StallTime), which the queue subtracts from lease
+// time. Update returns ErrOutcomeUnknown when its ctx ends before its
+// batch is durable; Apply lets a caller that must learn the outcome keep
+// waiting (with a ctx that does not end). Final errors: ErrFenced,
+// CorruptionError, WriteError (not retryLater) and ErrClosed.
+//
 // # Key space
 //
 // Keys are opaque strings ordered bytewise. The engine reserves the prefix

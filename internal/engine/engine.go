@@ -61,9 +61,12 @@ type Options struct {
 	// SnapshotMaxObjects: a snapshot is also written after this many WAL
 	// objects, bounding recovery reads. Defaults to 2048.
 	SnapshotMaxObjects int
-	// WriteRetry is how long an ambiguous or transient object-store failure
-	// of one write is retried before the engine gives up and closes.
-	// Defaults to 60s.
+	// WriteRetry is how long a transient object-store failure of one
+	// request is retried before the call that made it fails: the writes and
+	// reads of Open, large-value uploads and reads. It does not bound WAL
+	// writes: the committer retries a transient failure (see retryLater)
+	// until the write lands, and the store stays open meanwhile (see
+	// Health). Defaults to 60s.
 	WriteRetry time.Duration
 	// AcceptTailLoss opens a store whose WAL ends below the sequence its
 	// owner object says was durable (see TailLostError): the lost batches
@@ -76,6 +79,9 @@ type Options struct {
 	// and trust the writer through the store.
 	Addr   string
 	Secret []byte
+	// Now is the clock of stall accounting (Health, StallTime). Defaults to
+	// time.Now; tests inject a fake one.
+	Now func() time.Time
 	// Indexer, if set, observes every change.
 	Indexer Indexer
 	// Logger receives background errors (snapshot, garbage collection).
@@ -95,6 +101,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 }
 
@@ -193,6 +202,7 @@ type Engine struct {
 	// marked is the durable sequence last recorded in the owner object
 	// (stores with an OS lock; see recordMark).
 	marked atomic.Uint64
+	health *health // the committer's WAL writes
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -224,6 +234,10 @@ type Engine struct {
 	// undeleted lists garbage whose delete failed, retried at the next
 	// collection.
 	undeleted []string
+	// snapFails counts the snapshot writes that failed in a row; none is
+	// started before snapRetryAt (see snapBackoff).
+	snapFails   int
+	snapRetryAt time.Time
 }
 
 // Stats are engine counters.
@@ -256,6 +270,7 @@ func newEngine(opts Options) (*Engine, error) {
 		tree:   newTree(),
 		dirty:  map[string]*batch{},
 	}
+	e.health = newHealth(opts.Now, e.log)
 	_, e.osLock = objstore.AsLocker(opts.Bucket)
 	e.bgCtx, e.bgStop = context.WithCancel(context.Background())
 	return e, nil
@@ -447,7 +462,9 @@ func (e *Engine) fail(err error) {
 
 // Close flushes every accepted transaction, stops background work, marks the
 // store free (bucket stores) and closes the bucket. It is safe to call more
-// than once.
+// than once. If ctx ends while the store is stalled (see Health), Close stops
+// waiting for the flush: callers still waiting get ErrOutcomeUnknown (their
+// batch may or may not have landed), and so does Close.
 func (e *Engine) Close(ctx context.Context) error {
 	if e.readOnly {
 		return e.closeReadOnly()
@@ -463,7 +480,10 @@ func (e *Engine) Close(ctx context.Context) error {
 	failed := e.err
 	e.mu.Unlock()
 	e.wake()
-	e.loopWG.Wait() // the committer drains the open batch, then exits
+	drainErr := e.drain(ctx)
+	if drainErr != nil {
+		failed = drainErr
+	}
 	e.mu.Lock()
 	e.failLocked(ErrClosed)
 	e.mu.Unlock()
@@ -482,10 +502,42 @@ func (e *Engine) Close(ctx context.Context) error {
 	if cerr := e.bucket.Close(); err == nil {
 		err = cerr
 	}
+	if drainErr != nil {
+		return drainErr
+	}
 	if failed != nil && !errors.Is(failed, ErrClosed) {
 		return failed
 	}
 	return err
+}
+
+// drain waits for the committer to write the open batch and exit. If ctx
+// ends while the store is stalled, it fails the engine instead (which
+// stops the write in flight) and returns that error.
+func (e *Engine) drain(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { e.loopWG.Wait(); close(done) }()
+	var tick <-chan time.Time
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			// A healthy store drains in a moment: give up only on a stalled
+			// one, so that a done ctx does not drop what would land.
+			t := time.NewTicker(10 * time.Millisecond)
+			defer t.Stop()
+			tick = t.C
+			ctx = context.Background()
+		case <-tick:
+		}
+		if tick != nil && !e.Health().Healthy {
+			err := fmt.Errorf("%w: closed while the store was unreachable (%w)", ErrOutcomeUnknown, ErrClosed)
+			e.fail(err)
+			<-done
+			return err
+		}
+	}
 }
 
 // Kill stops the engine as a crash would: nothing pending is flushed, the

@@ -668,7 +668,7 @@ func TestReadWaitsForDurability(t *testing.T) {
 	b, _ := memBucket(t)
 	f := objstoretest.NewFault(b, 3)
 	e := mustOpen(t, Options{Bucket: f, WriteRetry: 50 * time.Millisecond})
-	defer e.Kill()
+	defer f.Unstall()
 	f.Stall()
 	committed := make(chan error, 1)
 	go func() {
@@ -703,8 +703,7 @@ func TestReadWaitsForDurability(t *testing.T) {
 		t.Fatalf("View returned (%v) while the batch it saw was not durable", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	f.FailAfterWrites(0) // the stalled write will fail for good
-	f.Unstall()
+	e.Kill() // the stalled write fails for good
 	if err := <-committed; err == nil {
 		t.Fatal("Update succeeded although its batch failed")
 	}

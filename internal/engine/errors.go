@@ -17,6 +17,11 @@ var (
 	ErrClosed = errors.New("store is closed")
 	// ErrReadOnly means a write was attempted through a read-only engine.
 	ErrReadOnly = errors.New("store is open read-only")
+	// ErrOutcomeUnknown means a call stopped waiting (its ctx ended, or the
+	// store was closed while unreachable) after its transaction was
+	// accepted but before its batch was durable: the transaction may or
+	// may not commit. It is wrapped with the cause (ctx's error).
+	ErrOutcomeUnknown = errors.New("outcome unknown: the transaction may or may not have committed")
 )
 
 // CorruptionError reports an object that failed validation. Never retryable:
@@ -32,9 +37,13 @@ func (e *CorruptionError) Error() string {
 
 func (e *CorruptionError) Unwrap() error { return e.Err }
 
-// WriteError reports a WAL write that failed for good (not ambiguous, or
-// still failing after the retry budget). The engine is closed after it; no
-// caller whose transaction was in the failed batch was told it committed.
+// WriteError reports a write that failed for good. For a WAL write that
+// means an error that retrying cannot fix (not retryLater: permission
+// denied, a failing disk); transient ones are retried until the write
+// lands. The engine is closed after a WAL WriteError; no caller whose
+// transaction was in the failed batch was told it committed. Open and
+// large-value uploads report one after Options.WriteRetry of transient
+// failures, and then only their call fails.
 type WriteError struct {
 	Key string
 	Err error

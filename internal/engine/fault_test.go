@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -74,45 +73,5 @@ func TestFaultInjection(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestOutageFailsCallersAndLosesNothing: when WAL writes keep failing past
-// the retry budget, the engine closes, every caller in the failed batch gets
-// the error, and nothing it did not acknowledge is in the store.
-func TestOutageFailsCallersAndLosesNothing(t *testing.T) {
-	ctx := context.Background()
-	b, reopen := memBucket(t)
-	f := objstoretest.NewFault(b, 7)
-	e := mustOpen(t, Options{Bucket: f, WriteRetry: 100 * time.Millisecond})
-	put(t, e, "before", "1")
-	f.FailAfterWrites(0)
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = e.Update(ctx, func(tx *Tx) error { tx.Put(fmt.Sprint("during", i), Inline(nil)); return nil })
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		var we *WriteError
-		if !errors.As(err, &we) {
-			t.Fatalf("caller %d during the outage: %v, want a WriteError", i, err)
-		}
-	}
-	if err := e.Update(ctx, func(tx *Tx) error { return nil }); err == nil {
-		t.Fatal("engine still accepts transactions after a failed write")
-	}
-	// Reads that saw the failed batch's data fail too.
-	e.Kill()
-	f.Reset()
-	e2 := mustOpen(t, Options{Bucket: reopen()})
-	defer e2.Close(ctx)
-	state := dump(t, e2)
-	if state["before"] != "1" || len(state) != 1 {
-		t.Fatalf("state after the outage = %v, want only the acknowledged key", state)
 	}
 }

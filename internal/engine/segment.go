@@ -189,7 +189,10 @@ func (s *segLog) takeSpare(need int64) (stagedSeg, bool) {
 // write appends the WAL object data of batch seq to the current segment,
 // starting a new one if it is full. It reports false, having written
 // nothing, if no segment is at hand: the caller writes an object instead.
-// An error is terminal: the segment's content is then unknown.
+// An error with true is final (fenced). An error with false is a failed
+// record write or sync: the segment is abandoned (its content from that
+// record on is unknown, see Engine.writeWAL) and the caller writes the
+// batch as an object.
 func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare func()) (bool, error) {
 	need := int64(format.SegmentRecordLen(len(data)))
 	if s.cur.seg != nil && s.off+need > s.cur.seg.Size() {
@@ -226,7 +229,15 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 		err = s.cur.seg.Sync()
 	}
 	if err != nil {
-		return true, &WriteError{Key: segKey(s.curFirst), Err: err}
+		err = &WriteError{Key: segKey(s.curFirst), Err: err}
+		s.log.Warn("stepwell: writing a WAL segment failed; abandoning it and writing the batch as a WAL object", "err", err)
+		_ = s.cur.seg.Close()
+		s.cur = stagedSeg{}
+		s.mu.Lock()
+		s.own[len(s.own)-1].size = 0 // delete it when collected: never reuse it
+		s.retryAt = time.Now().Add(stageRetry)
+		s.mu.Unlock()
+		return false, err
 	}
 	s.off += int64(len(s.buf))
 	if cap(s.buf) > 1<<20 {

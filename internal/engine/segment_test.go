@@ -385,32 +385,6 @@ func faultySegmentWriter(t *testing.T) (open func() objstore.Bucket, f *objstore
 	return open, f, e
 }
 
-// A failed segment sync is terminal (the file's content is then unknown;
-// retrying fsync can report success for lost data), and loses nothing that
-// was acknowledged.
-func TestSegmentSyncFailureIsTerminal(t *testing.T) {
-	ctx := context.Background()
-	open, f, e := faultySegmentWriter(t)
-	put(t, e, "a", "1")
-	f.SetMatch(func(op objstoretest.Op, key string) bool { return strings.HasSuffix(key, segSuffix) })
-	f.SetAmbiguousPutRate(1) // the sync happens, its answer is lost
-	err := e.Update(ctx, func(tx *Tx) error { tx.Put("b", Inline([]byte("2"))); return nil })
-	var we *WriteError
-	if !errors.As(err, &we) || !strings.HasSuffix(we.Key, segSuffix) {
-		t.Fatalf("Update with a failing sync = %v, want a WriteError on the segment", err)
-	}
-	if err := e.Update(ctx, func(tx *Tx) error { tx.Put("c", Inline([]byte("3"))); return nil }); err == nil {
-		t.Fatal("the engine kept committing after a failed sync")
-	}
-	e.Kill()
-	e2 := mustOpen(t, Options{Bucket: open()})
-	defer e2.Close(ctx)
-	got := dump(t, e2)
-	if got["a"] != "1" || got["c"] != "" {
-		t.Fatalf("after a failed sync: %v (a is acknowledged, c was never applied)", got)
-	}
-}
-
 // A read-only engine reads the segments the writer is appending to, and
 // Refresh catches up with records written since, across a roll-over.
 func TestSegmentReaderRefresh(t *testing.T) {

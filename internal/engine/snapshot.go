@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -21,7 +22,7 @@ import (
 // REQUIRES: e.mu held; b has just been sealed, so the tree holds exactly the
 // batches up to b.seq.
 func (e *Engine) maybeSnapshotLocked(b *batch) *btree.BTreeG[item] {
-	if e.snapActive || e.closing {
+	if e.snapActive || e.closing || time.Now().Before(e.snapRetryAt) {
 		return nil
 	}
 	// By bytes: the WAL since the last snapshot outweighs the snapshot, so
@@ -93,9 +94,13 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 		e.mu.Lock()
 		e.snapActive = false
 		if !ok {
-			// Try again at the next batch.
+			// Try again at a later batch, after a backoff.
 			e.walBytes += walBytes
 			e.walObjects += walObjects
+			e.snapFails++
+			e.snapRetryAt = time.Now().Add(snapBackoff(e.snapFails))
+		} else {
+			e.snapFails, e.snapRetryAt = 0, time.Time{}
 		}
 		e.mu.Unlock()
 	}()
@@ -112,7 +117,10 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 	size, err := e.encodeSnapshot(ctx, key, b.seq, tree)
 	if err != nil {
 		if ctx.Err() == nil {
-			e.log.Error("stepwell: writing snapshot failed; will retry", "key", key, "err", err)
+			e.mu.Lock()
+			retryIn := snapBackoff(e.snapFails + 1)
+			e.mu.Unlock()
+			e.log.Error("stepwell: writing snapshot failed; will retry", "key", key, "retry_in", retryIn.Round(time.Second), "err", err)
 		}
 		return err
 	}
@@ -312,6 +320,14 @@ func (e *Engine) deleteGarbage(ctx context.Context, doomed []string) {
 		e.undeleted, e.collected = nil, 0
 	}
 	e.mu.Unlock()
+}
+
+// snapBackoff is how long to wait before the next snapshot after fails
+// failed ones in a row: 1s doubling up to 5 minutes, with jitter (the
+// result is in [d/2, d]).
+func snapBackoff(fails int) time.Duration {
+	d := min(time.Second<<min(fails-1, 9), 5*time.Minute)
+	return d/2 + rand.N(d/2+1)
 }
 
 // maxUndeleted bounds the failed deletes kept for the next collection.

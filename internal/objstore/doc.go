@@ -44,6 +44,12 @@
 //     STORAGE_EMULATOR_HOST set, the emulator is used without credentials.
 //   - azblob: storage_account, domain, protocol, cdn, localemu.
 //     Credentials come from the AZURE_STORAGE_* environment variables.
+//   - s3 and gs: connect_timeout (default 10s: TCP and TLS handshakes),
+//     response_timeout (30s: from the end of the request to the response
+//     headers) and idle_timeout (90s: pooled connections), Go durations.
+//     They apply to this package's HTTP clients (gs with grpc=true or
+//     zonal=true uses gRPC, which they do not reach); azblob keeps the
+//     Azure SDK's defaults and rejects them.
 //
 // A path in a cloud URL (s3://bucket/dir) is rejected rather than ignored:
 // use prefix=dir/. Any URL problem is an error wrapping ErrInvalidURL.

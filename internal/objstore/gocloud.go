@@ -27,11 +27,26 @@ const listPageSize = 1000
 // sniffing the content.
 const contentType = "application/octet-stream"
 
-// openGocloud opens a cloud bucket through gocloud's URL mux.
+// openGocloud opens a cloud bucket through gocloud (s3 and gs with the
+// store's transport timeouts: see openS3, openGCS; azblob through the URL
+// mux, with the Azure SDK's own).
 func openGocloud(ctx context.Context, loc *location) (Bucket, error) {
 	// loc.query has no "prefix": the adapter applies the prefix itself.
-	u := &url.URL{Scheme: loc.scheme, Host: loc.name, RawQuery: loc.query.Encode()}
-	b, err := blob.DefaultURLMux().OpenBucketURL(ctx, u)
+	query := cloneValues(loc.query)
+	t, err := takeTimeouts(query)
+	if err != nil {
+		return nil, opErr("open", loc.display, fmt.Errorf("%w: %w", ErrInvalidURL, err))
+	}
+	var b *blob.Bucket
+	u := &url.URL{Scheme: loc.scheme, Host: loc.name, RawQuery: query.Encode()}
+	switch loc.scheme {
+	case schemeS3:
+		b, err = openS3(ctx, loc.name, query, t)
+	case schemeGCS:
+		b, err = openGCS(ctx, u, t)
+	default:
+		b, err = blob.DefaultURLMux().OpenBucketURL(ctx, u)
+	}
 	if err != nil {
 		return nil, opErr("open", loc.display, fmt.Errorf("%w: %w", ErrInvalidURL, err))
 	}

@@ -181,7 +181,9 @@ func parseLocation(rawURL string) (*location, error) {
 	switch u.Scheme {
 	case schemeMem:
 		allowed = []string{"prefix"}
-	case schemeS3, schemeGCS, schemeAzure:
+	case schemeS3, schemeGCS:
+		allowed = slices.Concat(cloudParams[u.Scheme].allowed, timeoutParams)
+	case schemeAzure:
 		allowed = cloudParams[u.Scheme].allowed
 	default:
 		return nil, invalid("unknown scheme %q (want mem, file, s3, gs or azblob)", u.Scheme)

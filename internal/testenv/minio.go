@@ -57,6 +57,10 @@ func startMinIO() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startMinIOAt(bin)
+}
+
+func startMinIOAt(bin string) (*server, error) {
 	s, err := startServer(serverSpec{
 		name: "MinIO",
 		bin:  bin,
@@ -145,3 +149,36 @@ func S3URL(name string) (string, error) {
 }
 
 var urlSeq atomic.Int64
+
+// PausableS3 starts a MinIO server for the calling test alone (killed when
+// the test ends) and returns the URL of a fresh store on it and the server.
+// The test may Pause the server (SIGSTOP: connections are accepted by the
+// kernel but nothing answers, as in a hung or partitioned store) and
+// Resume it, without disturbing the tests that share the server of S3.
+// Skipped like S3 without a minio binary.
+func PausableS3(t testing.TB) (string, *Server) {
+	t.Helper()
+	bin, err := findBinary("minio", "MinIO")
+	need(t, "S3 (MinIO)", err)
+	s, err := startMinIOAt(bin)
+	if err != nil {
+		t.Fatalf("starting a dedicated MinIO: %v", err)
+	}
+	srv := &Server{s: s}
+	t.Cleanup(func() {
+		_ = srv.Resume()
+		s.stop()
+	})
+	return fmt.Sprintf("s3://%s?prefix=%s&endpoint=http://%s&region=%s&use_path_style=true",
+		Bucket, uniquePrefix(t), s.addr, S3Region), srv
+}
+
+// Server is a server started for one test (see PausableS3).
+type Server struct{ s *server }
+
+// Pause stops the server's processes (SIGSTOP) until Resume. Linux only:
+// elsewhere it returns errors.ErrUnsupported.
+func (s *Server) Pause() error { return signalGroup(s.s.cmd.Process, sigStop) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error { return signalGroup(s.s.cmd.Process, sigCont) }

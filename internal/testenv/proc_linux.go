@@ -24,3 +24,14 @@ func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || err == syscall.EPERM
 }
+
+// Job-control signals for Server.Pause and Resume.
+const (
+	sigStop = syscall.SIGSTOP
+	sigCont = syscall.SIGCONT
+)
+
+// signalGroup sends sig to p's process group.
+func signalGroup(p *os.Process, sig syscall.Signal) error {
+	return syscall.Kill(-p.Pid, sig)
+}

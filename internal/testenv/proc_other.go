@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -17,3 +18,11 @@ func killProcess(p *os.Process) { _ = p.Kill() }
 
 // processAlive cannot tell portably; assuming alive keeps every directory.
 func processAlive(int) bool { return true }
+
+// Server.Pause and Resume are Linux only here.
+const (
+	sigStop = syscall.Signal(-1)
+	sigCont = syscall.Signal(-2)
+)
+
+func signalGroup(*os.Process, syscall.Signal) error { return errors.ErrUnsupported }
