@@ -40,9 +40,11 @@ var ErrTailLost = errors.New("the WAL ends before batches known to have been dur
 type TailLostError struct {
 	End     uint64 // the last sequence the store holds (WAL or snapshot)
 	Durable uint64 // the highest sequence known to have been durable
-	// Segment names the newest WAL segment, which held the missing batches
-	// if the store writes segments (file://); "" otherwise.
-	Segment string
+	// Segments is set if the store writes batches into WAL segments
+	// (file://); Segment then names the newest one left, which held the
+	// missing batches unless a newer one was deleted ("" if none is left).
+	Segments bool
+	Segment  string
 }
 
 func (e *TailLostError) Error() string {
@@ -53,8 +55,11 @@ func (e *TailLostError) Error() string {
 		fmt.Fprintf(&b, " to %s", walKey(e.Durable))
 	}
 	b.WriteString(")")
-	if e.Segment != "" {
+	switch {
+	case e.Segment != "":
 		fmt.Fprintf(&b, "; the store writes batches into WAL segments: %s is the newest (truncated?), or a newer one was deleted", e.Segment)
+	case e.Segments:
+		b.WriteString("; the store writes batches into WAL segments, and the one that held them was deleted")
 	}
 	return b.String()
 }
@@ -91,6 +96,9 @@ func (e *Engine) checkTail(ctx context.Context, w *walSet, top, mark uint64) err
 		return nil
 	}
 	lost := &TailLostError{End: top, Durable: mark}
+	if _, ok := objstore.AsSegmenter(e.bucket); ok && e.osLock {
+		lost.Segments = true
+	}
 	if n := len(w.segs); n > 0 {
 		lost.Segment = w.segs[n-1].key
 	}
