@@ -38,6 +38,7 @@ var wantFixtures = []string{
 	"v3-payload-in-job",
 	"v4-segment-header",
 	"v5-owner-mark-run-index",
+	"v6-run-control",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.

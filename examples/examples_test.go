@@ -66,6 +66,17 @@ var checks = map[string]func(t *testing.T, bin string){
 			"status of web-summariser: cancelled",
 			"Why steps rather than one long function?")
 	},
+	"approval": func(t *testing.T, bin string) {
+		out := mustRun(t, bin, t.TempDir())
+		wantContains(t, out,
+			`status of refund-1042: waiting for "approval"`,
+			`POST /runs/refund-1042/signals/approval "approve (alice)" -> 202 Accepted`,
+			"[refund-1042] run succeeded",
+			"[refund-1043] no approval in time",
+			"[refund-1043] run failed",
+			"-> 409 Conflict",
+			"done: one approval over HTTP, one timeout")
+	},
 }
 
 func TestExamples(t *testing.T) {

@@ -9,6 +9,18 @@
 //	                                                expiry is a prefix scan)
 //	workflow/submitted/<inverted submit:020d>/<id>  empty: the newest-first
 //	                                                index of runs (ListRuns)
+//	workflow/mailbox/<id>/<name>/<seq:020d>         a signal's payload, kept
+//	                                                until an AwaitSignal of
+//	                                                that name consumes it
+//	workflow/parked/<id>                            Parked: the next step of
+//	                                                a paused run
+//
+// A run's mailbox entries are numbered by Run.MailSeq in arrival order
+// (seq 1 first), so a prefix scan of one name lists them oldest first.
+// Every write to a run's mailbox or parked step also compare-and-puts its
+// run record, so Run.Mailbox counts the entries exactly. Both are deleted
+// with the run record (expiry), not when the run ends: a retried run keeps
+// its mailbox.
 //
 // The submitted index key of a run holds MaxInt64 minus its SubmittedAt, so
 // that a forward scan lists the newest runs first. It is written in the
@@ -28,13 +40,20 @@
 //
 //	Run       shape 1: 14 fields (up to NotifyQueue)
 //	          shape 2: 16 fields, + Retries, UpdatedAt (November 2026)
+//	          shape 3: 23 fields, + WaitFor, WaitDeadline, WaitTimer,
+//	          Paused, Parked, MailSeq, Mailbox (signals and pause,
+//	          November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
 //	          (November 2026)
 //
-// The decoders read both shapes (a shape 1 record reads with the new fields
-// zero: Retries 0, UpdatedAt 0, no dead job and no payload); the encoders
-// write shape 2 only.
+// The decoders read every shape (an older record reads with the newer
+// fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
+// mailbox, no dead job and no payload); the encoders write the newest
+// shape only.
+//
+//	Parked    shape 1: 7 fields
+//
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
 package kvrecord
@@ -57,6 +76,8 @@ const (
 	RunPrefix       = "workflow/runs/"
 	TerminalPrefix  = "workflow/terminal/"
 	SubmittedPrefix = "workflow/submitted/"
+	MailboxPrefix   = "workflow/mailbox/"
+	ParkedPrefix    = "workflow/parked/"
 )
 
 // ErrCorrupt is wrapped by every decoding error.
@@ -92,6 +113,41 @@ type Run struct {
 	// UpdatedAt is when the record was last written (unix ns); 0 in shape 1
 	// records. Shape 2.
 	UpdatedAt int64
+	// WaitFor is the signal name the run awaits (steprunner.AwaitSignal);
+	// "" when it does not wait. While it waits, CurrentStep is the step
+	// the signal will start and CurrentJob is "". Shape 3.
+	WaitFor string
+	// WaitDeadline is when the await times out (unix ns); 0: never. Shape 3.
+	WaitDeadline int64
+	// WaitTimer is the job that fires the await's timeout at WaitDeadline
+	// ("" when none). Shape 3.
+	WaitTimer string
+	// Paused: Runtime.Pause is in effect; the run's next step is parked
+	// instead of enqueued. Shape 3.
+	Paused bool
+	// Parked: step CurrentStep is parked under ParkedKey (CurrentJob is
+	// ""); Resume enqueues it. Only while Paused. Shape 3.
+	Parked bool
+	// MailSeq numbers the run's mailbox entries: the last one written.
+	// Shape 3.
+	MailSeq uint64
+	// Mailbox counts the signals in the run's mailbox. Shape 3.
+	Mailbox uint32
+}
+
+// Parked is the next step of a paused run, kept for Resume.
+type Parked struct {
+	Version uint8
+	RunID   string
+	Step    uint32
+	Payload []byte
+	// DueAt is when the step is due (unix ns): Resume enqueues it for then,
+	// or now if that has passed.
+	DueAt int64
+	// Signal is the signal name that woke the step ("" if the step did not
+	// follow an await); TimedOut says the await timed out instead.
+	Signal   string
+	TimedOut bool
 }
 
 // Terminal is the outcome of a finished run.
@@ -131,6 +187,23 @@ func TerminalKey(endedAt int64, runID string) []byte {
 	return []byte(fmt.Sprintf("%s%020d/%s", TerminalPrefix, endedAt, runID))
 }
 
+// MailboxKey returns the key of a run's mailbox entry number seq.
+func MailboxKey(runID, name string, seq uint64) []byte {
+	return []byte(fmt.Sprintf("%s%s/%s/%020d", MailboxPrefix, runID, name, seq))
+}
+
+// MailboxNamePrefix returns the prefix of a run's mailbox entries of one
+// signal name; MailboxRunPrefix (name "") of all of them.
+func MailboxNamePrefix(runID, name string) []byte {
+	return []byte(MailboxPrefix + runID + "/" + name + "/")
+}
+
+// MailboxRunPrefix returns the prefix of all of a run's mailbox entries.
+func MailboxRunPrefix(runID string) []byte { return []byte(MailboxPrefix + runID + "/") }
+
+// ParkedKey returns the key of a paused run's parked step.
+func ParkedKey(runID string) []byte { return []byte(ParkedPrefix + runID) }
+
 // ParseTerminalKey returns the ended time and run ID of a terminal key.
 func ParseTerminalKey(key []byte) (endedAt int64, runID string, err error) {
 	return parseTimeKey(key, TerminalPrefix)
@@ -167,8 +240,10 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 // Field counts of the records (see the Encoding section above): the
 // current shape, and shape 1.
 const (
-	runFields        = 16
+	runFields        = 23
+	runFieldsV2      = 16
 	runFieldsV1      = 14
+	parkedFields     = 7
 	terminalFields   = 11
 	terminalFieldsV1 = 7
 )
@@ -177,7 +252,7 @@ const (
 // without reflection.
 func EncodeRun(r *Run) []byte {
 	r.Version = Version
-	size := 128 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue)
+	size := 160 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer)
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
@@ -199,10 +274,18 @@ func appendRun(b []byte, r *Run) []byte {
 	b = format.AppendInt64(b, r.EndedAt)
 	b = format.AppendString(b, r.NotifyQueue)
 	b = format.AppendUint32(b, r.Retries)
-	return format.AppendInt64(b, r.UpdatedAt)
+	b = format.AppendInt64(b, r.UpdatedAt)
+	b = format.AppendString(b, r.WaitFor)
+	b = format.AppendInt64(b, r.WaitDeadline)
+	b = format.AppendString(b, r.WaitTimer)
+	b = format.AppendBool(b, r.Paused)
+	b = format.AppendBool(b, r.Parked)
+	b = format.AppendUint64(b, r.MailSeq)
+	return format.AppendUint32(b, r.Mailbox)
 }
 
-// readRun is the fast reader of appendRun's output, and of shape 1 records.
+// readRun is the fast reader of appendRun's output, and of shape 1 and 2
+// records.
 func readRun(rd *format.Reader, r *Run) {
 	n := rd.FieldsIn(runFieldsV1, runFields)
 	r.Version = rd.Uint8()
@@ -219,9 +302,21 @@ func readRun(rd *format.Reader, r *Run) {
 	r.Status = rd.Uint8()
 	r.EndedAt = rd.Int64()
 	r.NotifyQueue = rd.String()
-	if n == runFields {
-		r.Retries = rd.Uint32()
-		r.UpdatedAt = rd.Int64()
+	// Other counts in range leave bytes unread: Finish fails, and the
+	// reflective decoder refuses them.
+	if n < runFieldsV2 {
+		return
+	}
+	r.Retries = rd.Uint32()
+	r.UpdatedAt = rd.Int64()
+	if n >= runFields {
+		r.WaitFor = rd.String()
+		r.WaitDeadline = rd.Int64()
+		r.WaitTimer = rd.String()
+		r.Paused = rd.Bool()
+		r.Parked = rd.Bool()
+		r.MailSeq = rd.Uint64()
+		r.Mailbox = rd.Uint32()
 	}
 }
 
@@ -243,12 +338,41 @@ type runV1 struct {
 	NotifyQueue string
 }
 
-// unmarshalRun is the reflective decoder of run records of either shape:
+// runV2 is a shape 2 run record, for the reflective decoder.
+type runV2 struct {
+	Version     uint8
+	RunID       string
+	SubmittedAt int64
+	InputHash   [32]byte
+	State       uint8
+	CurrentStep uint32
+	CurrentJob  string
+	Cancel      bool
+	Headers     map[string]string
+	Priority    int32
+	MaxAttempts uint32
+	Status      uint8
+	EndedAt     int64
+	NotifyQueue string
+	Retries     uint32
+	UpdatedAt   int64
+}
+
+// unmarshalRun is the reflective decoder of run records of every shape:
 // what the fast reader must agree with.
 func unmarshalRun(b []byte, r *Run) error {
 	*r = Run{}
 	err := format.UnmarshalExact(b, r)
 	if err == nil {
+		return nil
+	}
+	var v2 runV2
+	if format.UnmarshalExact(b, &v2) == nil {
+		*r = v1WithZero(runV1{Version: v2.Version, RunID: v2.RunID, SubmittedAt: v2.SubmittedAt,
+			InputHash: v2.InputHash, State: v2.State, CurrentStep: v2.CurrentStep, CurrentJob: v2.CurrentJob,
+			Cancel: v2.Cancel, Headers: v2.Headers, Priority: v2.Priority, MaxAttempts: v2.MaxAttempts,
+			Status: v2.Status, EndedAt: v2.EndedAt, NotifyQueue: v2.NotifyQueue})
+		r.Retries, r.UpdatedAt = v2.Retries, v2.UpdatedAt
 		return nil
 	}
 	var v1 runV1
@@ -372,4 +496,29 @@ func DecodeTerminal(b []byte) (*Terminal, error) {
 		return nil, fmt.Errorf("%w: terminal record version %d status %d", ErrCorrupt, t.Version, t.Status)
 	}
 	return &t, nil
+}
+
+// EncodeParked encodes a parked step (format.Marshal's bytes).
+func EncodeParked(p *Parked) []byte {
+	p.Version = Version
+	b := format.AppendArrayLen(make([]byte, 0, 64+len(p.RunID)+len(p.Payload)+len(p.Signal)), parkedFields)
+	b = format.AppendUint8(b, p.Version)
+	b = format.AppendString(b, p.RunID)
+	b = format.AppendUint32(b, p.Step)
+	b = format.AppendBytes(b, p.Payload)
+	b = format.AppendInt64(b, p.DueAt)
+	b = format.AppendString(b, p.Signal)
+	return format.AppendBool(b, p.TimedOut)
+}
+
+// DecodeParked decodes a parked step.
+func DecodeParked(b []byte) (*Parked, error) {
+	var p Parked
+	if err := format.UnmarshalExact(b, &p); err != nil {
+		return nil, fmt.Errorf("%w: parked step: %v", ErrCorrupt, err)
+	}
+	if p.Version != Version || p.RunID == "" {
+		return nil, fmt.Errorf("%w: parked step version %d, id %q", ErrCorrupt, p.Version, p.RunID)
+	}
+	return &p, nil
 }

@@ -61,6 +61,8 @@ func TestMain(m *testing.M) {
 		os.Exit(crashChild(os.Getenv(crashChildEnv), os.Getenv(crashModeEnv)))
 	case os.Getenv(tinyRetentionChildEnv) != "":
 		os.Exit(tinyRetentionChild())
+	case os.Getenv(controlChildEnv) != "":
+		os.Exit(controlChild(os.Getenv(controlChildEnv)))
 	}
 	testenv.Main(m)
 }

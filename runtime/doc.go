@@ -18,6 +18,13 @@
 //	                                notification
 //	Fail(reason)                    ack (no dead letter); Failed; notification
 //	Cancel(reason)                  ack; Cancelled with reason; notification
+//	AwaitSignal(name, t), a signal  ack; delete the oldest mailbox entry of that
+//	of that name in the mailbox     name; enqueue step n+1 with its payload
+//	                                (chained as Continue); update the run record
+//	AwaitSignal(name, t), none      ack; run record -> waiting (name, deadline,
+//	                                CurrentStep n+1, no step job); if t > 0,
+//	                                enqueue a timeout job on <queue>.timers at
+//	                                the deadline
 //	error, attempts left            nack with backoff (run record unchanged)
 //	error, last attempt             dead-letter; Failed; notification
 //	steprunner.Permanent(err)       dead-letter; Failed; notification
@@ -42,6 +49,52 @@
 //	dead job deleted)               payload; run record and terminal record as
 //	                                above
 //	Cancel of a queued step         remove the step; Cancelled; notification
+//	Cancel of a waiting run or of   remove the timeout job / parked step;
+//	a paused run's parked step      Cancelled; notification
+//
+// Signals, timeouts, pause and resume are rows of their own, each one
+// transaction that compare-and-puts the run record (so of two that race,
+// one commits and the other reads again and finds what the first did):
+//
+//	call or job                     one transaction does
+//	------------------------------  ----------------------------------------------
+//	Signal(name), the run awaits    enqueue step n+1 with the payload and
+//	that name                       Step.Signal{name}; cancel the timeout job;
+//	                                run record -> not waiting
+//	Signal(name), otherwise         append the payload to the run's mailbox
+//	                                (workflow/mailbox/<run>/<name>/<seq>); the
+//	                                record counts it
+//	timeout job, the run still      ack the timer; enqueue step n+1 with an
+//	waits on it                     empty payload and Step.Signal{name,
+//	                                TimedOut}; run record -> not waiting
+//	timeout job, otherwise          ack the timer: dropped
+//	Pause, step queued/scheduled    remove the step; park it (payload, due
+//	                                time) under workflow/parked/<run>; run
+//	                                record -> paused, parked
+//	Pause, otherwise                run record -> paused
+//	Resume, a step parked           enqueue it at its due time (now if past);
+//	                                delete the parked step; run record ->
+//	                                not paused
+//	Resume, otherwise               run record -> not paused
+//
+// While a run is paused, every row above that would enqueue its next step
+// parks it instead (the step, its payload, its due time and what woke it),
+// and a retry of a paused run's step that gets claimed (it came due) is
+// acknowledged and parked, not run. So a signal or a timeout
+// that wakes a paused run is parked until Resume; a delay or a timeout
+// keeps counting while paused and, if it ran out, the step starts at once
+// on Resume.
+//
+// Races. A signal and its await's timeout: whichever commits first wins.
+// A signal that loses finds the run no longer waiting and goes to the
+// mailbox, where the run's next AwaitSignal of that name consumes it; a
+// timeout that loses finds another timer (or none) on the run record and
+// is dropped. A Pause and a settlement: if Pause commits first the
+// settlement parks the next step; if the settlement does, Pause parks the
+// step it enqueued (or lets a step it chained, already claimed, finish).
+// Signals in a run's mailbox are consumed oldest first per name; those
+// left when the run ends are deleted with its record, after the terminal
+// retention (a retried run keeps them).
 //
 // The retried run's next termination is a new notification (new EndedAt,
 // so a new webhook-id) carrying Retries. Retry of a run that is not failed
@@ -58,7 +111,9 @@
 // of higher priority is waiting. Started runs thus go depth first, and a
 // step costs one commit instead of two. WithStepChaining(false) turns this
 // off. A chained step that a stopping Run will not start is released
-// without counting the attempt.
+// without counting the attempt. Run also works the await timeouts'
+// queue (<step queue>.timers, up to 4 at once) and the dead step notices'
+// queue (<step queue>.dead).
 //
 // Submit and the end of a run do the same across goroutines: step 0 and the
 // terminal notification are enqueued with queue.EnqueueOptions.Dispatch, so
@@ -72,7 +127,9 @@
 // # Records
 //
 // The run record (kvrecord.Run, under workflow/runs/<id>) holds the input's
-// SHA-256, the current step and its job, the cancel flag and the headers.
+// SHA-256, the current step and its job, the cancel flag and the headers,
+// and the run-control state: the awaited signal name, deadline and timeout
+// job, the pause and parked flags, and the mailbox's sequence and count.
 // Submit writes it with a compare-and-put from absent, in the transaction
 // that enqueues step 0, so concurrent submits of one ID from any number of
 // goroutines or processes yield one run; later submits with the same input
@@ -91,8 +148,8 @@
 // # Operating
 //
 // New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
-// Cancel and Retry work (they read and write the durable records), Run
-// returns ErrNoRunner. A Runtime with a hook records its notify queue in
+// Cancel, Retry, Signal, Pause and Resume work (they read and write the
+// durable records), Run returns ErrNoRunner. A Runtime with a hook records its notify queue in
 // the store when it is made (New, best effort) and when its Run starts, so
 // that runs ended by client Runtimes (Cancel) are notified to it, also
 // those ended before its Run started. A run ended by a client Runtime on
@@ -113,14 +170,19 @@
 //     the retried run's outcome. Hook errors are retried with
 //     backoff (terminal.RetryAfter honoured); terminal.IsPermanent errors and
 //     exhausted attempts dead-letter the notification.
-//   - Status, ListRuns, Cancel and Retry read and write the durable
-//     records, so they work from any Runtime on the store (client Runtimes
-//     included) and after restarts.
+//   - Status, ListRuns, Cancel, Retry, Signal, Pause and Resume read and
+//     write the durable records, so they work from any Runtime on the store
+//     (client Runtimes included) and after restarts. A waiting or paused run
+//     holds no step slot, no lease and no claimable job.
 //
 // # Cancel
 //
-// Cancel of a run whose step is queued or scheduled removes the step and
-// ends the run Cancelled in one transaction. For a running step it sets the
+// Cancel of a run whose step is queued or scheduled, that waits for a
+// signal, or that is paused with its next step parked, removes the step
+// (or the timeout job, or the parked step) and ends the run Cancelled in
+// one transaction; Retry of it runs that step again with the payload it
+// had (a run cancelled while waiting: its next step with an empty payload
+// and no Step.Signal). For a running step it sets the
 // run's cancel flag durably and cancels the step's context with cause
 // steprunner.ErrRunCancelled; the run ends Cancelled (Error "") when the
 // step returns, whatever it returns, unless the step itself returned

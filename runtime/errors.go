@@ -1,6 +1,9 @@
 package runtime
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by the runtime. None is retryable with the same input.
 var (
@@ -32,4 +35,28 @@ var (
 	// ErrNoRunner: Run of a client Runtime (New with a nil Runner), which
 	// does not execute steps.
 	ErrNoRunner = errors.New("runtime: this Runtime has no Runner: it cannot Run")
+	// ErrRunEnded: Signal, Pause or Resume of a run that has ended
+	// (succeeded, failed or cancelled, within the terminal retention) or
+	// is being cancelled. Retrying cannot help; Retry the run first.
+	ErrRunEnded = errors.New("runtime: run has ended")
+	// ErrInvalidSignalName: a signal name that is empty after trimming
+	// spaces, has leading or trailing spaces, is over 128 bytes, is not
+	// printable ASCII, or contains '/'. Retrying cannot help.
+	ErrInvalidSignalName = errors.New("runtime: invalid signal name")
+	// ErrSignalTooLarge is wrapped by SignalTooLargeError.
+	ErrSignalTooLarge = errors.New("runtime: signal payload too large")
 )
+
+// SignalTooLargeError: a Signal payload of Size bytes, over the Max that
+// WithMaxSignalPayload sets. It changed nothing; retrying with the same
+// payload cannot help.
+type SignalTooLargeError struct {
+	Size, Max int
+}
+
+func (e *SignalTooLargeError) Error() string {
+	return fmt.Sprintf("runtime: signal payload of %d bytes, at most %d", e.Size, e.Max)
+}
+
+// Unwrap returns ErrSignalTooLarge.
+func (e *SignalTooLargeError) Unwrap() error { return ErrSignalTooLarge }

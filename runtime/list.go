@@ -187,7 +187,7 @@ func mayBeIn(rec *kvrecord.Run, states []State) bool {
 		switch {
 		case s.Terminal() && rec.State == kvrecord.StateTerminal,
 			s == StateCancelling && rec.State == kvrecord.StateCancelling,
-			(s == StatePending || s == StateRunning) && rec.State == kvrecord.StateActive:
+			(s == StatePending || s == StateRunning || s == StateWaiting || s == StatePaused) && rec.State == kvrecord.StateActive:
 			return true
 		}
 	}

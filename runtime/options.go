@@ -18,6 +18,7 @@ type options struct {
 	retention         time.Duration
 	drainTimeout      time.Duration
 	noChain           bool
+	maxSignalPayload  int
 	logger            *slog.Logger
 	now               func() time.Time
 }
@@ -30,6 +31,7 @@ func defaultOptions() options {
 		notifyConcurrency: 16,
 		pollInterval:      250 * time.Millisecond,
 		retention:         24 * time.Hour,
+		maxSignalPayload:  DefaultMaxSignalPayload,
 		logger:            slog.Default(),
 		now:               time.Now,
 	}
@@ -154,6 +156,19 @@ func WithLogger(l *slog.Logger) Option {
 			return invalid("logger must not be nil")
 		}
 		o.logger = l
+		return nil
+	}
+}
+
+// WithMaxSignalPayload bounds the payload of a Signal: a larger one is
+// refused with a *SignalTooLargeError. It must fit the queue's value limit
+// (the signal becomes a step payload). Defaults to 1 MiB.
+func WithMaxSignalPayload(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return invalid("max signal payload %d must not be negative", n)
+		}
+		o.maxSignalPayload = n
 		return nil
 	}
 }

@@ -50,6 +50,12 @@ func (rt *Runtime) Run(ctx context.Context) error {
 			ManualSettle: true, PollInterval: rt.opts.pollInterval,
 		})
 	})
+	g.Go(func() error {
+		return rt.q.Work(gctx, rt.timerQueue(), rt.handleTimer, queue.WorkOptions{
+			Concurrency: 4, DrainTimeout: rt.opts.drainTimeout,
+			ManualSettle: true, PollInterval: rt.opts.pollInterval,
+		})
+	})
 	g.Go(func() error { rt.janitor(gctx); return nil })
 	return g.Wait()
 }
@@ -149,6 +155,12 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		return err // the claim's lease expires and the step is retried
 	}
 	n := uint32(n64)
+	if rec.Paused && !rec.Cancel && job.Attempt > 1 {
+		// A retry (or redelivery) of a paused run's step: it does not
+		// start. A first attempt claimed before Pause committed (dispatched
+		// or chained; Status said running) runs.
+		return rt.parkClaimed(settleCtx, job, rec, old)
+	}
 
 	var outcome steprunner.Outcome
 	var stepErr error
@@ -156,7 +168,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		ctx, stop := stepContext(claimCtx)
 		outcome, stepErr = rt.callRunner(ctx, &steprunner.Step{
 			RunID: runID, Number: n, Payload: job.Payload, Headers: userHeaders(job.Headers),
-			JobID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts,
+			JobID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Signal: signalOf(job.Headers),
 		})
 		stop()
 		switch cause := context.Cause(claimCtx); {
@@ -167,6 +179,11 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		}
 		if stepErr == nil && outcome.IsZero() {
 			stepErr = errors.New("runtime: the runner returned the zero Outcome with a nil error")
+		}
+		if stepErr == nil && outcome.Kind() == steprunner.KindAwait {
+			if err := ValidateSignalName(outcome.SignalName()); err != nil {
+				stepErr = steprunner.Permanent(fmt.Errorf("AwaitSignal: %w", err))
+			}
 		}
 	}
 
@@ -185,7 +202,13 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		if err := rt.resolveNotify(settleCtx, rec); err != nil {
 			return err
 		}
-		txn := rt.settlement(rec, old, job, n, outcome, stepErr)
+		var mail *queue.KV
+		if stepErr == nil && !rec.Cancel && outcome.Kind() == steprunner.KindAwait {
+			if mail, err = rt.mailHead(settleCtx, rec, outcome.SignalName()); err != nil {
+				return err
+			}
+		}
+		txn := rt.settlement(rec, old, job, n, outcome, stepErr, mail)
 		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue
@@ -214,8 +237,10 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult) {
 	}
 }
 
-// settlement builds the one transaction that settles step n.
-func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error) *queue.Txn {
+// settlement builds the one transaction that settles step n. mail is the
+// oldest signal in the mailbox that an AwaitSignal outcome consumes (nil:
+// none).
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV) *queue.Txn {
 	txn := new(queue.Txn)
 	switch {
 	case rec.Cancel && !(stepErr == nil && out.Kind() == steprunner.KindCancel):
@@ -231,19 +256,17 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue})
 	default:
 		switch out.Kind() {
-		case steprunner.KindContinue:
+		case steprunner.KindContinue, steprunner.KindAwait:
 			next := *rec
-			next.CurrentStep, next.CurrentJob = n+1, newJobID()
+			next.CurrentStep = n + 1
 			next.UpdatedAt = rt.opts.now().UnixNano()
-			opts := rt.stepOptions(&next, n+1, next.CurrentJob)
-			if d := out.Delay(); d > 0 {
-				opts.Delay = d
+			txn.Ack(job)
+			if out.Kind() == steprunner.KindAwait {
+				rt.await(txn, &next, out, mail)
 			} else {
-				opts.Claim = !rt.opts.noChain
+				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true)
 			}
-			txn.Ack(job).
-				Enqueue(rt.opts.queueName, out.Payload(), opts).
-				CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
+			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
 		case steprunner.KindSucceed:
 			txn.Ack(job)
 			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt})
@@ -325,6 +348,10 @@ func (rt *Runtime) expireTerminal(ctx context.Context) error {
 				continue
 			case rec.State == kvrecord.StateTerminal && rec.EndedAt == ended:
 				txn.CompareAndDelete(kvrecord.RunKey(runID), old).Delete(kvrecord.SubmittedKey(rec.SubmittedAt, runID))
+				err = rt.deleteRunKeys(ctx, txn, rec, old) // mailbox: deleted with the record
+				if err != nil && !errors.Is(err, queue.ErrConditionFailed) {
+					return err
+				}
 			}
 			if _, err := rt.q.Commit(ctx, txn); err != nil && !errors.Is(err, queue.ErrConditionFailed) {
 				return err

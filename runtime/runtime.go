@@ -328,6 +328,17 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 		if err := rt.resolveNotify(ctx, rec); err != nil {
 			return false, err
 		}
+		if rec.CurrentJob == "" { // waiting for a signal, or paused
+			txn, err := rt.cancelIdle(ctx, rec, old)
+			if err != nil {
+				return false, err
+			}
+			_, err = rt.q.Commit(ctx, txn)
+			if errors.Is(err, queue.ErrConditionFailed) {
+				continue
+			}
+			return err == nil, err
+		}
 		job, err := rt.q.GetJob(ctx, rec.CurrentJob)
 		if errors.Is(err, queue.ErrJobNotFound) {
 			continue // settling right now: read again
@@ -368,6 +379,24 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 	}
 }
 
+// cancelIdle returns the transaction that cancels a run without a step
+// job: one waiting for a signal (its timeout job is removed; the terminal
+// record keeps an empty payload for Retry) or one paused with its next step
+// parked (the parked payload is kept).
+func (rt *Runtime) cancelIdle(ctx context.Context, rec *kvrecord.Run, old []byte) (*queue.Txn, error) {
+	e := ending{status: terminal.Cancelled, step: rec.CurrentStep, payload: []byte{}, queue: rt.opts.queueName}
+	if rec.Parked {
+		p, err := rt.loadParked(ctx, rec.RunID)
+		if err != nil {
+			return nil, err
+		}
+		e.payload = p.Payload
+	}
+	txn := new(queue.Txn)
+	rt.terminate(txn, rec, old, e)
+	return txn, nil
+}
+
 // ending is how a run ends, for terminate.
 type ending struct {
 	status terminal.Status
@@ -394,6 +423,14 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	next := *rec
 	next.State, next.Status, next.EndedAt, next.CurrentJob = kvrecord.StateTerminal, uint8(e.status), ended, ""
 	next.CurrentStep, next.UpdatedAt = e.step, ended
+	if rec.WaitTimer != "" {
+		txn.CancelJob(rec.WaitTimer)
+	}
+	if rec.Parked {
+		txn.Delete(kvrecord.ParkedKey(rec.RunID))
+	}
+	clearWait(&next)
+	next.Paused, next.Parked = false, false
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}

@@ -23,6 +23,8 @@ const (
 	StateSucceeded
 	StateFailed
 	StateCancelled
+	StateWaiting // awaiting a signal (steprunner.AwaitSignal); no step queued
+	StatePaused  // paused (Pause): its next step does not start until Resume
 )
 
 var stateNames = [...]string{
@@ -32,6 +34,8 @@ var stateNames = [...]string{
 	StateSucceeded:  "succeeded",
 	StateFailed:     "failed",
 	StateCancelled:  "cancelled",
+	StateWaiting:    "waiting",
+	StatePaused:     "paused",
 }
 
 func (s State) String() string {
@@ -42,7 +46,7 @@ func (s State) String() string {
 }
 
 // Terminal reports whether s is a final state.
-func (s State) Terminal() bool { return s >= StateSucceeded }
+func (s State) Terminal() bool { return s >= StateSucceeded && s <= StateCancelled }
 
 // MarshalText implements encoding.TextMarshaler: the String name. A value
 // that is not one of the states is an error.
@@ -106,6 +110,15 @@ type RunStatus struct {
 	LastError string
 	// Retries counts the times the run was retried (Retry).
 	Retries uint32
+	// WaitingFor is the signal name a waiting run awaits (StateWaiting, or
+	// StatePaused while waiting); "" otherwise.
+	WaitingFor string
+	// WaitDeadline is when that await times out; zero for no timeout.
+	WaitDeadline time.Time
+	// Paused: Pause is in effect. The state is StatePaused, or
+	// StateRunning while a step that was running when Pause committed
+	// finishes.
+	Paused bool
 }
 
 // Status reports a run's state from the durable records, so it works from
@@ -150,8 +163,17 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 		return st, nil
 	}
 	st.State = StatePending
-	if rec.State == kvrecord.StateCancelling {
+	st.WaitingFor, st.WaitDeadline, st.Paused = rec.WaitFor, unixTime(rec.WaitDeadline), rec.Paused
+	switch {
+	case rec.State == kvrecord.StateCancelling:
 		st.State = StateCancelling
+	case rec.Paused:
+		st.State = StatePaused
+	case rec.WaitFor != "":
+		st.State = StateWaiting
+	}
+	if rec.CurrentJob == "" { // waiting or parked: no step job
+		return st, nil
 	}
 	job, err := rt.q.GetJob(ctx, rec.CurrentJob)
 	if err != nil && !errors.Is(err, queue.ErrJobNotFound) {

@@ -13,6 +13,10 @@
 //	Succeed(r)           the run ends Succeeded with result r
 //	Fail(reason)         the run ends Failed with reason; not retried
 //	Cancel(reason)       the run ends Cancelled with reason
+//	AwaitSignal(name, t) the run parks until Runtime.Signal delivers a signal
+//	                     of that name (its payload is step n+1's payload) or
+//	                     t passes (0: never; step n+1 then gets an empty
+//	                     payload); Step.Signal says which
 //
 // or a non-nil error:
 //

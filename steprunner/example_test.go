@@ -90,3 +90,33 @@ func ExampleOutcome_Kind() {
 	// cancel   "customer withdrew"
 	// invalid  ""
 }
+
+// A step that needs a human's approval parks its run with AwaitSignal; the
+// next step learns from Step.Signal whether the approval came (its payload
+// is the signal's) or the wait timed out (empty payload).
+func ExampleAwaitSignal() {
+	approval := steprunner.RunnerFunc(func(ctx context.Context, step *steprunner.Step) (steprunner.Outcome, error) {
+		switch {
+		case step.Number == 0:
+			return steprunner.AwaitSignal("approval", 24*time.Hour), nil
+		case step.Signal != nil && step.Signal.TimedOut:
+			return steprunner.Fail("nobody approved within a day"), nil
+		}
+		return steprunner.Succeed(append([]byte("approved by "), step.Payload...)), nil
+	})
+	// What the runtime would do, without the runtime.
+	o, _ := approval.RunStep(context.Background(), &steprunner.Step{RunID: "refund-7"})
+	fmt.Println(o, o.SignalName(), o.Timeout())
+	signalled := &steprunner.Step{RunID: "refund-7", Number: 1, Payload: []byte("alice"),
+		Signal: &steprunner.SignalDelivery{Name: "approval"}}
+	o, _ = approval.RunStep(context.Background(), signalled)
+	fmt.Printf("%v %s\n", o, o.Result())
+	timedOut := &steprunner.Step{RunID: "refund-7", Number: 1,
+		Signal: &steprunner.SignalDelivery{Name: "approval", TimedOut: true}}
+	o, _ = approval.RunStep(context.Background(), timedOut)
+	fmt.Println(o)
+	// Output:
+	// await("approval", timeout 24h0m0s) approval 24h0m0s
+	// succeed(17 bytes) approved by alice
+	// fail("nobody approved within a day")
+}

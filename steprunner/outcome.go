@@ -20,6 +20,8 @@ const (
 	KindFail
 	// KindCancel: end the run Cancelled (Cancel).
 	KindCancel
+	// KindAwait: park the run until a signal or a timeout (AwaitSignal).
+	KindAwait
 )
 
 // String returns "continue", "succeed", "fail" or "cancel", and
@@ -36,6 +38,8 @@ func (k OutcomeKind) String() string {
 		return "fail"
 	case KindCancel:
 		return "cancel"
+	case KindAwait:
+		return "await"
 	}
 	return "OutcomeKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -45,9 +49,9 @@ func (k OutcomeKind) String() string {
 // invalid (see IsZero). Outcome is a small immutable value: copy it freely.
 type Outcome struct {
 	kind   OutcomeKind
-	data   []byte // Continue payload or Succeed result
-	delay  time.Duration
-	reason string
+	data   []byte        // Continue payload or Succeed result
+	delay  time.Duration // ContinueAfter delay or AwaitSignal timeout
+	reason string        // Fail or Cancel reason, or AwaitSignal name
 }
 
 // Continue asks the runtime to run the next step now, with payload as its
@@ -82,6 +86,52 @@ func Cancel(reason string) Outcome {
 	return Outcome{kind: KindCancel, reason: reason}
 }
 
+// AwaitSignal parks the run until a signal named name is delivered to it
+// (Runtime.Signal) or timeout passes (0 or negative: no timeout). The step
+// is acknowledged; while the run waits it holds no step slot, no lease and
+// no queued job. Then step n+1 runs with Step.Signal saying what woke it:
+//
+//   - a signal: Step.Payload is the signal's payload and
+//     Step.Signal = &SignalDelivery{Name: name}
+//   - the timeout: Step.Payload is empty (len 0) and
+//     Step.Signal = &SignalDelivery{Name: name, TimedOut: true}
+//
+// A signal of that name sent before the await (even before the run
+// started) waits in the run's mailbox and is consumed at once, oldest
+// first. The name must be 1 to 128 bytes of printable ASCII without '/'
+// and without leading or trailing spaces; a step that returns an await on
+// an invalid name fails its run (as Permanent would).
+func AwaitSignal(name string, timeout time.Duration) Outcome {
+	return Outcome{kind: KindAwait, reason: name, delay: max(timeout, 0)}
+}
+
+// SignalDelivery says what ended the await that preceded a step.
+type SignalDelivery struct {
+	// Name is the awaited signal name.
+	Name string
+	// TimedOut: the await's timeout passed before a signal of that name
+	// arrived; Step.Payload is then empty.
+	TimedOut bool
+}
+
+// SignalName returns the awaited signal's name for an AwaitSignal
+// outcome, and "" for every other kind.
+func (o Outcome) SignalName() string {
+	if o.kind != KindAwait {
+		return ""
+	}
+	return o.reason
+}
+
+// Timeout returns an AwaitSignal outcome's timeout (0: none), and 0 for
+// every other kind.
+func (o Outcome) Timeout() time.Duration {
+	if o.kind != KindAwait {
+		return 0
+	}
+	return o.delay
+}
+
 // Kind returns the kind of o; 0 (invalid) for the zero Outcome.
 func (o Outcome) Kind() OutcomeKind { return o.kind }
 
@@ -108,11 +158,21 @@ func (o Outcome) Result() []byte {
 
 // Delay returns how long after settlement the next step becomes due: the
 // ContinueAfter delay (never negative), and 0 for every other kind.
-func (o Outcome) Delay() time.Duration { return o.delay }
+func (o Outcome) Delay() time.Duration {
+	if o.kind != KindContinue {
+		return 0
+	}
+	return o.delay
+}
 
 // Reason returns the reason given to Fail or Cancel, and "" for every other
 // kind.
-func (o Outcome) Reason() string { return o.reason }
+func (o Outcome) Reason() string {
+	if o.kind != KindFail && o.kind != KindCancel {
+		return ""
+	}
+	return o.reason
+}
 
 // String describes o for logs, without payload bytes, for example
 // "continue(12 bytes, after 1s)" or "fail(\"card declined\")".
@@ -130,6 +190,11 @@ func (o Outcome) String() string {
 		return fmt.Sprintf("succeed(%d bytes)", len(o.data))
 	case KindFail, KindCancel:
 		return fmt.Sprintf("%s(%q)", o.kind, o.reason)
+	case KindAwait:
+		if o.delay > 0 {
+			return fmt.Sprintf("await(%q, timeout %v)", o.reason, o.delay)
+		}
+		return fmt.Sprintf("await(%q)", o.reason)
 	}
 	return o.kind.String()
 }

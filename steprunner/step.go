@@ -22,6 +22,10 @@ type Step struct {
 	// MaxAttempts is the step's attempt limit: a transient error on attempt
 	// MaxAttempts fails the run.
 	MaxAttempts uint32
+	// Signal says what woke this step when the previous step returned
+	// AwaitSignal: the signal (Payload is its payload) or the timeout
+	// (Payload is empty). nil for a step that did not follow an await.
+	Signal *SignalDelivery
 }
 
 // LastAttempt reports whether this delivery is the step's last: a transient

@@ -30,6 +30,8 @@ func TestOutcomeConstructors(t *testing.T) {
 		{name: "fail", o: Fail("boom"), kind: KindFail, reason: "boom", str: `fail("boom")`},
 		{name: "cancel", o: Cancel("stop"), kind: KindCancel, reason: "stop", str: `cancel("stop")`},
 		{name: "zero", o: Outcome{}, kind: 0, str: "invalid"},
+		{name: "await", o: AwaitSignal("approve", time.Hour), kind: KindAwait, str: `await("approve", timeout 1h0m0s)`},
+		{name: "await no timeout", o: AwaitSignal("approve", -time.Second), kind: KindAwait, str: `await("approve")`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,5 +168,20 @@ func TestLastAttempt(t *testing.T) {
 		if got := s.LastAttempt(); got != tt.want {
 			t.Errorf("Attempt %d of %d: LastAttempt() = %v", tt.attempt, tt.max, got)
 		}
+	}
+}
+
+// TestAwaitSignal: the await's name and timeout are read back by their
+// own accessors, and do not leak into Reason or Delay.
+func TestAwaitSignal(t *testing.T) {
+	o := AwaitSignal("approve", time.Minute)
+	if o.SignalName() != "approve" || o.Timeout() != time.Minute || o.Reason() != "" || o.Delay() != 0 {
+		t.Fatalf("AwaitSignal: name %q timeout %v reason %q delay %v", o.SignalName(), o.Timeout(), o.Reason(), o.Delay())
+	}
+	if c := ContinueAfter(nil, time.Second); c.SignalName() != "" || c.Timeout() != 0 {
+		t.Fatalf("ContinueAfter: name %q timeout %v", c.SignalName(), c.Timeout())
+	}
+	if KindAwait.String() != "await" {
+		t.Fatalf("KindAwait = %q", KindAwait)
 	}
 }

@@ -39,7 +39,8 @@ Read commands (open the store read-only; never disturb the live writer):
   queues                            queue names
   runs    [--state S] [--limit N]   runs: ID, state, current step, submitted
                                     (S: pending, running, cancelling,
-                                    succeeded, failed, cancelled)
+                                    succeeded, failed, cancelled,
+                                    waiting, paused)
   run     RUN_ID                    one run: record, outcome, step job
   dead    [--queue Q] [--limit N]   dead-lettered jobs (all queues by default)
   job     JOB_ID                    one job: fields, headers, payload, history

@@ -24,6 +24,7 @@ const defaultLimit = 100
 var runStates = []string{
 	runtime.StatePending.String(), runtime.StateRunning.String(), runtime.StateCancelling.String(),
 	runtime.StateSucceeded.String(), runtime.StateFailed.String(), runtime.StateCancelled.String(),
+	runtime.StateWaiting.String(), runtime.StatePaused.String(),
 }
 
 // inspector returns a client Runtime (no runner, no hook: it never Runs)
