@@ -40,8 +40,10 @@
 //
 //	Run       shape 1: 14 fields (up to NotifyQueue)
 //	          shape 2: 16 fields, + Retries, UpdatedAt (November 2026)
-//	          shape 3: 23 fields, + WaitFor, WaitDeadline, WaitTimer,
-//	          Paused, Parked, MailSeq, Mailbox (signals and pause,
+//	          shape 3: 30 fields, + WaitFor, WaitDeadline, WaitTimer,
+//	          Paused, Parked, MailSeq, Mailbox (signals and pause),
+//	          StepTimeout, StartAt, Retry* (the RunSpec's step timeout,
+//	          scheduled start and retry policy;
 //	          November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
@@ -49,7 +51,7 @@
 //
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
-// mailbox, no dead job and no payload); the encoders write the newest
+// mailbox, no step timeout, start time or retry policy, no dead job and no payload); the encoders write the newest
 // shape only.
 //
 //	Parked    shape 1: 7 fields
@@ -133,6 +135,19 @@ type Run struct {
 	MailSeq uint64
 	// Mailbox counts the signals in the run's mailbox. Shape 3.
 	Mailbox uint32
+	// StepTimeout is the run's per-attempt step timeout (ns); 0: the
+	// executing Runtime's default. Shape 3.
+	StepTimeout int64
+	// StartAt is when step 0 was due (unix ns); 0: at submit. Shape 3.
+	StartAt int64
+	// RetryMaxAttempts, RetryInitialBackoff (ns), RetryMaxBackoff (ns),
+	// RetryMultiplier and RetryJitter are the run's
+	// steprunner.RetryPolicy; all zero: none. Shape 3.
+	RetryMaxAttempts    uint32
+	RetryInitialBackoff int64
+	RetryMaxBackoff     int64
+	RetryMultiplier     float64
+	RetryJitter         float64
 }
 
 // Parked is the next step of a paused run, kept for Resume.
@@ -238,9 +253,9 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 }
 
 // Field counts of the records (see the Encoding section above): the
-// current shape, and shape 1.
+// current shape, and the older ones.
 const (
-	runFields        = 23
+	runFields        = 30
 	runFieldsV2      = 16
 	runFieldsV1      = 14
 	parkedFields     = 7
@@ -281,11 +296,20 @@ func appendRun(b []byte, r *Run) []byte {
 	b = format.AppendBool(b, r.Paused)
 	b = format.AppendBool(b, r.Parked)
 	b = format.AppendUint64(b, r.MailSeq)
-	return format.AppendUint32(b, r.Mailbox)
+	b = format.AppendUint32(b, r.Mailbox)
+
+	b = format.AppendInt64(b, r.StepTimeout)
+	b = format.AppendInt64(b, r.StartAt)
+	b = format.AppendUint32(b, r.RetryMaxAttempts)
+	b = format.AppendInt64(b, r.RetryInitialBackoff)
+	b = format.AppendInt64(b, r.RetryMaxBackoff)
+	b = format.AppendFloat64(b, r.RetryMultiplier)
+	return format.AppendFloat64(b, r.RetryJitter)
 }
 
-// readRun is the fast reader of appendRun's output, and of shape 1 and 2
-// records.
+// readRun is the fast reader of appendRun's output, and of older shapes.
+// A field count between the shapes' leaves fields unread, which Finish
+// refuses.
 func readRun(rd *format.Reader, r *Run) {
 	n := rd.FieldsIn(runFieldsV1, runFields)
 	r.Version = rd.Uint8()
@@ -317,6 +341,15 @@ func readRun(rd *format.Reader, r *Run) {
 		r.Parked = rd.Bool()
 		r.MailSeq = rd.Uint64()
 		r.Mailbox = rd.Uint32()
+	}
+	if n >= runFields {
+		r.StepTimeout = rd.Int64()
+		r.StartAt = rd.Int64()
+		r.RetryMaxAttempts = rd.Uint32()
+		r.RetryInitialBackoff = rd.Int64()
+		r.RetryMaxBackoff = rd.Int64()
+		r.RetryMultiplier = rd.Float64()
+		r.RetryJitter = rd.Float64()
 	}
 }
 

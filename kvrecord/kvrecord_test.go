@@ -94,6 +94,9 @@ func randRun(r *rand.Rand, multi bool) *Run {
 		Retries: r.Uint32(), UpdatedAt: codectest.Int64(r),
 		WaitFor: codectest.String(r), WaitDeadline: codectest.Int64(r), WaitTimer: codectest.String(r),
 		Paused: r.IntN(2) == 0, Parked: r.IntN(2) == 0, MailSeq: r.Uint64(), Mailbox: r.Uint32(),
+		StepTimeout: codectest.Int64(r), StartAt: codectest.Int64(r), RetryMaxAttempts: r.Uint32(),
+		RetryInitialBackoff: codectest.Int64(r), RetryMaxBackoff: codectest.Int64(r),
+		RetryMultiplier: 1 + r.Float64()*10, RetryJitter: r.Float64(),
 	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
@@ -109,8 +112,9 @@ func runV2Of(r *Run) *runV2 {
 }
 
 // TestDecodeShape2 holds the run decoders to records written before the
-// signal and pause fields (shape 3) were appended: they decode with those
-// fields zero on both paths. Fails if a decoder insists on 23 fields.
+// signal, pause and RunSpec fields (shape 3) were appended: they decode
+// with those fields zero on both paths. Fails if a decoder insists on 30
+// fields.
 func TestDecodeShape2(t *testing.T) {
 	r := codectest.New(t)
 	for range 500 {
@@ -121,6 +125,8 @@ func TestDecodeShape2(t *testing.T) {
 		}
 		old := *run
 		old.WaitFor, old.WaitDeadline, old.WaitTimer, old.Paused, old.Parked, old.MailSeq, old.Mailbox = "", 0, "", false, false, 0, 0
+		old.StepTimeout, old.StartAt, old.RetryMaxAttempts = 0, 0, 0
+		old.RetryInitialBackoff, old.RetryMaxBackoff, old.RetryMultiplier, old.RetryJitter = 0, 0, 0, 0
 		b, err := format.Marshal(runV2Of(run))
 		if err != nil {
 			t.Fatal(err)
@@ -196,11 +202,11 @@ func FuzzFastReaders(f *testing.F) {
 		run := randRun(r, false)
 		v1, _ := format.Marshal(runV1Of(run))
 		f.Add(v1)
+		v2, _ := format.Marshal(runV2Of(run))
+		f.Add(v2)
 		term := randTerminal(r)
 		tv1, _ := format.Marshal(terminalV1Of(term))
 		f.Add(tv1)
-		v2, _ := format.Marshal(runV2Of(run))
-		f.Add(v2)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		codectest.AgreeWith(t, b, readRun, unmarshalRun)
@@ -235,6 +241,8 @@ func TestDecodeShape1(t *testing.T) {
 		old := *run
 		old.Retries, old.UpdatedAt = 0, 0
 		old.WaitFor, old.WaitDeadline, old.WaitTimer, old.Paused, old.Parked, old.MailSeq, old.Mailbox = "", 0, "", false, false, 0, 0
+		old.StepTimeout, old.StartAt, old.RetryMaxAttempts = 0, 0, 0
+		old.RetryInitialBackoff, old.RetryMaxBackoff, old.RetryMultiplier, old.RetryJitter = 0, 0, 0, 0
 		b, err := format.Marshal(runV1Of(run))
 		if err != nil {
 			t.Fatal(err)

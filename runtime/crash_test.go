@@ -63,6 +63,8 @@ func TestMain(m *testing.M) {
 		os.Exit(tinyRetentionChild())
 	case os.Getenv(controlChildEnv) != "":
 		os.Exit(controlChild(os.Getenv(controlChildEnv)))
+	case os.Getenv(startAtChildEnv) != "":
+		os.Exit(startAtChild(os.Getenv(startAtChildEnv)))
 	}
 	testenv.Main(m)
 }

@@ -25,9 +25,16 @@
 //	                                CurrentStep n+1, no step job); if t > 0,
 //	                                enqueue a timeout job on <queue>.timers at
 //	                                the deadline
-//	error, attempts left            nack with backoff (run record unchanged)
+//	error, attempts left            nack: retried after the run's backoff
+//	                                (RunSpec.Retry, else the queue's), or
+//	                                after d for RetryAfter(err, d) (run
+//	                                record unchanged)
 //	error, last attempt             dead-letter; Failed; notification
 //	steprunner.Permanent(err)       dead-letter; Failed; notification
+//	(also inside RetryAfter)
+//	no return by the step timeout,  as an error (ErrStepTimeout), settled
+//	or a return after it            at the deadline; a late return is
+//	                                discarded
 //	anything after an external      ack; Cancelled with Error ""; notification
 //	Cancel
 //	a step job of an ended run      dead-letter, with a reason that says to
@@ -124,6 +131,34 @@
 // four durable writes from Submit to the hook: submit, two chained
 // settlements, and the last settlement.
 //
+// # Policies
+//
+// A RunSpec's StepTimeout, Retry and StartAt are kept in the run record
+// (so they hold across restarts, on every Runtime that executes the run):
+//
+//   - StepTimeout (else the executing Runtime's WithStepTimeout; none by
+//     default) is each attempt's deadline. The step's ctx ends then with
+//     cause steprunner.ErrStepTimeout. The runtime does not wait for a
+//     step that ignores it: at the deadline it settles the attempt as
+//     failed (the row above), which also ends the job's claim, and
+//     discards what the step returns later (logged at WARN), so a late
+//     result never settles anything. The abandoned call keeps running in
+//     its goroutine until it returns, outside the concurrency limit: a
+//     step that never returns leaks its goroutine.
+//   - Retry (a steprunner.RetryPolicy) times the retries the runtime
+//     settles (errors, timeouts) and bounds every step's attempts; its
+//     MaxAttempts wins over MaxAttemptsPerStep. Retries the queue makes on
+//     its own (a lease that ran out because the process stalled, a claim
+//     left by a crashed process) follow the queue's backoff, as do runs
+//     without a policy or whose policy has no InitialBackoff.
+//   - StartAt makes step 0 a scheduled job: Status reports the run
+//     pending, Scheduled, with DueAt; Cancel removes it at once. Retry of
+//     the run later does not wait for StartAt again.
+//
+// Re-submitting a run with another StepTimeout, Retry or StartAt is
+// ErrSpecMismatch (nil and the zero RetryPolicy are the same); an invalid
+// value is ErrInvalidRunSpec, and nothing is written.
+//
 // # Records
 //
 // The run record (kvrecord.Run, under workflow/runs/<id>) holds the input's
@@ -134,8 +169,8 @@
 // that enqueues step 0, so concurrent submits of one ID from any number of
 // goroutines or processes yield one run; later submits with the same input
 // report NewlySubmitted=false and a different input is ErrInputMismatch.
-// Re-submits that differ only in headers, priority or attempt limit are
-// ErrSpecMismatch. The same transaction writes the run's entry in the
+// Re-submits that differ only in headers, priority, attempt limit, step
+// timeout, retry policy or start time are ErrSpecMismatch. The same transaction writes the run's entry in the
 // submitted index (workflow/submitted/<inverted time>/<id>), which
 // ListRuns reads newest first; stores written before the index are
 // indexed by the first Run of this version, and listed by a full scan
@@ -194,6 +229,6 @@
 //
 // One process is the writer of a store; Runtimes in that process share it.
 // A step that runs longer than the queue lease keeps its lease: Run renews
-// it. Step payloads and results up to the queue's value limit (64 MiB by
+// it (until its step timeout, if it has one). Step payloads and results up to the queue's value limit (64 MiB by
 // default) are supported; large ones are stored as their own objects.
 package runtime

@@ -23,9 +23,14 @@ var (
 	// value.
 	ErrInvalidOption = errors.New("runtime: invalid option")
 	// ErrSpecMismatch: Submit of a known run ID with the same input but
-	// other headers, priority or attempt limit (ErrInputMismatch is for a
-	// different input). The message names what differs.
-	ErrSpecMismatch = errors.New("runtime: run already submitted with other headers, priority or attempt limit")
+	// another spec: headers, priority, attempt limit, step timeout, start
+	// time or retry policy (ErrInputMismatch is for a different input). The
+	// message names what differs.
+	ErrSpecMismatch = errors.New("runtime: run already submitted with another spec")
+	// ErrInvalidRunSpec: Submit of a RunSpec with an invalid field (a
+	// negative StepTimeout, an invalid Retry policy: then it wraps a
+	// *steprunner.RetryPolicyError too). Nothing is written.
+	ErrInvalidRunSpec = errors.New("runtime: invalid run spec")
 	// ErrRunNotRetryable: Retry of a run that is not failed or cancelled
 	// (pending, running, cancelling or succeeded; including a run that a
 	// concurrent Retry has just retried), or whose final step's payload is

@@ -17,6 +17,7 @@ type options struct {
 	pollInterval      time.Duration
 	retention         time.Duration
 	drainTimeout      time.Duration
+	stepTimeout       time.Duration
 	noChain           bool
 	maxSignalPayload  int
 	logger            *slog.Logger
@@ -142,6 +143,22 @@ func WithDrainTimeout(d time.Duration) Option {
 			return invalid("drain timeout %v must not be negative", d)
 		}
 		o.drainTimeout = d
+		return nil
+	}
+}
+
+// WithStepTimeout sets the step timeout of runs submitted without one
+// (RunSpec.StepTimeout 0): each attempt of their steps gets this deadline,
+// with cause steprunner.ErrStepTimeout, and an attempt that has not
+// returned by then fails and is retried (see RunSpec.StepTimeout). It
+// applies where the step runs: the Runtime that executes it, not the one
+// that submitted the run. Defaults to 0: no timeout.
+func WithStepTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return invalid("step timeout %v must not be negative", d)
+		}
+		o.stepTimeout = d
 		return nil
 	}
 }

@@ -166,10 +166,10 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	var stepErr error
 	if !rec.Cancel {
 		ctx, stop := stepContext(claimCtx)
-		outcome, stepErr = rt.callRunner(ctx, &steprunner.Step{
+		outcome, stepErr = rt.runWithTimeout(ctx, &steprunner.Step{
 			RunID: runID, Number: n, Payload: job.Payload, Headers: userHeaders(job.Headers),
 			JobID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Signal: signalOf(job.Headers),
-		})
+		}, rt.stepTimeout(rec))
 		stop()
 		switch cause := context.Cause(claimCtx); {
 		case errors.Is(cause, queue.ErrClaimLost):
@@ -249,7 +249,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 		rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: n, attempt: job.Attempt,
 			payload: job.Payload, queue: job.Queue})
 	case stepErr != nil && !steprunner.IsPermanent(stepErr) && job.Attempt < job.MaxAttempts:
-		txn.Nack(job, stepErr, 0)
+		txn.Nack(job, stepErr, retryDelay(rec, job, stepErr))
 	case stepErr != nil:
 		txn.DeadLetter(job, stepErr.Error())
 		rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: stepErr.Error(), step: n,

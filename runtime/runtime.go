@@ -131,6 +131,21 @@ type RunSpec struct {
 	MaxAttemptsPerStep uint32
 	// Priority of every step of the run: higher first. Default 0.
 	Priority int32
+	// StepTimeout bounds each attempt of each step: the step's ctx gets the
+	// deadline (cause steprunner.ErrStepTimeout), and an attempt that has
+	// not returned by then fails (retried per Retry; the run fails on the
+	// last attempt). 0: the executing Runtime's WithStepTimeout (none by
+	// default). Negative is ErrInvalidRunSpec.
+	StepTimeout time.Duration
+	// StartAt schedules the run: step 0 runs no earlier than this (Status
+	// reports it pending and Scheduled, with DueAt, until then). Zero, or a
+	// time that has passed: at once.
+	StartAt time.Time
+	// Retry overrides the queue's retry backoff and attempt limit for every
+	// step of the run (its MaxAttempts wins over MaxAttemptsPerStep). nil,
+	// or the zero policy: the queue's. An invalid policy is
+	// ErrInvalidRunSpec wrapping a *steprunner.RetryPolicyError.
+	Retry *steprunner.RetryPolicy
 }
 
 // SubmitOutcome says what Submit did.
@@ -162,10 +177,12 @@ func ValidateRunID(id string) error {
 }
 
 // Submit starts a run. It is idempotent on (RunID, Input) across processes
-// and restarts: a run that exists with the same input, headers, priority
-// and attempt limit returns NewlySubmitted=false and changes nothing; a
-// different input is ErrInputMismatch, the same input with other headers,
-// priority or attempt limit ErrSpecMismatch. The run record, its index
+// and restarts: a run that exists with the same input and spec (headers,
+// priority, attempt limit, step timeout, start time, retry policy) returns
+// NewlySubmitted=false and changes nothing; a different input is
+// ErrInputMismatch, the same input with another spec ErrSpecMismatch. An
+// invalid spec (StepTimeout, Retry) is ErrInvalidRunSpec and changes
+// nothing. The run record, its index
 // entry and step 0 are written in one transaction, so concurrent submits
 // of one run ID yield exactly one run.
 // If ctx ends before that transaction is durable (the store is slow or
@@ -185,6 +202,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 			return SubmitOutcome{}, fmt.Errorf("%w: %q", ErrReservedHeader, k)
 		}
 	}
+	if err := validateSpecPolicy(&spec); err != nil {
+		return SubmitOutcome{}, err
+	}
 	hash := kvrecord.HashInput(spec.Input)
 	for {
 		jobID := ulid.Make().String()
@@ -197,8 +217,10 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		if !terminal.IsNoop(rt.hook) {
 			rec.NotifyQueue = rt.opts.notifyQueueName
 		}
+		setPolicy(rec, &spec)
 		opts := rt.stepOptions(rec, 0, jobID)
-		opts.Dispatch = true // starts at once if a local Run has a slot idle
+		opts.RunAt = spec.StartAt // zero or past: at once
+		opts.Dispatch = true      // starts at once if a local Run has a slot idle
 		txn := new(queue.Txn).
 			CompareAndPut(kvrecord.RunKey(id), nil, kvrecord.EncodeRun(rec)).
 			Put(kvrecord.SubmittedKey(now, id), []byte{}).
@@ -220,7 +242,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		if existing.InputHash != hash {
 			return SubmitOutcome{}, fmt.Errorf("%w: run %q", ErrInputMismatch, id)
 		}
-		if diff := specDiff(existing, spec); diff != "" {
+		if diff := specDiff(existing, &spec); diff != "" {
 			return SubmitOutcome{}, fmt.Errorf("%w: run %q was submitted with other %s", ErrSpecMismatch, id, diff)
 		}
 		return SubmitOutcome{RunID: id, NewlySubmitted: false}, nil
@@ -228,8 +250,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 }
 
 // specDiff names what of spec differs from the run record's submission
-// ("" if nothing does): headers, priority, attempt limit.
-func specDiff(rec *kvrecord.Run, spec RunSpec) string {
+// ("" if nothing does): headers, priority, attempt limit, step timeout,
+// start time, retry policy.
+func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 	var diff []string
 	if !maps.Equal(rec.Headers, spec.Headers) {
 		diff = append(diff, "headers")
@@ -240,6 +263,7 @@ func specDiff(rec *kvrecord.Run, spec RunSpec) string {
 	if rec.MaxAttempts != spec.MaxAttemptsPerStep {
 		diff = append(diff, fmt.Sprintf("MaxAttemptsPerStep (%d, not %d)", rec.MaxAttempts, spec.MaxAttemptsPerStep))
 	}
+	diff = policyDiff(diff, rec, spec)
 	return strings.Join(diff, ", ")
 }
 
@@ -250,7 +274,7 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID string) queue.
 	h[HeaderRunID] = rec.RunID
 	h[HeaderStep] = fmt.Sprint(n)
 	return queue.EnqueueOptions{
-		Headers: h, Priority: rec.Priority, MaxAttempts: rec.MaxAttempts,
+		Headers: h, Priority: rec.Priority, MaxAttempts: maxAttempts(rec),
 		DedupKey: fmt.Sprintf("run:%s:%d", rec.RunID, n), JobID: jobID,
 		DeadLetterQueue: rt.deadQueue(),
 	}

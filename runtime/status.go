@@ -90,9 +90,12 @@ type RunStatus struct {
 	// cancel).
 	Error string
 	// Scheduled is set for a pending run whose step waits on a delay
-	// (ContinueAfter) or a retry backoff.
+	// (ContinueAfter), a retry backoff or its start time (RunSpec.StartAt).
 	Scheduled bool
-	Headers   map[string]string
+	// DueAt is when a scheduled run's current step becomes due; zero when
+	// not Scheduled.
+	DueAt   time.Time
+	Headers map[string]string
 	// SubmittedAt is when the run was submitted.
 	SubmittedAt time.Time
 	// UpdatedAt is when the run record last changed: submit, a step
@@ -189,7 +192,7 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 		case job.State == queue.JobClaimed:
 			st.State = StateRunning
 		case job.State == queue.JobScheduled:
-			st.Scheduled = true
+			st.Scheduled, st.DueAt = true, job.RunAt
 		}
 	}
 	return st, nil

@@ -22,7 +22,14 @@
 //
 //	err                  transient: the step is retried with backoff until
 //	                     Step.MaxAttempts, then the run ends Failed
-//	Permanent(err)       the step is dead-lettered at once; the run ends Failed
+//	RetryAfter(err, d)   transient, retried no earlier than d from now
+//	                     (a server's Retry-After) instead of after the
+//	                     backoff; the attempt counts
+//	Permanent(err)       the step is dead-lettered at once; the run ends
+//	                     Failed (also when wrapped in RetryAfter)
+//
+// The backoff and the attempt limit are the queue's unless the run has a
+// RetryPolicy (runtime.RunSpec.Retry), which sets them for all its steps.
 //
 // When RunStep returns a non-nil error its Outcome is ignored. The zero
 // Outcome (Kind() == 0) is not a valid answer: returning it with a nil error
@@ -42,9 +49,13 @@
 // # Cancellation
 //
 // The ctx passed to RunStep is cancelled when the run is cancelled from
-// outside (Runtime.Cancel), when the step's lease is lost, and at the end of
-// a shutdown drain. context.Cause(ctx) tells which: ErrRunCancelled,
-// ErrLeaseLost or ErrShutdown (compare with errors.Is). A Runner should
+// outside (Runtime.Cancel), when the step's lease is lost, at the end of a
+// shutdown drain, and at the attempt's deadline when the run has a step
+// timeout (runtime.RunSpec.StepTimeout; ctx.Deadline reports it).
+// context.Cause(ctx) tells which: ErrRunCancelled, ErrLeaseLost,
+// ErrShutdown or ErrStepTimeout (compare with errors.Is). A step that
+// overruns its timeout is not waited for: the attempt fails at the
+// deadline and what RunStep returns afterwards is discarded. A Runner should
 // return promptly once ctx is done; see each error for what happens to what
 // it returns.
 //

@@ -23,6 +23,15 @@ var (
 	// and the step will be delivered again later, by this process after a
 	// restart or by another one.
 	ErrShutdown = errors.New("steprunner: runtime shutting down")
+
+	// ErrStepTimeout: the attempt ran past its deadline (RunSpec.StepTimeout,
+	// or the Runtime's WithStepTimeout default). The attempt counts as a
+	// failed one, whatever RunStep returns, and the runtime does not wait
+	// for it: at the deadline it settles the attempt (retried with the
+	// run's backoff, or the run fails on the last attempt) and discards
+	// what RunStep returns later. Return promptly; the retry runs with a
+	// fresh deadline.
+	ErrStepTimeout = errors.New("steprunner: step timed out")
 )
 
 // permanentError marks an error as permanent. See Permanent.

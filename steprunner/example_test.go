@@ -120,3 +120,27 @@ func ExampleAwaitSignal() {
 	// succeed(17 bytes) approved by alice
 	// fail("nobody approved within a day")
 }
+
+// A step whose API call was rate limited returns the error with the
+// server's Retry-After: the runtime retries the step no earlier than that.
+func ExampleRetryAfter() {
+	apiErr, retryAfter := errors.New("429 too many requests"), 30*time.Second // from the response
+	err := steprunner.RetryAfter(fmt.Errorf("quote service: %w", apiErr), retryAfter)
+
+	// What the runtime reads back when it settles the attempt.
+	d, ok := steprunner.RetryAfterDelay(err)
+	fmt.Println(err, d, ok)
+	// Output: quote service: 429 too many requests 30s true
+}
+
+func ExampleRetryPolicy_Backoff() {
+	p := steprunner.RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Second, MaxBackoff: 10 * time.Second, Multiplier: 3}
+	for attempt := uint32(1); attempt < p.MaxAttempts; attempt++ {
+		fmt.Printf("after attempt %d: %v\n", attempt, p.Backoff(attempt))
+	}
+	// Output:
+	// after attempt 1: 1s
+	// after attempt 2: 3s
+	// after attempt 3: 9s
+	// after attempt 4: 10s
+}

@@ -124,7 +124,7 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestSentinels(t *testing.T) {
-	for _, err := range []error{ErrRunCancelled, ErrLeaseLost, ErrShutdown} {
+	for _, err := range []error{ErrRunCancelled, ErrLeaseLost, ErrShutdown, ErrStepTimeout, ErrInvalidRetryPolicy} {
 		if got := err.Error(); len(got) < len("steprunner: ") || got[:len("steprunner: ")] != "steprunner: " {
 			t.Errorf("%q does not start with the package name", got)
 		}

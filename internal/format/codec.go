@@ -108,6 +108,10 @@ func AppendInt64(b []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, codeInt64), uint64(v))
 }
 
+// AppendFloat64 appends a float64 in its 9-byte form (as Marshal writes
+// it).
+func AppendFloat64(b []byte, v float64) []byte { return msgp.AppendFloat64(b, v) }
+
 // Reader decodes msgpack values from a byte slice, in order. The first
 // error sticks: later reads return zero values, and Finish reports it.
 // Reads never allocate more than the input can hold (a declared length
@@ -287,6 +291,9 @@ func (r *Reader) Uint64() uint64 { return read(r, msgp.ReadUint64Bytes) }
 
 // Int64 reads an integer that fits an int64.
 func (r *Reader) Int64() int64 { return read(r, msgp.ReadInt64Bytes) }
+
+// Float64 reads a float64 (or a float32).
+func (r *Reader) Float64() float64 { return read(r, msgp.ReadFloat64Bytes) }
 
 // StringBytes reads a string without copying it: the result aliases the
 // input.
