@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -289,5 +291,25 @@ func TestRetryLater(t *testing.T) {
 		if got := retryLater(c.err); got != c.want {
 			t.Errorf("retryLater(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestRateLogBoundsWarnings: a failure at every heartbeat during a long
+// outage logs one line per warnEvery, each counting the failures it
+// stands for.
+func TestRateLogBoundsWarnings(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var r rateLog
+	start := time.Unix(1000, 0)
+	for i := range 60 { // two minutes of failures, one every 2s
+		r.warn(log, start.Add(time.Duration(i)*2*time.Second), "heartbeat write failed")
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines for 2 minutes of failures, want 4 (one per %v):\n%s", len(lines), warnEvery, buf.String())
+	}
+	if !strings.Contains(lines[1], "failures_since_last_warning=15") {
+		t.Errorf("second line %q does not count the 15 failures it stands for", lines[1])
 	}
 }

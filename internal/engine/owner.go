@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
@@ -149,6 +150,7 @@ func (e *Engine) heartbeatLoop() {
 	ctx := e.bgCtx
 	tick := time.NewTicker(e.opts.Heartbeat)
 	defer tick.Stop()
+	var warn rateLog
 	for n := uint64(1); ; n++ {
 		select {
 		case <-tick.C:
@@ -166,11 +168,11 @@ func (e *Engine) heartbeatLoop() {
 				return
 			}
 			if err != nil && ctx.Err() == nil {
-				e.log.Warn("stepwell: checking for a newer writer failed", "read", what, "err", err)
+				warn.warn(e.log, time.Now(), "stepwell: checking for a newer writer failed", "read", what, "err", err)
 			}
 		}
 		if err := e.beat(ctx, n, false); err != nil && ctx.Err() == nil {
-			e.log.Warn("stepwell: heartbeat write failed", "err", err)
+			warn.warn(e.log, time.Now(), "stepwell: heartbeat write failed", "err", err)
 		}
 	}
 }
@@ -189,4 +191,22 @@ func (e *Engine) release(ctx context.Context) error {
 		return nil
 	}
 	return e.beat(ctx, 0, true)
+}
+
+// rateLog logs a background loop's failures at WARN, at most one line per
+// warnEvery: during a store outage the heartbeat fails at every beat, and
+// the WAL writer's own warning already says the store is down. Each line
+// counts the failures it stands for. Not safe for concurrent use.
+type rateLog struct {
+	last       time.Time
+	suppressed int
+}
+
+func (r *rateLog) warn(log *slog.Logger, now time.Time, msg string, args ...any) {
+	if !r.last.IsZero() && now.Sub(r.last) < warnEvery {
+		r.suppressed++
+		return
+	}
+	log.Warn(msg, append(args, "failures_since_last_warning", r.suppressed+1)...)
+	r.last, r.suppressed = now, 0
 }
