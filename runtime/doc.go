@@ -184,12 +184,21 @@
 //
 // New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
 // Cancel, Retry, Signal, Pause and Resume work (they read and write the
-// durable records), Run returns ErrNoRunner. A Runtime with a hook records its notify queue in
-// the store when it is made (New, best effort) and when its Run starts, so
-// that runs ended by client Runtimes (Cancel) are notified to it, also
-// those ended before its Run started. A run ended by a client Runtime on
-// a store where no Runtime with a hook was ever made is not notified:
-// nobody listens.
+// durable records), Run returns ErrNoRunner. A Runtime with a hook records
+// its notify queue in the store when it is made (New, best effort) and
+// when its Run starts, so that runs ended by client Runtimes (Cancel) are
+// notified to it, also those ended before its Run started. A run ended by
+// a client Runtime on a store where no Runtime with a hook was ever made
+// is not notified: nobody listens.
+//
+// Every failed step attempt is logged (WithLogger, slog.Default() by
+// default) once its settlement committed, with run_id, step, attempt,
+// max_attempts and job_id: at WARN when the step will be retried, at ERROR
+// when the run fails (a permanent error, or the last attempt); a panic is
+// logged with its stack. A failed hook delivery is logged the same way.
+// WithErrorHandler hands each failed attempt (a StepError: the error, a
+// panic's value and stack, whether it ended the run) to a service's own
+// error tracking.
 //
 // # Guarantees
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
@@ -131,8 +132,13 @@ func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) error
 	switch {
 	case err == nil:
 		return rt.q.Ack(settle, job)
-	case terminal.IsPermanent(err):
-		return rt.q.DeadLetter(settle, job, err.Error())
+	case terminal.IsPermanent(err) || job.Attempt >= job.MaxAttempts:
+		logHookError(rt.opts.logger, n.RunID, job.Attempt, true, err)
+		if terminal.IsPermanent(err) {
+			return rt.q.DeadLetter(settle, job, err.Error())
+		}
+	default:
+		logHookError(rt.opts.logger, n.RunID, job.Attempt, false, err)
 	}
 	after, _ := terminal.RetryAfter(err)
 	return rt.q.Nack(settle, job, err, after)
@@ -141,7 +147,7 @@ func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) error
 func callHook(ctx context.Context, h terminal.Hook, o terminal.Outcome) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("runtime: terminal hook panicked: %v", r)
+			err = fmt.Errorf("runtime: terminal hook panicked: %v\n%s", r, debug.Stack())
 		}
 	}()
 	return h.OnTermination(ctx, o)

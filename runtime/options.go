@@ -21,6 +21,7 @@ type options struct {
 	noChain           bool
 	maxSignalPayload  int
 	logger            *slog.Logger
+	errorHandler      ErrorHandler
 	now               func() time.Time
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -164,12 +165,13 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 
 	var outcome steprunner.Outcome
 	var stepErr error
+	step := &steprunner.Step{
+		RunID: runID, Number: n, Payload: job.Payload, Headers: userHeaders(job.Headers),
+		JobID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Signal: signalOf(job.Headers),
+	}
 	if !rec.Cancel {
 		ctx, stop := stepContext(claimCtx)
-		outcome, stepErr = rt.runWithTimeout(ctx, &steprunner.Step{
-			RunID: runID, Number: n, Payload: job.Payload, Headers: userHeaders(job.Headers),
-			JobID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Signal: signalOf(job.Headers),
-		}, rt.stepTimeout(rec))
+		outcome, stepErr = rt.runWithTimeout(ctx, step, rt.stepTimeout(rec))
 		stop()
 		switch cause := context.Cause(claimCtx); {
 		case errors.Is(cause, queue.ErrClaimLost):
@@ -217,6 +219,9 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			return nil
 		}
 		if err == nil {
+			if stepErr != nil {
+				rt.reportStepError(settleCtx, stepError(step, stepErr))
+			}
 			rt.chain(claimCtx, res)
 		}
 		return err
@@ -286,7 +291,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 func (rt *Runtime) callRunner(ctx context.Context, s *steprunner.Step) (out steprunner.Outcome, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("runtime: step panicked: %v", r)
+			err = &stepPanic{value: r, stack: debug.Stack()}
 		}
 	}()
 	return rt.runner.RunStep(ctx, s)

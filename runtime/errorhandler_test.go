@@ -1,0 +1,127 @@
+package runtime_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stepwell/stepwell/runtime"
+	"github.com/stepwell/stepwell/steprunner"
+	"github.com/stepwell/stepwell/terminal"
+)
+
+// logBuffer is a log sink safe for the runtime's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the log lines that contain every one of subs.
+func (l *logBuffer) lines(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// Failed attempts are logged (a retry at WARN, the end of a run at ERROR,
+// a panic with its stack) with run ID, step and attempt, and reported to
+// the ErrorHandler once their settlement committed; a failed hook delivery
+// is logged too.
+func TestStepErrorsAreLoggedAndReported(t *testing.T) {
+	t.Parallel()
+	var logs logBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	var mu sync.Mutex
+	var reported []runtime.StepError
+	handler := func(ctx context.Context, e *runtime.StepError) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, *e)
+	}
+	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		switch {
+		case s.RunID == "doomed":
+			return steprunner.Outcome{}, steprunner.Permanent(errors.New("card declined"))
+		case s.Attempt == 1:
+			return steprunner.Outcome{}, errors.New("flaky upstream")
+		case s.Attempt == 2:
+			panic("boom")
+		}
+		return steprunner.Succeed(nil), nil
+	})
+	var hookOnce sync.Once
+	hook := terminal.HookFunc(func(ctx context.Context, o terminal.Outcome) error {
+		var err error
+		hookOnce.Do(func() { err = errors.New("receiver down") })
+		return err
+	})
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, runner, hook, runtime.WithLogger(logger), runtime.WithErrorHandler(handler))
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "flaky", MaxAttemptsPerStep: 5})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "doomed", MaxAttemptsPerStep: 5})
+	startRun(t, rt)
+	if st := waitTerminal(t, rt, "flaky"); st.State != runtime.StateSucceeded {
+		t.Fatalf("flaky: %v", st.State)
+	}
+	if st := waitTerminal(t, rt, "doomed"); st.State != runtime.StateFailed {
+		t.Fatalf("doomed: %v", st.State)
+	}
+	eventually(t, waitTimeout, "a failed hook delivery to be logged", func() bool {
+		return len(logs.lines("level=WARN", "terminal hook failed", "receiver down")) > 0
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	got := map[string]runtime.StepError{}
+	for _, e := range reported {
+		got[e.RunID+"/"+string(rune('0'+e.Attempt))] = e
+	}
+	if len(reported) != 3 {
+		t.Fatalf("the handler heard of %d failed attempts, want 3: %+v", len(reported), reported)
+	}
+	if e := got["flaky/1"]; e.Final || e.Panic != nil || e.Err == nil || !strings.Contains(e.Err.Error(), "flaky upstream") || e.MaxAttempts != 5 {
+		t.Errorf("flaky attempt 1: %+v", e)
+	}
+	if e := got["flaky/2"]; e.Final || e.Panic != "boom" || !bytes.Contains(e.Stack, []byte("panic")) {
+		t.Errorf("flaky attempt 2 (panic): %+v", e)
+	}
+	if e := got["doomed/1"]; !e.Final || !steprunner.IsPermanent(e.Err) {
+		t.Errorf("doomed attempt 1: %+v", e)
+	}
+	if l := logs.lines("level=WARN", "will be retried", "run_id=flaky", "attempt=1", "flaky upstream"); len(l) != 1 {
+		t.Errorf("retry of flaky attempt 1 logged %d times: %q", len(l), l)
+	}
+	if l := logs.lines("level=WARN", "will be retried", "run_id=flaky", "attempt=2", "stack="); len(l) != 1 {
+		t.Errorf("the panic of flaky attempt 2 is not logged with its stack: %q", l)
+	}
+	if l := logs.lines("level=ERROR", "the run fails", "run_id=doomed", "step=0", "card declined"); len(l) != 1 {
+		t.Errorf("doomed's failure logged %d times at ERROR: %q", len(l), l)
+	}
+}
+
+func TestWithErrorHandlerNil(t *testing.T) {
+	q := openQueue(t, memURL())
+	if _, err := runtime.New(q, succeedRunner(nil), nil, runtime.WithErrorHandler(nil)); !errors.Is(err, runtime.ErrInvalidOption) {
+		t.Fatalf("WithErrorHandler(nil): %v, want ErrInvalidOption", err)
+	}
+}
