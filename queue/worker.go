@@ -47,8 +47,10 @@ type WorkOptions struct {
 	// Concurrency is how many jobs run at once. Defaults to 1.
 	Concurrency int
 	// DrainTimeout bounds how long Work waits for running jobs after its ctx
-	// is done; then their contexts are cancelled (cause ErrDrainTimeout) and
-	// their claims released for another attempt. 0: wait for them.
+	// is done; then their contexts are cancelled (cause ErrDrainTimeout) and,
+	// once their handlers return, their claims are released (Release: the
+	// job is claimable again at once, and the attempt does not count).
+	// 0: wait for them.
 	DrainTimeout time.Duration
 	// ManualSettle leaves settlement to the handler, which commits its own
 	// transaction (Ack, Nack, DeadLetter with other changes). Work then
@@ -289,7 +291,7 @@ func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
 	case IsClaimLost(cause):
 		return // the reaper or a settle elsewhere owns the job now
 	case manual && errors.Is(cause, ErrDrainTimeout):
-		err = q.Nack(settle, j, ErrDrainTimeout, time.Nanosecond)
+		err = q.Release(settle, j) // stopped by the drain: the attempt does not count
 	case manual && errors.As(err, &panicked):
 		err = q.Nack(settle, j, err, 0)
 	case manual:
@@ -297,7 +299,7 @@ func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
 	case errors.Is(cause, ErrJobCancelled) || j.CancelRequested:
 		err = q.Ack(settle, j) // cancelled: the job is finished
 	case errors.Is(cause, ErrDrainTimeout):
-		err = q.Nack(settle, j, ErrDrainTimeout, time.Nanosecond)
+		err = q.Release(settle, j) // stopped by the drain: the attempt does not count
 	case err == nil:
 		err = q.Ack(settle, j)
 	case IsPermanent(err):

@@ -33,6 +33,7 @@ func defaultOptions() options {
 		notifyConcurrency: 16,
 		pollInterval:      250 * time.Millisecond,
 		retention:         24 * time.Hour,
+		drainTimeout:      DefaultDrainTimeout,
 		maxSignalPayload:  DefaultMaxSignalPayload,
 		logger:            slog.Default(),
 		now:               time.Now,
@@ -134,10 +135,17 @@ func WithTerminalRetention(d time.Duration) Option {
 	}
 }
 
+// DefaultDrainTimeout is WithDrainTimeout's default: short enough that Run
+// returns within a Kubernetes pod's default termination grace period (30
+// s) with time left to settle and close the store.
+const DefaultDrainTimeout = 25 * time.Second
+
 // WithDrainTimeout bounds how long Run waits for running steps after its
 // ctx is done. When it passes, their contexts are cancelled (cause
-// steprunner.ErrShutdown) and their jobs released for another attempt.
-// Defaults to 0: wait for them.
+// steprunner.ErrShutdown) and, once they return, their jobs are released
+// for another attempt that does not count against the step's attempt
+// limit. Defaults to DefaultDrainTimeout; 0 waits for running steps
+// without bound.
 func WithDrainTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 0 {

@@ -110,17 +110,18 @@ func TestRestartMidStepRedeliversIt(t *testing.T) {
 		t.Errorf("outcome = %+v", o)
 	}
 	steps := log2.of("mid")
-	if len(steps) != 1 || steps[0].Number != 1 || steps[0].Attempt != 2 || string(steps[0].Payload) != "in|0" {
-		t.Errorf("second process ran %+v, want step 1 again (attempt 2) with payload in|0", steps)
+	// The drain released step 1: its attempt did not count.
+	if len(steps) != 1 || steps[0].Number != 1 || steps[0].Attempt != 1 || string(steps[0].Payload) != "in|0" {
+		t.Errorf("second process ran %+v, want step 1 again (attempt 1: released by the drain) with payload in|0", steps)
 	}
 }
 
 // The queue dead-letters a claimed job on its own when a worker stops
 // without settling it on its last attempt: at reopen after a crash
-// (requeueClaimed), when its lease expires (the reaper), and when a drain
-// timeout releases it (Work's Nack). The runtime must still end the run
-// (Failed, with a hook call); a run whose current step is dead must not stay
-// "pending" forever.
+// (requeueClaimed) and when its lease expires (the reaper). The runtime
+// must still end the run (Failed, with a hook call); a run whose current
+// step is dead must not stay "pending" forever. A drain timeout releases
+// the step instead (the attempt does not count): it runs again.
 func TestStepLostOnLastAttemptEndsRun(t *testing.T) {
 	t.Parallel()
 	t.Run("crash then reopen", func(t *testing.T) {

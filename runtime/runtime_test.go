@@ -835,15 +835,15 @@ func TestDrainTimeoutCancelsStepWithShutdownCause(t *testing.T) {
 	var log stepLog
 	causes := make(chan error, 4)
 	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
-		log.add(s)
-		if s.Attempt == 1 {
+		if log.add(s); log.count() == 1 {
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
 			return steprunner.Outcome{}, ctx.Err()
 		}
 		return steprunner.Succeed([]byte(fmt.Sprint(s.Attempt))), nil
 	}), terminal.Noop, runtime.WithDrainTimeout(50*time.Millisecond))
-	mustSubmit(t, rt, runtime.RunSpec{RunID: "shutdown", MaxAttemptsPerStep: 3})
+	// One attempt: the one the drain cut short must not use it up.
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "shutdown", MaxAttemptsPerStep: 1})
 	r := startRun(t, rt)
 	eventually(t, waitTimeout, "the step to start", func() bool { return log.count() == 1 })
 	r.stop()
@@ -855,11 +855,20 @@ func TestDrainTimeoutCancelsStepWithShutdownCause(t *testing.T) {
 	default:
 		t.Fatal("Run returned without cancelling the step after the drain timeout")
 	}
-	// The step is delivered again by the next Run.
+	// The step is delivered again by the next Run, as its first attempt
+	// again: the drain released it.
 	startRun(t, rt)
 	st := waitTerminal(t, rt, "shutdown")
-	if st.State != runtime.StateSucceeded || string(st.Result) != "2" {
-		t.Errorf("Status = %+v, want succeeded on attempt 2", st)
+	if st.State != runtime.StateSucceeded || string(st.Result) != "1" {
+		t.Errorf("Status = %+v, want succeeded on attempt 1", st)
+	}
+}
+
+// The default drain timeout lets Run return within a Kubernetes pod's
+// default 30 s termination grace period, with time left to settle.
+func TestDefaultDrainTimeoutFitsKubernetesGrace(t *testing.T) {
+	if d := runtime.DefaultDrainTimeout; d <= 0 || d > 25*time.Second {
+		t.Fatalf("DefaultDrainTimeout = %v, want 0 < d <= 25s (30 s grace, minus settling and Close)", d)
 	}
 }
 
