@@ -39,6 +39,23 @@ var checks = map[string]func(t *testing.T, bin string){
 		if strings.Contains(out, "step 0 of run") {
 			t.Errorf("second invocation ran a step\n%s", out)
 		}
+
+		// Lean: the quickstart imports no cloud driver, so it links no
+		// cloud SDK, and an s3:// store says which import it needs.
+		mods, err := exec.Command(findGo(t), "version", "-m", bin).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go version -m: %v\n%s", err, mods)
+		}
+		for _, sdk := range []string{"github.com/aws/", "cloud.google.com/", "github.com/Azure/"} {
+			if strings.Contains(string(mods), sdk) {
+				t.Errorf("quickstart links %s modules\n%s", sdk, mods)
+			}
+		}
+		out, err = run(t, bin, t.TempDir(), "-store", "s3://bucket?region=us-east-1")
+		if err == nil {
+			t.Errorf("quickstart opened an s3:// store without the s3 driver\n%s", out)
+		}
+		wantContains(t, out, `import _ "github.com/stepwell/stepwell/queue/s3"`)
 	},
 	"crash_resume": testCrashResume,
 	"webhook": func(t *testing.T, bin string) {

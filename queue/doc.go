@@ -37,6 +37,21 @@
 // Reads (Get, Scan) see every committed transaction, and a read that would
 // observe a transaction not yet durable waits until it is.
 //
+// # Store URLs
+//
+// Open takes mem://NAME and file:///ABS/DIR stores in every program. The
+// cloud stores need their driver, enabled by importing its package for its
+// side effect, as gocloud.dev does; a program links only the cloud SDKs it
+// imports:
+//
+//	import _ "github.com/stepwell/stepwell/queue/s3"     // s3://BUCKET?prefix=P/&region=R (also MinIO)
+//	import _ "github.com/stepwell/stepwell/queue/gcs"    // gs://BUCKET?prefix=P/
+//	import _ "github.com/stepwell/stepwell/queue/azblob" // azblob://CONTAINER?prefix=P/
+//
+// Without the import, opening such a URL fails with an error wrapping
+// ErrInvalidURL that names the package. Each package's documentation lists
+// its URL parameters.
+//
 // # When it fits
 //
 // Stepwell fits services that want durable multi-step work without running

@@ -25,7 +25,8 @@ var (
 	// ErrCorrupt is wrapped by every CorruptionError. Not retryable.
 	ErrCorrupt = format.ErrCorrupt
 	// ErrInvalidURL: the store URL is malformed, relative, or of an unknown
-	// scheme. Not retryable.
+	// scheme, or names a cloud store whose driver the program does not
+	// import (queue/s3, queue/gcs, queue/azblob). Not retryable.
 	ErrInvalidURL = objstore.ErrInvalidURL
 	// ErrReadOnly: a write through a Queue opened WithReadOnly. Not
 	// retryable on that Queue.

@@ -51,8 +51,11 @@ func ExampleOpen_file() {
 	// Output: true to: ada@example.com
 }
 
-// Opening a store in a bucket. Credentials come from the cloud SDKs'
-// default chains; prefix must end in "/".
+// Opening a store in a bucket. Each cloud scheme needs its driver's
+// import, for example import _ "github.com/stepwell/stepwell/queue/s3"
+// (queue/gcs, queue/azblob); without it Open fails with ErrInvalidURL.
+// Credentials come from the cloud SDKs' default chains; prefix must end
+// in "/".
 func ExampleOpen_buckets() {
 	ctx := context.Background()
 	for _, url := range []string{

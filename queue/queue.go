@@ -80,6 +80,11 @@ var registry = struct {
 //	gs://BUCKET?prefix=P/
 //	azblob://CONTAINER?prefix=P/
 //
+// mem:// and file:// are built in. The cloud schemes need their driver:
+// import _ "github.com/stepwell/stepwell/queue/s3" (or queue/gcs,
+// queue/azblob), whose documentation lists the URL parameters. Without it
+// Open fails with an error wrapping ErrInvalidURL that names the import.
+//
 // Within one process, opening a store that is already open returns another
 // handle on the same writer (its Option values for queue defaults apply to
 // the new handle; store-level options of the first Open stay in force). The

@@ -23,7 +23,8 @@ import (
 // README: begin
 // serve submits an order's run and works on the store at url
 // ("file:///var/lib/myapp/stepwell", "s3://BUCKET?prefix=app/&region=eu-west-1",
-// "gs://...", "mem://NAME") until ctx is done.
+// "gs://...", "mem://NAME") until ctx is done. (s3:// needs
+// import _ "github.com/stepwell/stepwell/queue/s3", gs:// queue/gcs.)
 func serve(ctx context.Context, url string, body []byte) error {
 	q, err := queue.Open(ctx, url)
 	if err != nil {

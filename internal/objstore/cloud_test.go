@@ -3,7 +3,10 @@ package objstore_test
 import (
 	"testing"
 
+	_ "github.com/stepwell/stepwell/internal/objstore/azdrv"
+	_ "github.com/stepwell/stepwell/internal/objstore/gcsdrv"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	_ "github.com/stepwell/stepwell/internal/objstore/s3drv"
 	"github.com/stepwell/stepwell/internal/testenv"
 )
 

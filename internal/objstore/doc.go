@@ -24,8 +24,18 @@
 // (which names host "rel"), file:rel and query parameters are rejected.
 // The directory is created if missing. Linux and macOS only.
 //
-// s3://, gs:// and azblob:// go through gocloud.dev/blob's URL openers
-// (v0.47) and accept their query parameters; parameters outside these
+// mem:// and file:// are built in. s3://, gs:// and azblob:// need a
+// driver, registered with Register by the packages s3drv, gcsdrv and azdrv
+// when a program imports them, through the public packages
+// github.com/stepwell/stepwell/queue/s3, queue/gcs and queue/azblob (as
+// gocloud.dev's own drivers are enabled by import), so that a program
+// links only the cloud SDKs it uses. Open of a cloud URL without its
+// driver fails with an error wrapping ErrInvalidURL that names the import;
+// Canonical needs no driver. The URL checks below happen in this package,
+// whatever drivers are linked.
+//
+// s3://, gs:// and azblob:// go through gocloud.dev/blob (v0.47) and
+// accept its URL openers' query parameters; parameters outside these
 // lists are rejected:
 //
 //   - all: prefix (a key prefix, which must end in '/'; keys passed to and

@@ -12,11 +12,6 @@ import (
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
-
-	// URL openers for the cloud schemes.
-	_ "gocloud.dev/blob/azureblob"
-	_ "gocloud.dev/blob/gcsblob"
-	_ "gocloud.dev/blob/s3blob"
 )
 
 // listPageSize is the page size List asks cloud stores for: the largest
@@ -27,9 +22,8 @@ const listPageSize = 1000
 // sniffing the content.
 const contentType = "application/octet-stream"
 
-// openGocloud opens a cloud bucket through gocloud (s3 and gs with the
-// store's transport timeouts: see openS3, openGCS; azblob through the URL
-// mux, with the Azure SDK's own).
+// openGocloud opens a cloud bucket through the scheme's registered
+// driver (see Register).
 func openGocloud(ctx context.Context, loc *location) (Bucket, error) {
 	// loc.query has no "prefix": the adapter applies the prefix itself.
 	query := cloneValues(loc.query)
@@ -37,20 +31,23 @@ func openGocloud(ctx context.Context, loc *location) (Bucket, error) {
 	if err != nil {
 		return nil, opErr("open", loc.display, fmt.Errorf("%w: %w", ErrInvalidURL, err))
 	}
-	var b *blob.Bucket
-	u := &url.URL{Scheme: loc.scheme, Host: loc.name, RawQuery: query.Encode()}
-	switch loc.scheme {
-	case schemeS3:
-		b, err = openS3(ctx, loc.name, query, t)
-	case schemeGCS:
-		b, err = openGCS(ctx, u, t)
-	default:
-		b, err = blob.DefaultURLMux().OpenBucketURL(ctx, u)
+	open := opener(loc.scheme)
+	if open == nil {
+		return nil, errNoDriver(loc)
 	}
+	b, err := open(ctx, OpenParams{Bucket: loc.name, Query: query, Timeouts: t})
 	if err != nil {
 		return nil, opErr("open", loc.display, fmt.Errorf("%w: %w", ErrInvalidURL, err))
 	}
 	return newGocloudBucket(b, loc.prefix, b.Close), nil
+}
+
+func cloneValues(q url.Values) url.Values {
+	out := make(url.Values, len(q))
+	for k, v := range q {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
 }
 
 // gocloudBucket adapts a *blob.Bucket to Bucket, mapping errors and

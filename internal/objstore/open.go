@@ -67,7 +67,9 @@ type location struct {
 // are described in the package documentation. A malformed URL, an unknown
 // scheme or parameter, or a cloud configuration error is an error wrapping
 // ErrInvalidURL; so is an s3:// URL with no AWS region from the URL, the
-// environment or the AWS config. Open does not contact cloud services; a
+// environment or the AWS config, and a cloud URL whose driver the program
+// does not link (the error names the package to import: queue/s3,
+// queue/gcs or queue/azblob). Open does not contact cloud services; a
 // missing bucket or bad credentials show up on the first operation.
 func Open(ctx context.Context, rawURL string) (Bucket, error) {
 	loc, err := parseLocation(rawURL)
@@ -80,21 +82,13 @@ func Open(ctx context.Context, rawURL string) (Bucket, error) {
 	case schemeFile:
 		return openFile(loc)
 	}
-	b, err := openGocloud(ctx, loc)
-	if err == nil && loc.scheme == schemeS3 {
-		if err = checkS3Region(b, loc); err != nil {
-			b.Close()
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
+	return openGocloud(ctx, loc)
 }
 
 // Canonical returns a string identifying the store rawURL names, for
 // in-process registries: URLs naming the same store give the same string.
-// It validates rawURL like Open but touches nothing.
+// It validates rawURL like Open but touches nothing, and needs no driver:
+// it works for cloud URLs whose driver the program does not link.
 //
 // The forms are "mem://NAME/PREFIX", "file:///ABS/DIR" (symbolic links in
 // the existing part of the path resolved) and "SCHEME://BUCKET/PREFIX",

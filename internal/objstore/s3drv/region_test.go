@@ -1,4 +1,4 @@
-package objstore
+package s3drv_test
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/stepwell/stepwell/internal/objstore"
+	_ "github.com/stepwell/stepwell/internal/objstore/s3drv"
 )
 
 // TestOpenS3WithoutRegion: an s3:// URL with no region from the URL, the
@@ -44,11 +47,11 @@ func TestOpenS3WithoutRegion(t *testing.T) {
 	t.Run("none", func(t *testing.T) {
 		isolate(t, empty)
 		for _, u := range []string{"s3://bucket", "s3://bucket?prefix=app/", base} {
-			b, err := Open(context.Background(), u)
-			if b != nil || !errors.Is(err, ErrInvalidURL) {
+			b, err := objstore.Open(context.Background(), u)
+			if b != nil || !errors.Is(err, objstore.ErrInvalidURL) {
 				t.Fatalf("Open(%s) = %v, %v; want ErrInvalidURL", u, b, err)
 			}
-			var oe *OpError
+			var oe *objstore.OpError
 			if !errors.As(err, &oe) || oe.Op != "open" {
 				t.Errorf("Open(%s): %#v is not an open OpError", u, err)
 			}
@@ -79,11 +82,29 @@ func TestOpenS3WithoutRegion(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			b, err := Open(context.Background(), tt.url)
+			b, err := objstore.Open(context.Background(), tt.url)
 			if err != nil {
 				t.Fatalf("Open(%s): %v", tt.url, err)
 			}
 			b.Close()
 		})
 	}
+}
+
+// TestTimeoutParams: s3 URLs take the timeout parameters, as positive
+// durations.
+func TestTimeoutParams(t *testing.T) {
+	for _, u := range []string{"s3://b?idle_timeout=soon", "s3://b?response_timeout=0s"} {
+		if b, err := objstore.Open(context.Background(), u); !errors.Is(err, objstore.ErrInvalidURL) {
+			if b != nil {
+				b.Close()
+			}
+			t.Errorf("Open(%s) = %v, want ErrInvalidURL", u, err)
+		}
+	}
+	b, err := objstore.Open(context.Background(), "s3://b?region=us-east-1&endpoint=http://127.0.0.1:1&use_path_style=true&response_timeout=1s")
+	if err != nil {
+		t.Fatalf("Open with a timeout parameter: %v", err)
+	}
+	b.Close()
 }
