@@ -73,6 +73,14 @@ var checks = map[string]func(t *testing.T, bin string){
 		}
 		wantContains(t, out, "answering 503", "(retry: delivery 2", "all three deliveries verified")
 	},
+	"otel": func(t *testing.T, bin string) {
+		out := mustRun(t, bin, t.TempDir())
+		wantContains(t, out,
+			`"Name": "stepwell.step"`, `"Name": "stepwell.hook"`, `"Name": "stepwell.step.duration"`,
+			`"Name": "stepwell.queue.depth"`, `"Name": "stepwell.store.transactions"`,
+			`run traced-1 succeeded with result "HELLO!!"`,
+			"spans: 1 submit, 3 stepwell.step, 1 stepwell.hook in 1 trace(s)")
+	},
 	"agent_loop": func(t *testing.T, bin string) {
 		out := mustRun(t, bin, t.TempDir())
 		wantContains(t, out,

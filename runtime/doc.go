@@ -200,6 +200,33 @@
 // panic's value and stack, whether it ended the run) to a service's own
 // error tracking.
 //
+// # Observability
+//
+// The runtime reports to OpenTelemetry through its API only; the service
+// supplies the SDK: WithTracerProvider and WithMeterProvider, by default
+// otel.GetTracerProvider() and otel.GetMeterProvider() (the global
+// providers, no-ops unless the service sets them). Each step attempt is a
+// span "stepwell.step" and each hook delivery a span "stepwell.hook", with
+// attributes stepwell.run_id, stepwell.step, stepwell.attempt and (steps)
+// stepwell.outcome: continue, await, succeed, fail, cancel, error (the
+// attempt failed and will be retried), dead (it failed and so did the
+// run) or cancelled (the run was cancelled from outside); a failed
+// attempt or delivery records its error with status Error. The step's ctx
+// carries its span. All spans of a run belong to the trace of the ctx
+// given to Submit: its span context travels in the reserved job header
+// HeaderTraceParent (W3C traceparent) from step to step, through retries
+// and to the notification, without a change to any record. A step that
+// Signal starts (of a waiting run), Resume starts (of a paused run) or
+// Retry enqueues afresh joins the trace of that call's ctx instead (none
+// if it has no span).
+// Metrics: stepwell.step.duration (histogram, seconds) and
+// stepwell.step.outcomes (counter), both by attribute outcome; while Run
+// runs, stepwell.queue.depth (gauge of the step queue's jobs by state:
+// pending, scheduled, claimed, dead) and the store's counters
+// stepwell.store.wal_batches, stepwell.store.transactions (their ratio is
+// the transactions per WAL write) and stepwell.store.requests (by kind:
+// put, get, list, delete, head).
+//
 // # Guarantees
 //
 //   - Steps run at least once. A process may die after a step returned and

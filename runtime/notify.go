@@ -125,7 +125,10 @@ func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) error
 	if err != nil {
 		return rt.q.DeadLetter(settle, job, fmt.Sprintf("undecodable notification: %v", err))
 	}
-	err = callHook(ctx, rt.hook, n.outcome())
+	o := n.outcome()
+	hookCtx, span := rt.tel.startHook(ctx, job, &o)
+	err = callHook(hookCtx, rt.hook, o)
+	endSpan(span, err)
 	if errors.Is(context.Cause(ctx), queue.ErrClaimLost) {
 		return nil
 	}

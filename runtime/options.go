@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Option configures New.
@@ -23,6 +26,8 @@ type options struct {
 	logger            *slog.Logger
 	errorHandler      ErrorHandler
 	now               func() time.Time
+	tracerProvider    trace.TracerProvider
+	meterProvider     metric.MeterProvider
 }
 
 func defaultOptions() options {
@@ -195,6 +200,35 @@ func WithMaxSignalPayload(n int) Option {
 			return invalid("max signal payload %d must not be negative", n)
 		}
 		o.maxSignalPayload = n
+		return nil
+	}
+}
+
+// WithTracerProvider sets where the runtime's spans go: one span
+// "stepwell.step" per step attempt and one "stepwell.hook" per hook
+// delivery, all in the trace of the ctx that Submit got (see
+// HeaderTraceParent). Defaults to otel.GetTracerProvider(): the global
+// provider, a no-op unless the service sets one.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) error {
+		if tp == nil {
+			return invalid("tracer provider must not be nil")
+		}
+		o.tracerProvider = tp
+		return nil
+	}
+}
+
+// WithMeterProvider sets where the runtime's metrics go (their names start
+// "stepwell."; see the package documentation). Defaults to
+// otel.GetMeterProvider(): the global provider, a no-op unless the service
+// sets one.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) error {
+		if mp == nil {
+			return invalid("meter provider must not be nil")
+		}
+		o.meterProvider = mp
 		return nil
 	}
 }

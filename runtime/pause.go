@@ -127,7 +127,7 @@ func (rt *Runtime) Resume(ctx context.Context, runID string) error {
 			if p.Signal != "" {
 				sig = &steprunner.SignalDelivery{Name: p.Signal, TimedOut: p.TimedOut}
 			}
-			rt.startStep(txn, &next, p.Payload, time.Duration(max(p.DueAt-now.UnixNano(), 0)), sig, false)
+			rt.startStep(txn, &next, p.Payload, time.Duration(max(p.DueAt-now.UnixNano(), 0)), sig, false, rt.tel.traceParent(ctx))
 		}
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
@@ -155,7 +155,7 @@ func (rt *Runtime) parkClaimed(ctx context.Context, job *queue.Job, rec *kvrecor
 		next := *rec
 		next.UpdatedAt = rt.opts.now().UnixNano()
 		txn := new(queue.Txn).Ack(job)
-		rt.startStep(txn, &next, job.Payload, 0, signalOf(job.Headers), false)
+		rt.startStep(txn, &next, job.Payload, 0, signalOf(job.Headers), false, job.Headers[HeaderTraceParent])
 		txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
 		_, err := rt.q.Commit(ctx, txn)
 		if !errors.Is(err, queue.ErrConditionFailed) {

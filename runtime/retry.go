@@ -107,7 +107,7 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 	if stepQueue == "" {
 		stepQueue = rt.opts.queueName
 	}
-	opts := rt.stepOptions(next, t.FinalStep, next.CurrentJob)
+	opts := rt.stepOptions(next, t.FinalStep, next.CurrentJob, rt.tel.traceParent(ctx))
 	opts.DeadLetterQueue = stepQueue + ".dead"
 	// A dedup key of its own: the step's first job may still be around.
 	opts.DedupKey = fmt.Sprintf("%s:retry%d", opts.DedupKey, next.Retries)

@@ -30,6 +30,11 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	if err := rt.recordNotifyQueue(ctx); err != nil {
 		return err
 	}
+	unobserve, err := rt.tel.observe(rt.q, rt.opts.queueName)
+	if err != nil {
+		return err
+	}
+	defer unobserve()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return rt.q.Work(gctx, rt.opts.queueName, rt.handleStep, queue.WorkOptions{
@@ -108,6 +113,7 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 			// Still dead when this commits; its payload is kept for Retry.
 			txn.RequireJobState(deadID, queue.JobDead)
 			e.attempt, e.payload, e.queue = job.Attempt, job.Payload, job.Queue
+			e.traceParent = job.Headers[HeaderTraceParent]
 		}
 		// Otherwise the dead job was deleted (dead retention): the run
 		// record's compare-and-put alone says nothing moved on.
@@ -123,9 +129,10 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 	}
 }
 
-// stepContext maps the claim context's causes onto steprunner's.
-func stepContext(claimCtx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(claimCtx))
+// stepContext maps the claim context's causes onto steprunner's. Its values
+// are those of values: claimCtx's, and the step's span.
+func stepContext(claimCtx, values context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(values))
 	stop := context.AfterFunc(claimCtx, func() {
 		cause := context.Cause(claimCtx)
 		switch {
@@ -163,6 +170,14 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		return rt.parkClaimed(settleCtx, job, rec, old)
 	}
 
+	began := time.Now()
+	spanCtx, span := rt.tel.startStep(claimCtx, job, runID, n)
+	spanEnded := false
+	defer func() {
+		if !spanEnded { // not settled here: the settlement's store error
+			span.End()
+		}
+	}()
 	var outcome steprunner.Outcome
 	var stepErr error
 	step := &steprunner.Step{
@@ -170,14 +185,18 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		JobID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Signal: signalOf(job.Headers),
 	}
 	if !rec.Cancel {
-		ctx, stop := stepContext(claimCtx)
+		ctx, stop := stepContext(claimCtx, spanCtx)
 		outcome, stepErr = rt.runWithTimeout(ctx, step, rt.stepTimeout(rec))
 		stop()
 		switch cause := context.Cause(claimCtx); {
 		case errors.Is(cause, queue.ErrClaimLost):
-			return nil // another attempt owns the step now
+			spanEnded = true
+			endSpan(span, cause) // another attempt owns the step now
+			return nil
 		case errors.Is(cause, queue.ErrDrainTimeout):
-			return nil // Work releases the job for another attempt
+			spanEnded = true
+			endSpan(span, cause) // Work releases the job for another attempt
+			return nil
 		}
 		if stepErr == nil && outcome.IsZero() {
 			stepErr = errors.New("runtime: the runner returned the zero Outcome with a nil error")
@@ -215,10 +234,15 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue
 		}
+		spanEnded = true
+		if err != nil {
+			endSpan(span, err)
+		}
 		if queue.IsClaimLost(err) {
 			return nil
 		}
 		if err == nil {
+			rt.tel.endStep(spanCtx, span, stepOutcome(rec.Cancel, job, outcome, stepErr), stepErr, began)
 			if stepErr != nil {
 				rt.reportStepError(settleCtx, stepError(step, stepErr))
 			}
@@ -247,18 +271,20 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult) {
 // none).
 func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV) *queue.Txn {
 	txn := new(queue.Txn)
+	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
+	// A retry (Nack) keeps the job, and with it its headers.
 	switch {
 	case rec.Cancel && !(stepErr == nil && out.Kind() == steprunner.KindCancel):
 		// Cancelled from outside: whatever the step did, the run ends here.
 		txn.Ack(job)
 		rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: n, attempt: job.Attempt,
-			payload: job.Payload, queue: job.Queue})
+			payload: job.Payload, queue: job.Queue, traceParent: tp})
 	case stepErr != nil && !steprunner.IsPermanent(stepErr) && job.Attempt < job.MaxAttempts:
 		txn.Nack(job, stepErr, retryDelay(rec, job, stepErr))
 	case stepErr != nil:
 		txn.DeadLetter(job, stepErr.Error())
 		rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: stepErr.Error(), step: n,
-			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue})
+			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue, traceParent: tp})
 	default:
 		switch out.Kind() {
 		case steprunner.KindContinue, steprunner.KindAwait:
@@ -267,22 +293,22 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn.Ack(job)
 			if out.Kind() == steprunner.KindAwait {
-				rt.await(txn, &next, out, mail)
+				rt.await(txn, &next, out, mail, tp)
 			} else {
-				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true)
+				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true, tp)
 			}
 			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
 		case steprunner.KindSucceed:
 			txn.Ack(job)
-			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt})
+			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt, traceParent: tp})
 		case steprunner.KindFail:
 			txn.Ack(job)
 			rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: out.Reason(), step: n,
-				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp})
 		case steprunner.KindCancel:
 			txn.Ack(job)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, reason: out.Reason(), step: n,
-				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp})
 		}
 	}
 	return txn

@@ -35,6 +35,7 @@ type Runtime struct {
 	runner steprunner.Runner // nil: a client Runtime, which does not Run
 	hook   terminal.Hook
 	opts   options
+	tel    *telemetry
 
 	indexed atomic.Bool // the store's runs are all in the submitted index
 }
@@ -76,7 +77,11 @@ func New(q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...Option) (
 	if o.queueName == o.notifyQueueName {
 		return nil, invalid("step and notify queues must differ (both %q)", o.queueName)
 	}
-	rt := &Runtime{q: q, runner: r, hook: h, opts: o}
+	tel, err := newTelemetry(&o)
+	if err != nil {
+		return nil, err
+	}
+	rt := &Runtime{q: q, runner: r, hook: h, opts: o, tel: tel}
 	if !terminal.IsNoop(h) {
 		ctx, cancel := context.WithTimeout(context.Background(), newRecordTimeout)
 		if err := rt.recordNotifyQueue(ctx); err != nil {
@@ -206,6 +211,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		return SubmitOutcome{}, err
 	}
 	hash := kvrecord.HashInput(spec.Input)
+	traceParent := rt.tel.traceParent(ctx)
 	for {
 		jobID := ulid.Make().String()
 		now := rt.opts.now().UnixNano()
@@ -218,7 +224,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 			rec.NotifyQueue = rt.opts.notifyQueueName
 		}
 		setPolicy(rec, &spec)
-		opts := rt.stepOptions(rec, 0, jobID)
+		opts := rt.stepOptions(rec, 0, jobID, traceParent)
 		opts.RunAt = spec.StartAt // zero or past: at once
 		opts.Dispatch = true      // starts at once if a local Run has a slot idle
 		txn := new(queue.Txn).
@@ -267,12 +273,16 @@ func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 	return strings.Join(diff, ", ")
 }
 
-// stepOptions are the enqueue options of step n of a run.
-func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID string) queue.EnqueueOptions {
-	h := make(map[string]string, len(rec.Headers)+2)
+// stepOptions are the enqueue options of step n of a run. traceParent is
+// the run's trace context (HeaderTraceParent; "" for none).
+func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent string) queue.EnqueueOptions {
+	h := make(map[string]string, len(rec.Headers)+3)
 	maps.Copy(h, rec.Headers)
 	h[HeaderRunID] = rec.RunID
 	h[HeaderStep] = fmt.Sprint(n)
+	if traceParent != "" {
+		h[HeaderTraceParent] = traceParent
+	}
 	return queue.EnqueueOptions{
 		Headers: h, Priority: rec.Priority, MaxAttempts: maxAttempts(rec),
 		DedupKey: fmt.Sprintf("run:%s:%d", rec.RunID, n), JobID: jobID,
@@ -437,6 +447,8 @@ type ending struct {
 	deadJob string
 	// queue is the final step job's queue ("" if unknown).
 	queue string
+	// traceParent is the run's trace context, for the notification job.
+	traceParent string
 }
 
 // terminate adds to txn everything that ends a run: the run record's final
@@ -471,9 +483,13 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	}
 	n := notification{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
+	headers := map[string]string{HeaderRunID: rec.RunID}
+	if e.traceParent != "" {
+		headers[HeaderTraceParent] = e.traceParent
+	}
 	txn.Enqueue(notifyQueue, n.encode(), queue.EnqueueOptions{
 		DedupKey: fmt.Sprintf("notify:%s:%d", rec.RunID, ended),
-		Headers:  map[string]string{HeaderRunID: rec.RunID},
+		Headers:  headers,
 		Dispatch: true,
 	})
 }

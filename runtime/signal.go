@@ -105,7 +105,7 @@ func (rt *Runtime) Signal(ctx context.Context, runID, name string, payload []byt
 				txn.CancelJob(rec.WaitTimer) // the timeout loses: dropped
 			}
 			clearWait(&next)
-			rt.startStep(txn, &next, payload, 0, &steprunner.SignalDelivery{Name: name}, false)
+			rt.startStep(txn, &next, payload, 0, &steprunner.SignalDelivery{Name: name}, false, rt.tel.traceParent(ctx))
 		} else {
 			next.MailSeq++
 			next.Mailbox++
@@ -129,8 +129,9 @@ func clearWait(r *kvrecord.Run) {
 // due after delay: the step's enqueue (claimed by this process if claim
 // and it is due now, else dispatched), or, when the run is paused, its
 // parked record. It sets next.CurrentJob (or next.Parked); the caller
-// writes next.
-func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte, delay time.Duration, sig *steprunner.SignalDelivery, claim bool) {
+// writes next. traceParent is the run's trace context (HeaderTraceParent;
+// "" for none); a parked step does not keep it.
+func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte, delay time.Duration, sig *steprunner.SignalDelivery, claim bool, traceParent string) {
 	if next.Paused {
 		p := &kvrecord.Parked{RunID: next.RunID, Step: next.CurrentStep, Payload: payload,
 			DueAt: addNanos(rt.opts.now().UnixNano(), delay)}
@@ -145,7 +146,7 @@ func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte,
 		return
 	}
 	next.CurrentJob = newJobID()
-	opts := rt.stepOptions(next, next.CurrentStep, next.CurrentJob)
+	opts := rt.stepOptions(next, next.CurrentStep, next.CurrentJob, traceParent)
 	if sig != nil {
 		opts.Headers[HeaderSignal] = sig.Name
 		if sig.TimedOut {
@@ -188,21 +189,24 @@ func (rt *Runtime) timerQueue() string { return rt.opts.queueName + ".timers" }
 // settlement into next: consume mail (the oldest signal of that name in
 // the mailbox, if any) and start step n+1 with it; else mark the run
 // waiting and, with a timeout, schedule the timeout job.
-func (rt *Runtime) await(txn *queue.Txn, next *kvrecord.Run, out steprunner.Outcome, mail *queue.KV) {
+func (rt *Runtime) await(txn *queue.Txn, next *kvrecord.Run, out steprunner.Outcome, mail *queue.KV, traceParent string) {
 	name := out.SignalName()
 	if mail != nil {
 		txn.Delete(mail.Key)
 		next.Mailbox--
-		rt.startStep(txn, next, mail.Value, 0, &steprunner.SignalDelivery{Name: name}, true)
+		rt.startStep(txn, next, mail.Value, 0, &steprunner.SignalDelivery{Name: name}, true, traceParent)
 		return
 	}
 	next.WaitFor, next.CurrentJob = name, ""
 	if t := out.Timeout(); t > 0 {
 		next.WaitDeadline = addNanos(next.UpdatedAt, t)
 		next.WaitTimer = newJobID()
+		h := map[string]string{HeaderRunID: next.RunID, HeaderStep: strconv.FormatUint(uint64(next.CurrentStep), 10)}
+		if traceParent != "" {
+			h[HeaderTraceParent] = traceParent
+		}
 		txn.Enqueue(rt.timerQueue(), nil, queue.EnqueueOptions{
-			JobID: next.WaitTimer, Delay: t, MaxAttempts: timerAttempts,
-			Headers: map[string]string{HeaderRunID: next.RunID, HeaderStep: strconv.FormatUint(uint64(next.CurrentStep), 10)},
+			JobID: next.WaitTimer, Delay: t, MaxAttempts: timerAttempts, Headers: h,
 		})
 	}
 }
@@ -244,7 +248,7 @@ func (rt *Runtime) handleTimer(claimCtx context.Context, job *queue.Job) error {
 		sig := &steprunner.SignalDelivery{Name: rec.WaitFor, TimedOut: true}
 		clearWait(&next)
 		txn := new(queue.Txn).Ack(job)
-		rt.startStep(txn, &next, []byte{}, 0, sig, false)
+		rt.startStep(txn, &next, []byte{}, 0, sig, false, job.Headers[HeaderTraceParent])
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
