@@ -219,6 +219,10 @@ type StorageStats struct {
 	WALBytes          uint64
 	Snapshots         uint64 // snapshots written
 	Keys              int    // keys in the state (all spaces)
+	// WALWriteTime sums how long WAL batch writes took, each from its start
+	// to its durability: WALWriteTime / (WALBatches - 1, the open marker)
+	// is the mean commit latency.
+	WALWriteTime time.Duration
 	// Health is the store's health, as Queue.Health reports it.
 	Health Health
 }
@@ -339,7 +343,7 @@ func (l *local) storageStats() StorageStats {
 		Puts: c.Puts, Gets: c.Gets, Lists: c.Lists, Deletes: c.Deletes, Heads: c.Heads,
 		BytesWritten: c.BytesWritten, BytesRead: c.BytesRead,
 		WALBatches: s.Batches, WALSegmentBatches: s.SegmentBatches, Transactions: s.Txns, Mutations: s.Mutations,
-		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys, Health: l.health(),
+		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys, WALWriteTime: s.WALWriteTime, Health: l.health(),
 	}
 }
 

@@ -224,8 +224,10 @@
 // runs, stepwell.queue.depth (gauge of the step queue's jobs by state:
 // pending, scheduled, claimed, dead) and the store's counters
 // stepwell.store.wal_batches, stepwell.store.transactions (their ratio is
-// the transactions per WAL write) and stepwell.store.requests (by kind:
-// put, get, list, delete, head).
+// the transactions per WAL write), stepwell.store.wal_write_time (seconds
+// spent writing WAL batches, start to durability: divided by the batches,
+// the mean commit latency) and stepwell.store.requests (by kind: put, get,
+// list, delete, head).
 //
 // # Guarantees
 //

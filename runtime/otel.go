@@ -221,6 +221,11 @@ func (t *telemetry) observe(q *queue.Queue, stepQueue string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	writeTime, err := m.Float64ObservableCounter("stepwell.store.wal_write_time", metric.WithUnit("s"),
+		metric.WithDescription("Time WAL batch writes took, from start to durability; divided by stepwell.store.wal_batches, the mean commit latency."))
+	if err != nil {
+		return nil, err
+	}
 	requests, err := m.Int64ObservableCounter("stepwell.store.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Object-store requests, by kind."))
 	if err != nil {
@@ -245,13 +250,14 @@ func (t *telemetry) observe(q *queue.Queue, stepQueue string) (func(), error) {
 		ss := q.StorageStats()
 		o.ObserveInt64(walBatches, int64(ss.WALBatches))
 		o.ObserveInt64(txns, int64(ss.Transactions))
+		o.ObserveFloat64(writeTime, ss.WALWriteTime.Seconds())
 		o.ObserveInt64(requests, ss.Puts, put)
 		o.ObserveInt64(requests, ss.Gets, get)
 		o.ObserveInt64(requests, ss.Lists, list)
 		o.ObserveInt64(requests, ss.Deletes, del)
 		o.ObserveInt64(requests, ss.Heads, head)
 		return nil
-	}, depth, walBatches, txns, requests)
+	}, depth, walBatches, txns, writeTime, requests)
 	if err != nil {
 		return nil, err
 	}

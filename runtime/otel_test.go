@@ -129,10 +129,14 @@ func TestOTelTraceOneRun(t *testing.T) {
 	if counts["continue"] != 2 || counts["succeed"] != 1 || len(counts) != 2 {
 		t.Errorf("outcome counter = %v, want continue 2, succeed 1", counts)
 	}
-	for _, name := range []string{"stepwell.queue.depth", "stepwell.store.transactions", "stepwell.store.wal_batches", "stepwell.store.requests"} {
+	for _, name := range []string{"stepwell.queue.depth", "stepwell.store.transactions", "stepwell.store.wal_batches", "stepwell.store.wal_write_time", "stepwell.store.requests"} {
 		if got[name] == nil {
 			t.Errorf("no %s metric", name)
 		}
+	}
+	// Commit latency: the WAL writes of the run's commits took some time.
+	if wt, ok := got["stepwell.store.wal_write_time"].(metricdata.Sum[float64]); !ok || len(wt.DataPoints) != 1 || wt.DataPoints[0].Value <= 0 {
+		t.Errorf("stepwell.store.wal_write_time = %+v, want one positive sum", got["stepwell.store.wal_write_time"])
 	}
 	_ = q
 }

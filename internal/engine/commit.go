@@ -339,6 +339,7 @@ func (e *Engine) commitLoop() {
 				delete(e.dirty, m.Key)
 			}
 		}
+		e.stats.WALWriteTime += last.write
 		e.walBytes += int64(len(data))
 		e.walObjects++
 		e.stats.Batches++
