@@ -371,24 +371,12 @@ type runV1 struct {
 	NotifyQueue string
 }
 
-// runV2 is a shape 2 run record, for the reflective decoder.
+// runV2 is a shape 2 run record, for the reflective decoder: shape 1's
+// fields (msgpack inlines the embedded struct), then two more.
 type runV2 struct {
-	Version     uint8
-	RunID       string
-	SubmittedAt int64
-	InputHash   [32]byte
-	State       uint8
-	CurrentStep uint32
-	CurrentJob  string
-	Cancel      bool
-	Headers     map[string]string
-	Priority    int32
-	MaxAttempts uint32
-	Status      uint8
-	EndedAt     int64
-	NotifyQueue string
-	Retries     uint32
-	UpdatedAt   int64
+	runV1
+	Retries   uint32
+	UpdatedAt int64
 }
 
 // unmarshalRun is the reflective decoder of run records of every shape:
@@ -401,10 +389,7 @@ func unmarshalRun(b []byte, r *Run) error {
 	}
 	var v2 runV2
 	if format.UnmarshalExact(b, &v2) == nil {
-		*r = v1WithZero(runV1{Version: v2.Version, RunID: v2.RunID, SubmittedAt: v2.SubmittedAt,
-			InputHash: v2.InputHash, State: v2.State, CurrentStep: v2.CurrentStep, CurrentJob: v2.CurrentJob,
-			Cancel: v2.Cancel, Headers: v2.Headers, Priority: v2.Priority, MaxAttempts: v2.MaxAttempts,
-			Status: v2.Status, EndedAt: v2.EndedAt, NotifyQueue: v2.NotifyQueue})
+		*r = v1WithZero(v2.runV1)
 		r.Retries, r.UpdatedAt = v2.Retries, v2.UpdatedAt
 		return nil
 	}
