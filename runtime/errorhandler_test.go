@@ -14,25 +14,11 @@ import (
 	"github.com/stepwell/stepwell/terminal"
 )
 
-// logBuffer is a log sink safe for the runtime's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the log lines that contain every one of subs.
-func (l *logBuffer) lines(subs ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// linesWith returns the lines of log that contain every one of subs.
+func linesWith(log string, subs ...string) []string {
 	var out []string
 next:
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(log, "\n") {
 		for _, s := range subs {
 			if !strings.Contains(line, s) {
 				continue next
@@ -49,8 +35,8 @@ next:
 // is logged too.
 func TestStepErrorsAreLoggedAndReported(t *testing.T) {
 	t.Parallel()
-	var logs logBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	logs := &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
 	var mu sync.Mutex
 	var reported []runtime.StepError
 	handler := func(ctx context.Context, e *runtime.StepError) {
@@ -87,7 +73,7 @@ func TestStepErrorsAreLoggedAndReported(t *testing.T) {
 		t.Fatalf("doomed: %v", st.State)
 	}
 	eventually(t, waitTimeout, "a failed hook delivery to be logged", func() bool {
-		return len(logs.lines("level=WARN", "terminal hook failed", "receiver down")) > 0
+		return len(linesWith(logs.String(), "level=WARN", "terminal hook failed", "receiver down")) > 0
 	})
 
 	mu.Lock()
@@ -108,13 +94,13 @@ func TestStepErrorsAreLoggedAndReported(t *testing.T) {
 	if e := got["doomed/1"]; !e.Final || !steprunner.IsPermanent(e.Err) {
 		t.Errorf("doomed attempt 1: %+v", e)
 	}
-	if l := logs.lines("level=WARN", "will be retried", "run_id=flaky", "attempt=1", "flaky upstream"); len(l) != 1 {
+	if l := linesWith(logs.String(), "level=WARN", "will be retried", "run_id=flaky", "attempt=1", "flaky upstream"); len(l) != 1 {
 		t.Errorf("retry of flaky attempt 1 logged %d times: %q", len(l), l)
 	}
-	if l := logs.lines("level=WARN", "will be retried", "run_id=flaky", "attempt=2", "stack="); len(l) != 1 {
+	if l := linesWith(logs.String(), "level=WARN", "will be retried", "run_id=flaky", "attempt=2", "stack="); len(l) != 1 {
 		t.Errorf("the panic of flaky attempt 2 is not logged with its stack: %q", l)
 	}
-	if l := logs.lines("level=ERROR", "the run fails", "run_id=doomed", "step=0", "card declined"); len(l) != 1 {
+	if l := linesWith(logs.String(), "level=ERROR", "the run fails", "run_id=doomed", "step=0", "card declined"); len(l) != 1 {
 		t.Errorf("doomed's failure logged %d times at ERROR: %q", len(l), l)
 	}
 }

@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,24 +103,6 @@ func TestStepTimeoutOnLastAttemptFailsRun(t *testing.T) {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A step that ignores its ctx is not waited for: at its deadline the
 // attempt is settled as timed out and retried, and what it returns later
 // (here while the retry runs, before the retry settles) is discarded: the
@@ -147,7 +128,7 @@ func TestStepIgnoringTimeoutIsNotWaitedFor(t *testing.T) {
 		}
 		return steprunner.Succeed([]byte("retry")), nil
 	})
-	var logs syncBuffer
+	var logs lockedBuffer
 	hook := &hookRecorder{}
 	rt := newRuntime(t, q, runner, hook, runtime.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	// The retry waits for attempt 1 to return: give it ample time (its
