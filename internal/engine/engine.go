@@ -368,10 +368,19 @@ func (e *Engine) open1(ctx context.Context) error {
 			}
 			return err
 		}
-	} else if e.beats() && !e.opts.Takeover {
-		if err := e.checkOwner(ctx); err != nil {
-			return err
-		}
+	}
+	// The highest sequence known durable: the WAL must reach it (checkTail).
+	// A bucket opener without takeover reads it while it checks liveness.
+	var mark uint64
+	var err error
+	switch {
+	case e.beats() && !e.opts.Takeover:
+		mark, err = e.checkOwner(ctx)
+	case e.hasOwner():
+		mark, err = e.readMark(ctx)
+	}
+	if err != nil {
+		return err
 	}
 	if e.seg != nil {
 		// A writer that crashed may have left batches in the page cache,
@@ -379,13 +388,6 @@ func (e *Engine) open1(ctx context.Context) error {
 		// marker goes after them), so they must not be lost to a power
 		// failure after the marker lands: sync them first.
 		if err := e.seg.sg.SyncPrefix(ctx, "wal/"); err != nil {
-			return err
-		}
-	}
-	var mark uint64
-	if e.hasOwner() {
-		var err error
-		if mark, err = e.readMark(ctx); err != nil {
 			return err
 		}
 	}

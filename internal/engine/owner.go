@@ -28,38 +28,43 @@ func (e *Engine) livenessWindow() time.Duration {
 	return 2*e.opts.Heartbeat + e.opts.Heartbeat/2
 }
 
-func (e *Engine) checkOwner(ctx context.Context) error {
+// checkOwner returns ErrLocked if the owner object shows a live writer;
+// otherwise the durable sequence it records (see readMark), from the last
+// read, so that Open need not read it again.
+func (e *Engine) checkOwner(ctx context.Context) (mark uint64, err error) {
 	first, err := e.bucket.Get(ctx, ownerKey)
 	if errors.Is(err, objstore.ErrNotFound) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if o, err := format.DecodeOwner(first); err == nil && o.Closed {
-		return nil
+	if o := e.decodeOwner(first); o != nil && o.Closed {
+		return o.Durable, nil
 	}
 	t := time.NewTimer(e.livenessWindow())
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 	second, err := e.bucket.Get(ctx, ownerKey)
 	if errors.Is(err, objstore.ErrNotFound) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if bytes.Equal(first, second) {
-		return nil // stale: its writer stopped beating
+	o := e.decodeOwner(second)
+	if bytes.Equal(first, second) || o != nil && o.Closed {
+		// Stale (its writer stopped beating) or released.
+		if o == nil {
+			return 0, nil
+		}
+		return o.Durable, nil
 	}
-	if o, err := format.DecodeOwner(second); err == nil && o.Closed {
-		return nil
-	}
-	return fmt.Errorf("%w: its heartbeat is live (open with takeover to fence it)", ErrLocked)
+	return 0, fmt.Errorf("%w: its heartbeat is live (open with takeover to fence it)", ErrLocked)
 }
 
 // beat writes the owner object: heartbeat n, and the durable sequence.

@@ -81,12 +81,21 @@ func (e *Engine) readMark(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if o := e.decodeOwner(data); o != nil {
+		return o.Durable, nil
+	}
+	return 0, nil
+}
+
+// decodeOwner decodes the owner object's bytes, or logs why it cannot and
+// returns nil: see readMark.
+func (e *Engine) decodeOwner(data []byte) *format.Owner {
 	o, err := format.DecodeOwner(data)
 	if err != nil {
 		e.log.Warn("stepwell: the owner object is unreadable; cannot check the WAL's end against it", "key", ownerKey, "err", err)
-		return 0, nil
+		return nil
 	}
-	return o.Durable, nil
+	return o
 }
 
 // checkTail returns a TailLostError if the WAL, ending at top, ends below
