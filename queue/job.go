@@ -71,6 +71,18 @@ type jobRec struct {
 	// large inline value), or that the job has none (done jobs, kept
 	// without their payloads). Version 1 records have no such field.
 	Payload []byte
+	// Claim is the token of the claim on a claimed job (0 in any other
+	// state): the claim is part of the committed state, so that a writer
+	// that takes over can honour it (its holder renews and settles with
+	// the same token). Version 1 and 2 records have no such field; a
+	// claimed job without one is requeued at Open, as before.
+	Claim uint64
+}
+
+// jobRecV2 is a version 2 record (the reflective decoder's fallback).
+type jobRecV2 struct {
+	jobCore
+	Payload []byte
 }
 
 // jobCore is the first 15 fields of a job record, and the whole record as
@@ -101,7 +113,8 @@ type attemptRec struct {
 // jobFields is the number of fields of jobRec; jobFieldsV1 of version 1
 // records (jobCore).
 const (
-	jobFields   = 16
+	jobFields   = 17
+	jobFieldsV2 = 16
 	jobFieldsV1 = 15
 )
 
@@ -142,7 +155,12 @@ func appendJob(b []byte, r *jobRec) []byte {
 	}
 	b = format.AppendInt64(b, r.Size)
 	b = format.AppendString(b, r.DeadNotify)
-	return format.AppendBytes(b, r.Payload)
+	b = format.AppendBytes(b, r.Payload)
+	claim := r.Claim
+	if r.State != stateClaimed {
+		claim = 0 // a settled or requeued job keeps no claim
+	}
+	return format.AppendUint64(b, claim)
 }
 
 // readJob is the fast reader of appendJob's output, and of version 1
@@ -167,8 +185,11 @@ func readJob(rd *format.Reader, r *jobRec) {
 	}
 	r.Size = rd.Int64()
 	r.DeadNotify = rd.String()
-	if n == jobFields {
+	if n >= jobFieldsV2 {
 		r.Payload = rd.BytesZC()
+	}
+	if n >= jobFields {
+		r.Claim = rd.Uint64()
 	}
 }
 
@@ -221,6 +242,11 @@ func unmarshalJob(data []byte, r *jobRec) error {
 	err := format.UnmarshalExact(data, r)
 	if err != nil {
 		*r = jobRec{}
+		var v2 jobRecV2
+		if format.UnmarshalExact(data, &v2) == nil {
+			r.jobCore, r.Payload = v2.jobCore, v2.Payload
+			return nil
+		}
 		if format.UnmarshalExact(data, &r.jobCore) == nil {
 			return nil
 		}
@@ -262,8 +288,11 @@ func readIndexRec(rd *format.Reader, r *indexRec) {
 	}
 	rd.Int64()       // Size
 	rd.StringBytes() // DeadNotify
-	if n == jobFields {
+	if n >= jobFieldsV2 {
 		rd.BytesZC() // Payload
+	}
+	if n >= jobFields {
+		rd.Uint64() // Claim
 	}
 }
 

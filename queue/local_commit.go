@@ -108,7 +108,7 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 				}
 				if j := r.Claimed; j != nil {
 					j.Payload = op.Value
-					after = append(after, func() { l.grantLeases([]*Job{j}, o.config(j.Queue), now) })
+					after = append(after, func() { l.grantLeases([]*Job{j}, o.config(j.Queue), now, o.member) })
 				}
 				res.Enqueued = append(res.Enqueued, r)
 			case opAck, opNack, opDeadLetter, opRelease:
@@ -322,7 +322,7 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 	claim := due && (op.Claim && !l.readyAbove(op.Queue, op.Priority, now, false) ||
 		dispatch && !l.readyAbove(op.Queue, 0, now, true))
 	if claim {
-		rec.State, rec.Attempts = stateClaimed, 1
+		rec.State, rec.Attempts, rec.Claim = stateClaimed, 1, l.nextToken.Add(1)
 	}
 	if payload != nil {
 		tx.Put(payloadSpace+id, payload)
@@ -331,7 +331,7 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 	res := EnqueueResult{JobID: id}
 	if claim {
 		res.Claimed = rec.toJob(id, now)
-		res.Claimed.token = l.nextToken.Add(1)
+		res.Claimed.token = rec.Claim
 	}
 	return res
 }

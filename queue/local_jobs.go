@@ -32,6 +32,9 @@ type lease struct {
 	cancel    chan struct{} // closed when a cancel is requested
 	cause     error         // why lost was closed; guarded by lmu
 	cancelled bool
+	// holder is the cluster member holding the claim ("": this process),
+	// told of its cancel and loss (see members).
+	holder string
 }
 
 // claim takes up to n claimable jobs from the queue, highest priority first,
@@ -78,14 +81,15 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 			rec.State = stateClaimed
 			rec.Attempts++
 			rec.UpdatedAt = now.UnixNano()
+			rec.Claim = l.nextToken.Add(1)
 			tx.Put(jobSpace+id, encodeJob(rec)) // removes it from ready
 			j := rec.toJob(id, now)
 			j.Payload = bytes.Clone(rec.Payload)
-			j.token = l.nextToken.Add(1)
+			j.token = rec.Claim
 			jobs = append(jobs, j)
 			encs = append(encs, l.payloadValue(&tx.Reader, id, rec))
 		}
-		l.grantLeases(jobs, cfg, now)
+		l.grantLeases(jobs, cfg, now, o.member)
 		return nil
 	})
 	putTaken := func() {
@@ -153,12 +157,12 @@ func (l *local) payloadValue(r *engine.Reader, id string, rec *jobRec) []byte {
 // grantLeases registers this process's leases on freshly claimed jobs.
 //
 // REQUIRES: inside the engine transaction that claims them.
-func (l *local) grantLeases(jobs []*Job, cfg QueueConfig, now time.Time) {
+func (l *local) grantLeases(jobs []*Job, cfg QueueConfig, now time.Time, holder string) {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
 	for _, j := range jobs {
 		ls := &lease{token: j.token, queue: j.Queue, expires: now.Add(cfg.Lease),
-			lost: make(chan struct{}), cancel: make(chan struct{})}
+			lost: make(chan struct{}), cancel: make(chan struct{}), holder: holder}
 		if j.CancelRequested {
 			// Cancelled while an earlier claim ran: tell this one at once.
 			ls.cancelled = true
@@ -280,6 +284,9 @@ func (l *local) unlease(id string, token uint64, cause error) (signal func()) {
 		cause = ErrClaimLost
 	}
 	ls.cause = cause
+	if ls.holder != "" {
+		l.members.notify(ls.holder, claimEvent{ID: id, Token: token, Lost: true})
+	}
 	return func() { close(ls.lost) }
 }
 
@@ -289,6 +296,9 @@ func (l *local) signalCancel(id string) {
 	if ls := l.leases[id]; ls != nil && !ls.cancelled {
 		ls.cancelled = true
 		close(ls.cancel)
+		if ls.holder != "" {
+			l.members.notify(ls.holder, claimEvent{ID: id, Token: ls.token, Cancel: true})
+		}
 	}
 }
 
@@ -398,8 +408,10 @@ func (l *local) expireRetainedTx(tx *engine.Tx, now time.Time) {
 	}
 }
 
-// requeueClaimedTx makes every job left claimed by a dead process claimable
-// again (or dead, at its attempt limit). Run once at Open.
+// requeueClaimed makes every job left claimed by a dead process claimable
+// again (or dead, at its attempt limit). Run once at Open. In cluster mode
+// a claim recorded with its token is kept instead: its holder may be a
+// live member, which renews and settles it with this writer.
 func (l *local) requeueClaimed(ctx context.Context) error {
 	now := l.now()
 	return l.eng.Update(ctx, func(tx *engine.Tx) error {
@@ -419,6 +431,12 @@ func (l *local) requeueClaimed(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			if l.opts.cluster != nil && rec.Claim != 0 {
+				// A member may be running it: honour the claim for a
+				// lease from now (see adoptClaim).
+				l.adoptClaim(id, rec, now)
+				continue
+			}
 			// A cancel request stays: the next claim sees it at once.
 			if rec.Attempts >= rec.MaxAttempts {
 				l.deadTx(tx, id, rec, "worker stopped without settling (last attempt)", now)
@@ -430,6 +448,25 @@ func (l *local) requeueClaimed(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// adoptClaim grants the lease of a claim recorded in the state, from now:
+// a member that holds it renews it with this writer like any other, and
+// if none does, it expires after the queue's lease and the job runs again.
+//
+// REQUIRES: inside the Open transaction of requeueClaimed.
+func (l *local) adoptClaim(id string, rec *jobRec, now time.Time) {
+	ls := &lease{token: rec.Claim, queue: rec.Queue, started: true, stallAt: l.eng.StallTime(),
+		expires: now.Add(l.opts.config(rec.Queue).Lease), lost: make(chan struct{}), cancel: make(chan struct{})}
+	if rec.CancelReq {
+		ls.cancelled = true
+		close(ls.cancel)
+	}
+	l.lmu.Lock()
+	l.leases[id] = ls
+	l.lmu.Unlock()
+	for cur := l.nextToken.Load(); cur <= rec.Claim && !l.nextToken.CompareAndSwap(cur, rec.Claim+1); cur = l.nextToken.Load() {
+	}
 }
 
 func (l *local) reaperLoop() {

@@ -27,6 +27,14 @@ type options struct {
 	pollInterval   time.Duration
 	now            func() time.Time // injected clock (tests)
 	readOnly       bool
+	cluster        *ClusterConfig
+	// member is, on the writer, the cluster member a call came from: the
+	// holder of the claims it grants ("" for this process's own calls).
+	member string
+	// clusterAddr and clusterSecret go into the owner object when this
+	// process opens the store as the cluster's writer.
+	clusterAddr   string
+	clusterSecret []byte
 }
 
 func defaultOptions() options {

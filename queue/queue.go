@@ -51,6 +51,11 @@ type backend interface {
 	refresh(ctx context.Context) error
 	storageStats() StorageStats
 	health() Health
+	// heldClaims lists the claims this process holds; adopt takes over
+	// such a list from the backend it replaces (cluster mode: a role
+	// change keeps the claims of running jobs).
+	heldClaims() []claimRef
+	adopt(refs []claimRef)
 	err() error
 	close(ctx context.Context) error
 }
@@ -117,7 +122,12 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 		sh.refs++
 		return &Queue{url: rawURL, opts: o, be: sh.be, sh: sh}, nil
 	}
-	be, err := openLocal(ctx, rawURL, o)
+	var be backend
+	if o.cluster != nil {
+		be, err = openClustered(ctx, rawURL, o)
+	} else {
+		be, err = openLocal(ctx, rawURL, o)
+	}
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -225,6 +235,10 @@ type StorageStats struct {
 	WALWriteTime time.Duration
 	// Health is the store's health, as Queue.Health reports it.
 	Health Health
+	// ClusterCalls counts the calls this process made to the cluster's
+	// writer as a member (see WithCluster). A member makes no object-store
+	// requests of its own: the counts above are zero for it.
+	ClusterCalls int64
 }
 
 // StorageStats returns the store's request and commit counters.
@@ -245,6 +259,8 @@ type local struct {
 
 	smu   sync.Mutex
 	slots map[string][]*slots // Work loops by queue, guarded by smu
+
+	members memberSet // cluster members holding claims (cluster mode)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -296,6 +312,8 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 		Now:                o.now,
 		Logger:             o.logger,
 		Indexer:            l.ix,
+		Addr:               o.clusterAddr,
+		Secret:             o.clusterSecret,
 	})
 	if err != nil {
 		_ = bucket.Close()
@@ -346,6 +364,22 @@ func (l *local) storageStats() StorageStats {
 		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys, WALWriteTime: s.WALWriteTime, Health: l.health(),
 	}
 }
+
+func (l *local) heldClaims() []claimRef {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	var refs []claimRef
+	for id, ls := range l.leases {
+		if ls.holder == "" {
+			refs = append(refs, claimRef{ID: id, Token: ls.token})
+		}
+	}
+	return refs
+}
+
+// adopt does nothing: a writer that took over has the claims of the
+// state already (see adoptClaim).
+func (l *local) adopt([]claimRef) {}
 
 func (l *local) health() Health {
 	h := l.eng.Health()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -33,7 +34,7 @@ func Dial(addr string, cfg Config) (*Client, error) {
 	epoch := strconv.FormatUint(cfg.Epoch, 10)
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(callCreds{epoch: epoch, secret: string(cfg.Secret)}),
+		grpc.WithPerRPCCredentials(callCreds{epoch: epoch, secret: hex.EncodeToString(cfg.Secret)}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(CodecName)),
 	)
@@ -74,7 +75,8 @@ func (c *Client) Check(ctx context.Context) error {
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// callCreds attaches the epoch and secret to every call on a connection,
+// callCreds attaches the epoch and secret (hex: metadata values are
+// printable ASCII) to every call on a connection,
 // health checks included.
 type callCreds struct{ epoch, secret string }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/hex"
 	"log/slog"
 	"net"
 	"strconv"
@@ -134,7 +135,7 @@ func (s *Server) check(ctx context.Context, method string) error {
 	switch {
 	case len(secret) != 1 || len(epoch) != 1:
 		why, err = "no credentials", status.Error(codes.Unauthenticated, "stepwell-secret and stepwell-epoch metadata required")
-	case subtle.ConstantTimeCompare([]byte(secret[0]), s.cfg.Secret) != 1:
+	case subtle.ConstantTimeCompare([]byte(secret[0]), []byte(hex.EncodeToString(s.cfg.Secret))) != 1:
 		why, err = "wrong secret", status.Error(codes.Unauthenticated, "wrong secret")
 	case epoch[0] != strconv.FormatUint(s.cfg.Epoch, 10):
 		why, err = "stale epoch "+epoch[0], status.Error(codes.FailedPrecondition, ErrStaleEpoch.Error())

@@ -1,0 +1,292 @@
+package queue
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/cluster"
+)
+
+// memberSet is the writer's view of the cluster's members: for each, the
+// events (cancels, losses) of its claims that it has not collected yet.
+type memberSet struct {
+	mu      sync.Mutex
+	m       map[string]*memberState
+	closing chan struct{} // closed when the writer starts closing
+}
+
+type memberState struct {
+	events []claimEvent
+	wake   chan struct{} // capacity 1: an event arrived
+	seen   time.Time     // last Events call
+}
+
+func (s *memberSet) get(id string) *memberState {
+	if s.m == nil {
+		s.m = map[string]*memberState{}
+	}
+	ms := s.m[id]
+	if ms == nil {
+		ms = &memberState{wake: make(chan struct{}, 1)}
+		s.m[id] = ms
+	}
+	return ms
+}
+
+// notify queues an event for member id.
+func (s *memberSet) notify(id string, ev claimEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms := s.get(id)
+	ms.events = append(ms.events, ev)
+	select {
+	case ms.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns member id's pending events, and the channel that says more
+// arrived. Members not heard from for a minute are forgotten.
+func (s *memberSet) take(id string, now time.Time) ([]claimEvent, chan struct{}, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing == nil {
+		s.closing = make(chan struct{})
+	}
+	for other, ms := range s.m {
+		if other != id && now.Sub(ms.seen) > time.Minute {
+			delete(s.m, other)
+		}
+	}
+	ms := s.get(id)
+	ms.seen = now
+	evs := ms.events
+	ms.events = nil
+	return evs, ms.wake, s.closing
+}
+
+// close tells every waiting member that the writer is closing.
+func (s *memberSet) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing == nil {
+		s.closing = make(chan struct{})
+	}
+	select {
+	case <-s.closing:
+	default:
+		close(s.closing)
+	}
+}
+
+func (s *memberSet) closingCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing == nil {
+		s.closing = make(chan struct{})
+	}
+	return s.closing
+}
+
+// maxWait bounds how long the writer holds a long-poll call.
+const maxWait = 20 * time.Second
+
+// methods returns the writer's cluster methods, served to members.
+func (l *local) methods() map[string]cluster.Handler {
+	return map[string]cluster.Handler{
+		rpcCommit: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req commitReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			o := req.Opts.apply(l.opts, req.Member)
+			reply := &commitReply{Results: make([]wireTxnResult, len(req.Txns))}
+			var wg sync.WaitGroup
+			for i, ops := range req.Txns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for k := range ops {
+						ops[k].Dispatch = false // a member's slots are not here
+					}
+					res, err := l.commit(ctx, ops, o)
+					w := wireTxnResult{Cancelled: res.Cancelled, Err: toWireErr(err)}
+					for _, e := range res.Enqueued {
+						w.Enqueued = append(w.Enqueued, wireEnqueued{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: toWireJob(e.Claimed)})
+					}
+					reply.Results[i] = w
+				}()
+			}
+			wg.Wait()
+			return reply, nil
+		},
+		rpcClaim: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req claimReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			o := req.Opts.apply(l.opts, req.Member)
+			var jobs []*Job
+			var err error
+			if req.Wait > 0 {
+				wctx, cancel := context.WithTimeout(ctx, min(req.Wait, maxWait))
+				stop := context.AfterFunc(ctx, cancel)
+				go func() {
+					select {
+					case <-l.members.closingCh():
+						cancel()
+					case <-wctx.Done():
+					}
+				}()
+				jobs, err = l.claimWait(wctx, req.Queue, req.N, o, nil)
+				stop()
+				cancel()
+				if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+					err = nil // the wait ended: no job
+				}
+			} else {
+				jobs, err = l.claim(ctx, req.Queue, req.N, o, nil)
+			}
+			reply := &claimReply{Err: toWireErr(err)}
+			for _, j := range jobs {
+				reply.Jobs = append(reply.Jobs, toWireJob(j))
+			}
+			return reply, nil
+		},
+		rpcRenew: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req renewReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			o := req.Opts.apply(l.opts, req.Member)
+			reply := &renewReply{Lost: make([]bool, len(req.Claims))}
+			for i, c := range req.Claims {
+				l.hold(c, req.Member)
+				reply.Lost[i] = l.renew(c.ID, c.Token, o) != nil
+			}
+			return reply, nil
+		},
+		rpcEvents: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req eventsReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			var lost []claimEvent
+			for _, c := range req.Claims {
+				if ev, ok := l.hold(c, req.Member); ok {
+					lost = append(lost, ev)
+				}
+			}
+			evs, wake, closing := l.members.take(req.Member, l.now())
+			evs = append(lost, evs...)
+			if len(evs) == 0 && req.Wait > 0 {
+				t := time.NewTimer(min(req.Wait, maxWait))
+				defer t.Stop()
+				select {
+				case <-wake:
+					evs, _, _ = l.members.take(req.Member, l.now())
+				case <-closing:
+				case <-t.C:
+				case <-ctx.Done():
+				}
+			}
+			select {
+			case <-closing:
+				return &eventsReply{Events: evs, Closing: true}, nil
+			default:
+			}
+			return &eventsReply{Events: evs}, nil
+		},
+		rpcGet: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req getReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			v, err := l.get(ctx, req.Key)
+			return &getReply{Value: v, Err: toWireErr(err)}, nil
+		},
+		rpcScan: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req scanReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			kvs, more, err := l.scan(ctx, req.Prefix, req.After, req.Limit)
+			return &scanReply{KVs: kvs, More: more, Err: toWireErr(err)}, nil
+		},
+		rpcStats: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req statsReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			s, err := l.stats(ctx, req.Queue)
+			return &statsReply{Stats: s, Err: toWireErr(err)}, nil
+		},
+		rpcQueues: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req struct{}
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			names, err := l.queues(ctx)
+			return &queuesReply{Names: names, Err: toWireErr(err)}, nil
+		},
+		rpcGetJob: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req getJobReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			j, err := l.getJob(ctx, req.ID)
+			return &jobReply{Job: toWireJob(j), Err: toWireErr(err)}, nil
+		},
+		rpcRequeueDead: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req getJobReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			return &jobReply{Err: toWireErr(l.requeueDead(ctx, req.ID))}, nil
+		},
+		rpcDeadJobs: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req deadJobsReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			jobs, next, err := l.deadJobs(ctx, req.Queue, req.After, req.Limit)
+			reply := &deadJobsReply{Next: next, Err: toWireErr(err)}
+			for _, j := range jobs {
+				reply.Jobs = append(reply.Jobs, toWireJob(j))
+			}
+			return reply, nil
+		},
+		rpcHealth: func(ctx context.Context, dec func(any) error) (any, error) {
+			var req struct{}
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			h := l.health()
+			r := &healthReply{Healthy: h.Healthy, Since: h.Since, Stalled: h.Stalled}
+			if h.LastError != nil {
+				r.LastError = h.LastError.Error()
+			}
+			return r, nil
+		},
+	}
+}
+
+// hold records member as the holder of claim c, so that its cancel and
+// loss are told to it. A claim this writer does not hold (lost, settled,
+// or of another token) is returned as a loss event, with ok.
+func (l *local) hold(c claimRef, member string) (ev claimEvent, ok bool) {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	ls := l.leases[c.ID]
+	if ls == nil || ls.token != c.Token {
+		return claimEvent{ID: c.ID, Token: c.Token, Lost: true}, true
+	}
+	if ls.holder != member {
+		ls.holder = member
+		if ls.cancelled {
+			l.members.notify(member, claimEvent{ID: c.ID, Token: c.Token, Cancel: true})
+		}
+	}
+	return claimEvent{}, false
+}

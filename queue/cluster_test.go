@@ -1,0 +1,308 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/cluster"
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/objstore"
+	"github.com/stepwell/stepwell/internal/testenv"
+)
+
+// openMember opens url in cluster mode as a process of its own would: not
+// through this process's registry, which would hand back the writer.
+func openMember(t *testing.T, url string, opts ...Option) *Queue {
+	t.Helper()
+	o := defaultOptions()
+	for _, opt := range append([]Option{WithCluster(ClusterConfig{Listen: "127.0.0.1:0"})}, opts...) {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := openClustered(ctx, url, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &Queue{url: url, opts: o, be: c, sh: &shared{be: c, refs: 1}}
+	t.Cleanup(func() { _ = q.Close(context.Background()) })
+	return q
+}
+
+func clusterStores(t *testing.T) map[string]func(testing.TB) string {
+	return map[string]func(testing.TB) string{
+		"file": func(t testing.TB) string { return "file://" + t.TempDir() },
+		"s3": func(t testing.TB) string {
+			return testenv.S3(t)
+		},
+	}
+}
+
+func waitRole(t *testing.T, q *Queue, want Role, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for q.Role() != want {
+		if time.Since(start) > within {
+			t.Fatalf("role is %v after %v, want %v", q.Role(), within, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// Every operation works from a member, with the writer's guarantees.
+func TestClusterMemberOperations(t *testing.T) {
+	for name, store := range clusterStores(t) {
+		t.Run(name, func(t *testing.T) {
+			url := store(t)
+			ctx := context.Background()
+			w := openMember(t, url, WithLease(5*time.Second), WithHeartbeat(200*time.Millisecond))
+			m := openMember(t, url, WithLease(5*time.Second), WithHeartbeat(200*time.Millisecond))
+			if w.Role() != RoleWriter || m.Role() != RoleMember {
+				t.Fatalf("roles: %v, %v", w.Role(), m.Role())
+			}
+			// KV, read-your-writes through the member.
+			if err := m.Put(ctx, []byte("k"), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []*Queue{w, m} {
+				if v, err := q.Get(ctx, []byte("k")); err != nil || string(v) != "v" {
+					t.Fatalf("Get = %q, %v", v, err)
+				}
+			}
+			if err := m.CompareAndPut(ctx, []byte("k"), []byte("x"), []byte("y")); !errors.Is(err, ErrConditionFailed) {
+				t.Fatalf("CompareAndPut with a wrong old value: %v", err)
+			}
+			if _, err := m.Get(ctx, []byte("missing")); !errors.Is(err, ErrKeyNotFound) {
+				t.Fatalf("Get of a missing key: %v", err)
+			}
+			page, err := m.Scan(ctx, []byte("k"), ScanOptions{})
+			if err != nil || len(page.Items) != 1 {
+				t.Fatalf("Scan = %+v, %v", page, err)
+			}
+			// Enqueue from the member, claim there, ack; typed errors.
+			res, err := m.Enqueue(ctx, "q", []byte("p1"), EnqueueOptions{JobID: "job-1", Headers: map[string]string{"h": "1"}})
+			if err != nil || res.JobID != "job-1" {
+				t.Fatalf("Enqueue = %+v, %v", res, err)
+			}
+			if _, err := m.Enqueue(ctx, "q", nil, EnqueueOptions{JobID: "job-1"}); !errors.Is(err, ErrJobExists) {
+				t.Fatalf("second enqueue of job-1: %v", err)
+			}
+			j, err := m.Claim(ctx, "q")
+			if err != nil || j == nil || string(j.Payload) != "p1" || j.Headers["h"] != "1" || j.Attempt != 1 {
+				t.Fatalf("Claim = %+v, %v", j, err)
+			}
+			if st, err := w.Stats(ctx, "q"); err != nil || st.Claimed != 1 {
+				t.Fatalf("writer's Stats = %+v, %v", st, err)
+			}
+			if err := m.Renew(j); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Ack(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Ack(ctx, j); !IsClaimLost(err) {
+				t.Fatalf("second Ack: %v, want a lost claim", err)
+			}
+			if _, err := m.GetJob(ctx, "job-1"); !errors.Is(err, ErrJobNotFound) {
+				t.Fatalf("GetJob of an acked job: %v", err)
+			}
+			// Dead letters: list and requeue from the member.
+			if _, err := w.Enqueue(ctx, "q", []byte("p2"), EnqueueOptions{JobID: "job-2", MaxAttempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			j2, err := m.Claim(ctx, "q")
+			if err != nil || j2 == nil {
+				t.Fatalf("Claim = %v, %v", j2, err)
+			}
+			if err := m.DeadLetter(ctx, j2, "bad"); err != nil {
+				t.Fatal(err)
+			}
+			dead, err := m.DeadJobs(ctx, "q", "", 10)
+			if err != nil || len(dead.Jobs) != 1 || dead.Jobs[0].ID != "job-2" {
+				t.Fatalf("DeadJobs = %+v, %v", dead, err)
+			}
+			if err := m.RequeueDead(ctx, "job-2"); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.RequeueDead(ctx, "job-2"); !errors.Is(err, ErrNotDead) {
+				t.Fatalf("second RequeueDead: %v", err)
+			}
+			names, err := m.Queues(ctx)
+			if err != nil || len(names) == 0 {
+				t.Fatalf("Queues = %v, %v", names, err)
+			}
+			if st := m.StorageStats(); st.ClusterCalls == 0 || st.Puts != 0 {
+				t.Fatalf("member's StorageStats = %+v: want calls and no object requests", st)
+			}
+		})
+	}
+}
+
+// A cancel from any process reaches the step running in another: the
+// writer tells the member holding the claim.
+func TestClusterCancelReachesMember(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	w := openMember(t, url)
+	m := openMember(t, url)
+	if _, err := w.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "long"}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- m.Work(wctx, "q", func(ctx context.Context, j *Job) error {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return context.Cause(ctx)
+		}, WorkOptions{})
+	}()
+	<-started
+	out, err := w.CancelJob(ctx, "long")
+	if err != nil || out != CancelRequested {
+		t.Fatalf("CancelJob = %v, %v", out, err)
+	}
+	select {
+	case c := <-cause:
+		if !errors.Is(c, ErrJobCancelled) {
+			t.Fatalf("the member's handler saw %v, want ErrJobCancelled", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member's handler was not cancelled")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A writer's clean Close hands the store to a member at once, and the
+// member's running job keeps its claim: it settles with the token it got
+// from the old writer.
+func TestClusterCleanHandover(t *testing.T) {
+	for name, store := range clusterStores(t) {
+		t.Run(name, func(t *testing.T) {
+			url := store(t)
+			ctx := context.Background()
+			w := openMember(t, url, WithHeartbeat(200*time.Millisecond))
+			m := openMember(t, url, WithHeartbeat(200*time.Millisecond))
+			if _, err := m.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "held"}); err != nil {
+				t.Fatal(err)
+			}
+			j, err := m.Claim(ctx, "q")
+			if err != nil || j == nil {
+				t.Fatalf("Claim = %v, %v", j, err)
+			}
+			jctx, stop := m.ClaimContext(ctx, j)
+			defer stop()
+			began := time.Now()
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			took := waitRole(t, m, RoleWriter, 10*time.Second)
+			t.Logf("handover after Close: %v (Close took %v)", took, time.Since(began)-took)
+			if err := jctx.Err(); err != nil {
+				t.Fatalf("the claim's context ended at the handover: %v", context.Cause(jctx))
+			}
+			if err := m.Renew(j); err != nil {
+				t.Fatalf("Renew after the handover: %v", err)
+			}
+			if err := m.Ack(ctx, j); err != nil {
+				t.Fatalf("Ack after the handover: %v", err)
+			}
+			if _, err := m.GetJob(ctx, "held"); !errors.Is(err, ErrJobNotFound) {
+				t.Fatalf("GetJob after the ack: %v", err)
+			}
+		})
+	}
+}
+
+// Calls without the epoch's secret, with a wrong one, or for another epoch
+// are refused and change nothing.
+func TestClusterRefusesBadCalls(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	w := openMember(t, url)
+	b, err := objstore.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	own, err := engine.ReadOwner(ctx, b)
+	if err != nil || own == nil || own.Addr == "" {
+		t.Fatalf("owner = %+v, %v", own, err)
+	}
+	put := &commitReq{Member: "intruder", Txns: [][]txnOp{{{Kind: opPut, Key: []byte("evil"), Value: []byte("x")}}}}
+	for name, cfg := range map[string]cluster.Config{
+		"wrong secret": {Epoch: own.Epoch, Secret: []byte("not the secret")},
+		"stale epoch":  {Epoch: own.Epoch - 1, Secret: own.Secret},
+	} {
+		cl, err := cluster.Dial(own.Addr, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply commitReply
+		err = cl.Call(ctx, rpcCommit, put, &reply)
+		_ = cl.Close()
+		if !errors.Is(err, cluster.ErrUnauthenticated) && !errors.Is(err, cluster.ErrStaleEpoch) {
+			t.Fatalf("%s: call = %v, want a refusal", name, err)
+		}
+	}
+	if _, err := w.Get(ctx, []byte("evil")); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("a refused call changed the store: Get = %v", err)
+	}
+	// The right secret works: the test above could not pass by accident.
+	cl, err := cluster.Dial(own.Addr, cluster.Config{Epoch: own.Epoch, Secret: own.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var reply commitReply
+	if err := cl.Call(ctx, rpcCommit, put, &reply); err != nil || len(reply.Results) != 1 || reply.Results[0].Err != nil {
+		t.Fatalf("an authenticated call: %+v, %v", reply, err)
+	}
+	if _, err := w.Get(ctx, []byte("evil")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Many members' commits share calls: the member's commit batching.
+func TestClusterCommitsShareCalls(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	_ = openMember(t, url)
+	m := openMember(t, url)
+	const n = 400
+	var failed atomic.Int32
+	done := make(chan struct{})
+	before := m.StorageStats().ClusterCalls
+	for i := range n {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if err := m.Put(ctx, []byte(fmt.Sprintf("k%03d", i)), []byte("v")); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	for range n {
+		<-done
+	}
+	if failed.Load() > 0 {
+		t.Fatalf("%d puts failed", failed.Load())
+	}
+	calls := m.StorageStats().ClusterCalls - before
+	t.Logf("%d concurrent puts took %d commit calls", n, calls)
+	if calls >= n {
+		t.Fatalf("%d puts took %d calls: no batching", n, calls)
+	}
+}

@@ -1,0 +1,525 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/cluster"
+)
+
+// remote is the member backend: every operation is a call to the writer of
+// one epoch. Commits from many goroutines share calls (see flush), claims
+// wait on the writer (long-poll), and the writer tells the member of the
+// cancels and losses of its claims through a long-poll of its own (see
+// eventsLoop). A remote never retries with another writer: the clustered
+// backend above it does, once it has found the next one.
+type remote struct {
+	c      *cluster.Client
+	epoch  uint64
+	member string
+	opts   options
+	calls  atomic.Int64 // calls made to the writer
+
+	cmu    sync.Mutex
+	claims map[string]*rclaim // this member's claims, guarded by cmu
+
+	bmu      sync.Mutex
+	pending  []*pendingCommit // guarded by bmu
+	inflight int              // commit calls in flight, guarded by bmu
+
+	hlth   atomic.Pointer[Health] // the writer's, as last reported
+	gone   chan struct{}          // closed when the writer said it is closing, or failed a call
+	goneMu sync.Once
+
+	ctx  context.Context // ends at close
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// rclaim is a member's view of one of its claims.
+type rclaim struct {
+	token     uint64
+	lost      chan struct{}
+	cancel    chan struct{}
+	cause     error
+	cancelled bool
+}
+
+// pendingCommit is one transaction waiting for, or in, a commit call.
+type pendingCommit struct {
+	ops  []txnOp
+	opts wireOpts
+	sent bool // guarded by remote.bmu
+	done chan struct{}
+	res  wireTxnResult
+	err  error
+}
+
+// maxCommitsInFlight bounds the commit calls a member has in flight: the
+// transactions that arrive meanwhile wait and share the next call, as
+// transactions share a WAL write on the writer.
+const maxCommitsInFlight = 2
+
+// maxCommitBatch bounds the transactions of one commit call.
+const maxCommitBatch = 512
+
+func newRemote(c *cluster.Client, epoch uint64, member string, o options) *remote {
+	ctx, stop := context.WithCancel(context.Background())
+	r := &remote{c: c, epoch: epoch, member: member, opts: o, claims: map[string]*rclaim{},
+		gone: make(chan struct{}), ctx: ctx, stop: stop}
+	r.hlth.Store(&Health{Healthy: true, Since: time.Now()})
+	return r
+}
+
+// start begins the events long-poll.
+func (r *remote) start() {
+	r.wg.Add(1)
+	go r.eventsLoop()
+}
+
+// markGone records that the writer is gone or failing: the clustered
+// backend looks for the next one.
+func (r *remote) markGone() { r.goneMu.Do(func() { close(r.gone) }) }
+
+// call makes one call. A refusal (stale epoch, wrong secret) changed
+// nothing: errWriterGone. Any other failure may have happened after the
+// writer acted: errOutcomeLost, which also wraps errWriterGone.
+func (r *remote) call(ctx context.Context, method string, req, reply any) error {
+	r.calls.Add(1)
+	err := r.c.Call(ctx, method, req, reply)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, cluster.ErrStaleEpoch), errors.Is(err, cluster.ErrUnauthenticated):
+		r.markGone()
+		return fmt.Errorf("%w: %v", errWriterGone, err)
+	}
+	r.markGone()
+	return &outcomeLostError{err: err}
+}
+
+// outcomeLostError: a call failed in transport; the writer may have acted
+// on it.
+type outcomeLostError struct{ err error }
+
+func (e *outcomeLostError) Error() string {
+	return fmt.Sprintf("queue: the call to the cluster's writer failed: %v", e.err)
+}
+func (e *outcomeLostError) Unwrap() []error { return []error{errWriterGone, e.err} }
+
+func (r *remote) ping(ctx context.Context) error {
+	var h healthReply
+	if err := r.call(ctx, rpcHealth, struct{}{}, &h); err != nil {
+		return err
+	}
+	r.setHealth(h)
+	return nil
+}
+
+func (r *remote) setHealth(h healthReply) {
+	hh := &Health{Healthy: h.Healthy, Since: h.Since, Stalled: h.Stalled}
+	if h.LastError != "" {
+		hh.LastError = errors.New(h.LastError)
+	}
+	r.hlth.Store(hh)
+}
+
+func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
+	p := &pendingCommit{ops: ops, opts: toWireOpts(o), done: make(chan struct{})}
+	r.bmu.Lock()
+	r.pending = append(r.pending, p)
+	r.kickLocked()
+	r.bmu.Unlock()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		r.bmu.Lock()
+		sent := p.sent
+		if !sent {
+			for i, q := range r.pending {
+				if q == p {
+					r.pending = append(r.pending[:i], r.pending[i+1:]...)
+					break
+				}
+			}
+		}
+		r.bmu.Unlock()
+		if !sent {
+			return TxnResult{}, ctx.Err()
+		}
+		return TxnResult{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+	if p.err != nil {
+		return TxnResult{}, p.err
+	}
+	res := TxnResult{Cancelled: p.res.Cancelled}
+	for _, e := range p.res.Enqueued {
+		er := EnqueueResult{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: e.Claimed.job()}
+		if er.Claimed != nil {
+			r.addClaim(er.Claimed.ID, er.Claimed.token, er.Claimed.CancelRequested)
+		}
+		res.Enqueued = append(res.Enqueued, er)
+	}
+	err := errFromWire(p.res.Err)
+	var lost *ClaimLostError
+	for _, op := range ops {
+		switch op.Kind {
+		case opAck, opNack, opDeadLetter, opRelease:
+			if err == nil {
+				r.dropClaim(op.JobID, op.Token, ErrClaimLost)
+			} else if errors.As(err, &lost) && lost.JobID == op.JobID {
+				r.dropClaim(op.JobID, op.Token, err)
+			}
+		}
+	}
+	return res, err
+}
+
+// kickLocked starts a commit call if one may start and transactions wait.
+//
+// REQUIRES: r.bmu held.
+func (r *remote) kickLocked() {
+	if r.inflight >= maxCommitsInFlight || len(r.pending) == 0 {
+		return
+	}
+	// One call carries one set of queue settings: take the waiting
+	// transactions that share the first one's.
+	first := r.pending[0].opts
+	var batch []*pendingCommit
+	rest := r.pending[:0]
+	for _, p := range r.pending {
+		if len(batch) < maxCommitBatch && sameOpts(p.opts, first) {
+			p.sent = true
+			batch = append(batch, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	r.pending = rest
+	r.inflight++
+	go r.flush(batch)
+}
+
+func sameOpts(a, b wireOpts) bool {
+	return a.Lease == b.Lease && a.MaxAttempts == b.MaxAttempts && a.BackoffBase == b.BackoffBase &&
+		a.BackoffMax == b.BackoffMax && reflect.ValueOf(a.Queues).UnsafePointer() == reflect.ValueOf(b.Queues).UnsafePointer()
+}
+
+// flush sends one commit call for batch.
+func (r *remote) flush(batch []*pendingCommit) {
+	req := commitReq{Member: r.member, Opts: batch[0].opts, Txns: make([][]txnOp, len(batch))}
+	for i, p := range batch {
+		req.Txns[i] = p.ops
+	}
+	var reply commitReply
+	err := r.call(r.ctx, rpcCommit, &req, &reply)
+	if err == nil && len(reply.Results) != len(batch) {
+		err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d transactions", len(reply.Results), len(batch))}
+	}
+	if errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrClosed)
+	}
+	for i, p := range batch {
+		if err != nil {
+			p.err = err
+		} else {
+			p.res = reply.Results[i]
+		}
+		close(p.done)
+	}
+	r.bmu.Lock()
+	r.inflight--
+	r.kickLocked()
+	r.bmu.Unlock()
+}
+
+// addClaim records a claim of this member.
+func (r *remote) addClaim(id string, token uint64, cancelled bool) {
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	c := &rclaim{token: token, lost: make(chan struct{}), cancel: make(chan struct{})}
+	if cancelled {
+		c.cancelled = true
+		close(c.cancel)
+	}
+	r.claims[id] = c
+}
+
+// dropClaim ends a claim of this member: its watchers see cause.
+func (r *remote) dropClaim(id string, token uint64, cause error) {
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	c := r.claims[id]
+	if c == nil || c.token != token {
+		return
+	}
+	delete(r.claims, id)
+	c.cause = cause
+	close(c.lost)
+}
+
+func (r *remote) heldClaims() []claimRef {
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	refs := make([]claimRef, 0, len(r.claims))
+	for id, c := range r.claims {
+		refs = append(refs, claimRef{ID: id, Token: c.token})
+	}
+	return refs
+}
+
+func (r *remote) adopt(refs []claimRef) {
+	for _, c := range refs {
+		r.addClaim(c.ID, c.Token, false)
+	}
+}
+
+func (r *remote) claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
+	return r.claimCall(ctx, queue, n, o, s, 0)
+}
+
+// claimCall claims up to n jobs, waiting up to wait on the writer for one;
+// with s, only as many as s has idle slots for.
+func (r *remote) claimCall(ctx context.Context, queue string, n int, o options, s *slots, wait time.Duration) ([]*Job, error) {
+	if s != nil {
+		n = min(n, s.idle())
+		if n == 0 {
+			return nil, nil
+		}
+	}
+	var reply claimReply
+	if err := r.call(ctx, rpcClaim, &claimReq{Member: r.member, Opts: toWireOpts(o), Queue: queue, N: n, Wait: wait}, &reply); err != nil {
+		return nil, err
+	}
+	if err := errFromWire(reply.Err); err != nil {
+		return nil, err
+	}
+	jobs := make([]*Job, 0, len(reply.Jobs))
+	var unrun []*Job
+	for _, w := range reply.Jobs {
+		j := w.job()
+		r.addClaim(j.ID, j.token, j.CancelRequested)
+		if s != nil && !s.take() {
+			unrun = append(unrun, j) // the loop is stopping
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	if len(unrun) > 0 {
+		go r.releaseUnrun(unrun, o)
+	}
+	return jobs, nil
+}
+
+// releaseUnrun gives back jobs claimed for a Work loop that stopped.
+func (r *remote) releaseUnrun(jobs []*Job, o options) {
+	for _, j := range jobs {
+		op := txnOp{Kind: opRelease, JobID: j.ID, Token: j.token, Queue: j.Queue}
+		if _, err := r.commit(r.ctx, []txnOp{op}, o); err != nil && !IsClaimLost(err) {
+			o.logf("stepwell: releasing job %s, claimed for a worker that stopped, failed: %v", j.ID, err)
+		}
+	}
+}
+
+// claimPoll is how long one claim call waits on the writer for a job.
+const claimPoll = 10 * time.Second
+
+func (r *remote) claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
+	for {
+		if s != nil && s.idle() == 0 {
+			select {
+			case <-s.freed:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		jobs, err := r.claimCall(ctx, queue, n, o, s, claimPoll)
+		if err != nil || len(jobs) > 0 {
+			return jobs, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-r.gone:
+			return nil, errWriterGone
+		default:
+		}
+	}
+}
+
+// A member's Work loops run what they claim; the writer dispatches nothing
+// to them (EnqueueOptions.Dispatch starts jobs in the writer's own slots).
+func (r *remote) addSlots(*slots)    {}
+func (r *remote) removeSlots(*slots) {}
+
+func (r *remote) renew(id string, token uint64, o options) error {
+	r.cmu.Lock()
+	c := r.claims[id]
+	r.cmu.Unlock()
+	if c == nil || c.token != token {
+		return &ClaimLostError{JobID: id}
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	var reply renewReply
+	if err := r.call(ctx, rpcRenew, &renewReq{Member: r.member, Opts: toWireOpts(o), Claims: []claimRef{{id, token}}}, &reply); err != nil {
+		// The writer cannot be asked: the claim stands until the writer
+		// (this one or the next) says otherwise.
+		return nil
+	}
+	if len(reply.Lost) == 1 && reply.Lost[0] {
+		r.dropClaim(id, token, &ClaimLostError{JobID: id})
+		return &ClaimLostError{JobID: id}
+	}
+	return nil
+}
+
+func (r *remote) watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error) {
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	c := r.claims[id]
+	if c == nil || c.token != token {
+		ch := make(chan struct{})
+		close(ch)
+		return ch, nil, func() error { return &ClaimLostError{JobID: id} }
+	}
+	return c.lost, c.cancel, func() error {
+		r.cmu.Lock()
+		defer r.cmu.Unlock()
+		return c.cause
+	}
+}
+
+// eventsPoll is how long one events call waits on the writer.
+const eventsPoll = 15 * time.Second
+
+// eventsLoop long-polls the writer for the cancels and losses of this
+// member's claims, until close or the writer is gone.
+func (r *remote) eventsLoop() {
+	defer r.wg.Done()
+	for failures := 0; r.ctx.Err() == nil; {
+		ctx, cancel := context.WithTimeout(r.ctx, eventsPoll+10*time.Second)
+		var reply eventsReply
+		err := r.call(ctx, rpcEvents, &eventsReq{Member: r.member, Claims: r.heldClaims(), Wait: eventsPoll}, &reply)
+		cancel()
+		if err != nil {
+			if errors.Is(err, errWriterGone) {
+				return
+			}
+			failures++
+			select {
+			case <-time.After(min(50*time.Millisecond<<min(failures, 5), time.Second)):
+			case <-r.ctx.Done():
+			}
+			continue
+		}
+		failures = 0
+		for _, ev := range reply.Events {
+			if ev.Lost {
+				r.dropClaim(ev.ID, ev.Token, &ClaimLostError{JobID: ev.ID})
+				continue
+			}
+			r.cmu.Lock()
+			if c := r.claims[ev.ID]; c != nil && c.token == ev.Token && !c.cancelled {
+				c.cancelled = true
+				close(c.cancel)
+			}
+			r.cmu.Unlock()
+		}
+		if reply.Closing {
+			r.markGone()
+			return
+		}
+	}
+}
+
+func (r *remote) get(ctx context.Context, key string) ([]byte, error) {
+	var reply getReply
+	if err := r.call(ctx, rpcGet, &getReq{Key: key}, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Value, errFromWire(reply.Err)
+}
+
+func (r *remote) scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error) {
+	var reply scanReply
+	if err := r.call(ctx, rpcScan, &scanReq{Prefix: prefix, After: after, Limit: limit}, &reply); err != nil {
+		return nil, false, err
+	}
+	return reply.KVs, reply.More, errFromWire(reply.Err)
+}
+
+func (r *remote) stats(ctx context.Context, queue string) (Stats, error) {
+	var reply statsReply
+	if err := r.call(ctx, rpcStats, &statsReq{Queue: queue}, &reply); err != nil {
+		return Stats{}, err
+	}
+	return reply.Stats, errFromWire(reply.Err)
+}
+
+func (r *remote) queues(ctx context.Context) ([]string, error) {
+	var reply queuesReply
+	if err := r.call(ctx, rpcQueues, struct{}{}, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Names, errFromWire(reply.Err)
+}
+
+func (r *remote) getJob(ctx context.Context, id string) (*Job, error) {
+	var reply jobReply
+	if err := r.call(ctx, rpcGetJob, &getJobReq{ID: id}, &reply); err != nil {
+		return nil, err
+	}
+	if err := errFromWire(reply.Err); err != nil {
+		return nil, err
+	}
+	return reply.Job.job(), nil
+}
+
+func (r *remote) deadJobs(ctx context.Context, queue, after string, limit int) ([]*Job, string, error) {
+	var reply deadJobsReply
+	if err := r.call(ctx, rpcDeadJobs, &deadJobsReq{Queue: queue, After: after, Limit: limit}, &reply); err != nil {
+		return nil, "", err
+	}
+	if err := errFromWire(reply.Err); err != nil {
+		return nil, "", err
+	}
+	jobs := make([]*Job, len(reply.Jobs))
+	for i, w := range reply.Jobs {
+		jobs[i] = w.job()
+	}
+	return jobs, reply.Next, nil
+}
+
+func (r *remote) requeueDead(ctx context.Context, id string) error {
+	var reply jobReply
+	if err := r.call(ctx, rpcRequeueDead, &getJobReq{ID: id}, &reply); err != nil {
+		return err
+	}
+	return errFromWire(reply.Err)
+}
+
+func (r *remote) refresh(context.Context) error { return nil }
+
+func (r *remote) storageStats() StorageStats {
+	return StorageStats{ClusterCalls: r.calls.Load(), Health: r.health()}
+}
+
+func (r *remote) health() Health { return *r.hlth.Load() }
+
+func (r *remote) err() error { return nil }
+
+func (r *remote) close(context.Context) error {
+	r.stop()
+	r.wg.Wait()
+	return r.c.Close()
+}
