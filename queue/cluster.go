@@ -247,7 +247,7 @@ func (c *clustered) becomeMember(ctx context.Context, own *format.Owner) error {
 	if own == nil || own.Closed || own.Addr == "" || len(own.Secret) == 0 {
 		return errNoWriter
 	}
-	cl, err := cluster.Dial(own.Addr, cluster.Config{Epoch: own.Epoch, Secret: own.Secret, TLS: c.cfg.TLS, Logger: c.log})
+	cl, err := cluster.Dial(own.Addr, cluster.Config{Epoch: own.Epoch, Secret: own.Secret, TLS: c.cfg.TLS, Logger: c.log, Dialer: c.opts.clusterDialer})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoWriter, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -304,5 +306,125 @@ func TestClusterCommitsShareCalls(t *testing.T) {
 	t.Logf("%d concurrent puts took %d commit calls", n, calls)
 	if calls >= n {
 		t.Fatalf("%d puts took %d calls: no batching", n, calls)
+	}
+}
+
+// cuttable is a dialer whose connections a test can cut, and keep cut.
+type cuttable struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (c *cuttable) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return nil, errors.New("test: network cut")
+	}
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err == nil {
+		c.conns = append(c.conns, conn)
+	}
+	return conn, err
+}
+
+func (c *cuttable) setCut(cut bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = cut
+	if cut {
+		for _, conn := range c.conns {
+			_ = conn.Close()
+		}
+		c.conns = nil
+	}
+}
+
+func withDialer(d func(context.Context, string) (net.Conn, error)) Option {
+	return func(o *options) error { o.clusterDialer = d; return nil }
+}
+
+// A member cut off from the writer does not fence it: takeover is decided
+// by the store, which says the writer lives. The cut-off member's claim
+// runs out after its lease, on both sides: its handler is told, and the
+// writer gives the job to another member.
+func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
+	for name, store := range clusterStores(t) {
+		t.Run(name, func(t *testing.T) {
+			url := store(t)
+			ctx := context.Background()
+			const lease, hb = time.Second, 200 * time.Millisecond
+			opts := []Option{WithLease(lease), WithHeartbeat(hb)}
+			w := openMember(t, url, opts...)
+			var link cuttable
+			cut := openMember(t, url, append(opts, withDialer(link.dial))...)
+			other := openMember(t, url, opts...)
+			if w.Role() != RoleWriter || cut.Role() != RoleMember || other.Role() != RoleMember {
+				t.Fatalf("roles: %v %v %v", w.Role(), cut.Role(), other.Role())
+			}
+			if _, err := w.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "j"}); err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan struct{})
+			lost := make(chan error, 1)
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			go cut.Work(wctx, "q", func(ctx context.Context, j *Job) error {
+				close(started)
+				<-ctx.Done()
+				lost <- context.Cause(ctx)
+				return nil
+			}, WorkOptions{})
+			<-started
+			link.setCut(true)
+			// Its lease runs out on the writer, and another member runs the
+			// job: attempt 2.
+			ran := make(chan *Job, 1)
+			octx, ostop := context.WithCancel(ctx)
+			defer ostop()
+			go other.Work(octx, "q", func(ctx context.Context, j *Job) error {
+				ran <- j
+				return nil
+			}, WorkOptions{})
+			select {
+			case j := <-ran:
+				if j.Attempt != 2 {
+					t.Fatalf("the job ran elsewhere at attempt %d, want 2", j.Attempt)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the cut-off member's job did not run elsewhere")
+			}
+			select {
+			case c := <-lost:
+				if !IsClaimLost(c) {
+					t.Fatalf("the cut-off member's handler saw %v, want a lost claim", c)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the cut-off member's handler was not told its claim ran out")
+			}
+			// Well past 3 heartbeats (and the lease): nobody was fenced.
+			time.Sleep(5 * hb)
+			if w.Role() != RoleWriter || cut.Role() != RoleMember || w.Err() != nil {
+				t.Fatalf("after the cut: writer role %v (err %v), cut-off member role %v", w.Role(), w.Err(), cut.Role())
+			}
+			// Healed, the member works again with the same writer.
+			link.setCut(false)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				err := cut.Put(cctx, []byte("healed"), []byte("1"))
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the member does not work after the network healed: %v", err)
+				}
+			}
+			if v, err := w.Get(ctx, []byte("healed")); err != nil || string(v) != "1" {
+				t.Fatalf("writer Get = %q, %v", v, err)
+			}
+		})
 	}
 }

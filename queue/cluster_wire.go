@@ -127,6 +127,7 @@ type claimReply struct {
 type claimRef struct {
 	ID    string
 	Token uint64
+	Queue string `msgpack:",omitempty"` // the member's own bookkeeping
 }
 
 type renewReq struct {

@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -35,6 +37,8 @@ type options struct {
 	// process opens the store as the cluster's writer.
 	clusterAddr   string
 	clusterSecret []byte
+	// clusterDialer, set by tests, makes a member's connections.
+	clusterDialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 func defaultOptions() options {

@@ -371,7 +371,7 @@ func (l *local) heldClaims() []claimRef {
 	var refs []claimRef
 	for id, ls := range l.leases {
 		if ls.holder == "" {
-			refs = append(refs, claimRef{ID: id, Token: ls.token})
+			refs = append(refs, claimRef{ID: id, Token: ls.token, Queue: ls.queue})
 		}
 	}
 	return refs

@@ -44,6 +44,8 @@ type remote struct {
 // rclaim is a member's view of one of its claims.
 type rclaim struct {
 	token     uint64
+	queue     string
+	renewed   time.Time // when the writer last confirmed the lease
 	lost      chan struct{}
 	cancel    chan struct{}
 	cause     error
@@ -65,8 +67,21 @@ type pendingCommit struct {
 // transactions share a WAL write on the writer.
 const maxCommitsInFlight = 2
 
-// maxCommitBatch bounds the transactions of one commit call.
-const maxCommitBatch = 512
+// maxCommitBatch and maxCommitBytes bound the transactions of one commit
+// call (a larger transaction goes alone).
+const (
+	maxCommitBatch = 512
+	maxCommitBytes = 16 << 20
+)
+
+// txnSize is about how many bytes ops take on the wire.
+func txnSize(ops []txnOp) int {
+	n := 0
+	for i := range ops {
+		n += 32 + len(ops[i].Key) + len(ops[i].Value) + len(ops[i].Expect)
+	}
+	return n
+}
 
 func newRemote(c *cluster.Client, epoch uint64, member string, o options) *remote {
 	ctx, stop := context.WithCancel(context.Background())
@@ -163,7 +178,7 @@ func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult,
 	for _, e := range p.res.Enqueued {
 		er := EnqueueResult{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: e.Claimed.job()}
 		if er.Claimed != nil {
-			r.addClaim(er.Claimed.ID, er.Claimed.token, er.Claimed.CancelRequested)
+			r.addClaim(er.Claimed.ID, er.Claimed.Queue, er.Claimed.token, er.Claimed.CancelRequested)
 		}
 		res.Enqueued = append(res.Enqueued, er)
 	}
@@ -194,9 +209,12 @@ func (r *remote) kickLocked() {
 	first := r.pending[0].opts
 	var batch []*pendingCommit
 	rest := r.pending[:0]
+	size := 0
 	for _, p := range r.pending {
-		if len(batch) < maxCommitBatch && sameOpts(p.opts, first) {
+		n := txnSize(p.ops)
+		if len(batch) == 0 || len(batch) < maxCommitBatch && size+n <= maxCommitBytes && sameOpts(p.opts, first) {
 			p.sent = true
+			size += n
 			batch = append(batch, p)
 		} else {
 			rest = append(rest, p)
@@ -241,10 +259,10 @@ func (r *remote) flush(batch []*pendingCommit) {
 }
 
 // addClaim records a claim of this member.
-func (r *remote) addClaim(id string, token uint64, cancelled bool) {
+func (r *remote) addClaim(id, queue string, token uint64, cancelled bool) {
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
-	c := &rclaim{token: token, lost: make(chan struct{}), cancel: make(chan struct{})}
+	c := &rclaim{token: token, queue: queue, renewed: time.Now(), lost: make(chan struct{}), cancel: make(chan struct{})}
 	if cancelled {
 		c.cancelled = true
 		close(c.cancel)
@@ -270,14 +288,14 @@ func (r *remote) heldClaims() []claimRef {
 	defer r.cmu.Unlock()
 	refs := make([]claimRef, 0, len(r.claims))
 	for id, c := range r.claims {
-		refs = append(refs, claimRef{ID: id, Token: c.token})
+		refs = append(refs, claimRef{ID: id, Token: c.token, Queue: c.queue})
 	}
 	return refs
 }
 
 func (r *remote) adopt(refs []claimRef) {
 	for _, c := range refs {
-		r.addClaim(c.ID, c.Token, false)
+		r.addClaim(c.ID, c.Queue, c.Token, false)
 	}
 }
 
@@ -305,7 +323,7 @@ func (r *remote) claimCall(ctx context.Context, queue string, n int, o options, 
 	var unrun []*Job
 	for _, w := range reply.Jobs {
 		j := w.job()
-		r.addClaim(j.ID, j.token, j.CancelRequested)
+		r.addClaim(j.ID, j.Queue, j.token, j.CancelRequested)
 		if s != nil && !s.take() {
 			unrun = append(unrun, j) // the loop is stopping
 			continue
@@ -371,15 +389,26 @@ func (r *remote) renew(id string, token uint64, o options) error {
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 	defer cancel()
 	var reply renewReply
-	if err := r.call(ctx, rpcRenew, &renewReq{Member: r.member, Opts: toWireOpts(o), Claims: []claimRef{{id, token}}}, &reply); err != nil {
-		// The writer cannot be asked: the claim stands until the writer
-		// (this one or the next) says otherwise.
+	if err := r.call(ctx, rpcRenew, &renewReq{Member: r.member, Opts: toWireOpts(o), Claims: []claimRef{{ID: id, Token: token}}}, &reply); err != nil {
+		// The writer cannot be asked. The claim stands until its lease,
+		// as last confirmed, has run out: by then the writer has given
+		// the job to another worker (or will, once it can).
+		r.cmu.Lock()
+		expired := time.Since(c.renewed) > o.config(c.queue).Lease
+		r.cmu.Unlock()
+		if expired {
+			r.dropClaim(id, token, &ClaimLostError{JobID: id})
+			return &ClaimLostError{JobID: id}
+		}
 		return nil
 	}
 	if len(reply.Lost) == 1 && reply.Lost[0] {
 		r.dropClaim(id, token, &ClaimLostError{JobID: id})
 		return &ClaimLostError{JobID: id}
 	}
+	r.cmu.Lock()
+	c.renewed = time.Now()
+	r.cmu.Unlock()
 	return nil
 }
 

@@ -32,12 +32,16 @@ func Dial(addr string, cfg Config) (*Client, error) {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
 	epoch := strconv.FormatUint(cfg.Epoch, 10)
-	conn, err := grpc.NewClient(addr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(callCreds{epoch: epoch, secret: hex.EncodeToString(cfg.Secret)}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(CodecName)),
-	)
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(CodecName), grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+	}
+	if cfg.Dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(cfg.Dialer))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)
 	}

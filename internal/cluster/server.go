@@ -43,6 +43,9 @@ type Config struct {
 	// Logger receives refused calls (rate-limited). Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// Dialer, if set, makes a client's connections (tests inject network
+	// faults with it). Nil: TCP.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Keepalive: a connection idle for keepaliveTime is pinged, and closed if
@@ -52,6 +55,11 @@ const (
 	keepaliveTime    = 10 * time.Second
 	keepaliveTimeout = 5 * time.Second
 )
+
+// maxMsg bounds a call's request and reply: a transaction carries values
+// up to the queue's largest (64 MiB by default), and a member batches
+// several transactions in one call.
+const maxMsg = 512 << 20
 
 // Server serves a writer's methods to the store's members.
 type Server struct {
@@ -73,6 +81,7 @@ func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 	}
 	if cfg.TLS != nil {
