@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/handoff"
 )
 
 func TestEnqueueClaimed(t *testing.T) {
@@ -164,10 +166,10 @@ func TestWorkHandoff(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if c := r.Enqueued[0].Claimed; c == nil || !Handoff(jctx, c) {
+			if c := r.Enqueued[0].Claimed; c == nil || !handoff.Give(jctx, "w", c) {
 				t.Errorf("chained job not handed off: %+v", r.Enqueued[0])
 			}
-			if Handoff(jctx, r.Enqueued[0].Claimed) {
+			if handoff.Give(jctx, "w", r.Enqueued[0].Claimed) {
 				t.Error("a second Handoff was accepted")
 			}
 			return nil
@@ -182,7 +184,7 @@ func TestWorkHandoff(t *testing.T) {
 	if got != "old0/1 old0+/1 old0++/1 old1/1 old2/1" {
 		t.Fatalf("run order %q, want the chain first", got)
 	}
-	if Handoff(t0ctx, &Job{Queue: "w"}) {
+	if handoff.Give(t0ctx, "w", &Job{Queue: "w"}) {
 		t.Fatal("Handoff outside a worker was accepted")
 	}
 }
@@ -201,7 +203,7 @@ func TestWorkStoppingReleasesHandoff(t *testing.T) {
 				return err
 			}
 			cancel() // the worker stops before it would run the handoff
-			Handoff(jctx, r.Enqueued[0].Claimed)
+			handoff.Give(jctx, "w", r.Enqueued[0].Claimed)
 			return nil
 		}, WorkOptions{Concurrency: 1, ManualSettle: true})
 	}()
@@ -242,7 +244,7 @@ func TestWorkHandoffLostWhileWaiting(t *testing.T) {
 			return nil
 		}
 		r, err := q.Enqueue(jctx, "w", []byte("next"), EnqueueOptions{Claim: true})
-		if err != nil || r.Claimed == nil || !Handoff(jctx, r.Claimed) {
+		if err != nil || r.Claimed == nil || !handoff.Give(jctx, "w", r.Claimed) {
 			t.Errorf("Enqueue with Claim = %+v, %v, or Handoff refused", r, err)
 			return nil
 		}

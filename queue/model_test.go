@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/handoff"
 )
 
 // The model test applies random operations both to a real Queue (on mem://
@@ -1583,7 +1584,7 @@ func (r *modelRun) doWork() {
 		}, WorkOptions{Concurrency: 1, ManualSettle: manual})
 	}()
 	r.logf("Work(%s, manual=%v) for %d calls", qn, manual, calls)
-	var handoff *Job // the job handed off by the last call
+	var handedOff *Job // the job handed off by the last call
 	for i := 0; ; i++ {
 		var c call
 		select {
@@ -1598,8 +1599,8 @@ func (r *modelRun) doWork() {
 		// are in the store now) and claimed this one.
 		r.discover()
 		var want *mJob
-		if handoff != nil {
-			want = r.m.jobs[handoff.ID]
+		if handedOff != nil {
+			want = r.m.jobs[handedOff.ID]
 		} else {
 			want = r.m.claim(qn, 1, now)[0]
 		}
@@ -1609,7 +1610,7 @@ func (r *modelRun) doWork() {
 		if d := diffJob(c.job, want, now); d != "" {
 			r.fail("job run by Work: %s", d)
 		}
-		if handoff != nil && c.job != handoff {
+		if handedOff != nil && c.job != handedOff {
 			r.fail("Work ran a copy of the handed-off job %s", c.job.ID)
 		}
 		h := r.addHandle(c.job, want.claim)
@@ -1629,7 +1630,7 @@ func (r *modelRun) doWork() {
 		if r.rng.IntN(5) == 0 {
 			ops = append(ops, mOp{kind: mEnq, req: EnqueueRequest{Queue: other, Payload: r.randPayload(), Options: EnqueueOptions{Claim: true}}})
 		}
-		handoff = nil
+		handedOff = nil
 		if len(ops) > 0 {
 			r.logf("Work call %d (job %s): Txn %v", i, c.job.ID, ops)
 			res := r.commit(ops, "work")
@@ -1644,15 +1645,15 @@ func (r *modelRun) doWork() {
 				if e.Claimed == nil {
 					continue
 				}
-				ok := Handoff(c.ctx, e.Claimed)
+				ok := handoff.Give(c.ctx, e.Claimed.Queue, e.Claimed)
 				switch {
 				case o.req.Queue != qn && ok:
 					r.fail("Handoff of job %s of queue %s to a worker of %s = true, want false", e.JobID, o.req.Queue, qn)
 				case o.req.Queue == qn && !ok:
 					r.fail("Handoff of job %s = false, want true", e.JobID)
 				case ok:
-					handoff = e.Claimed
-					if Handoff(c.ctx, e.Claimed) {
+					handedOff = e.Claimed
+					if handoff.Give(c.ctx, e.Claimed.Queue, e.Claimed) {
 						r.fail("a second Handoff of one call = true, want false")
 					}
 					r.stats["handoffs"]++
@@ -1686,8 +1687,8 @@ func (r *modelRun) doWork() {
 				r.fail("model: Work's %v = %v", o, e)
 			}
 		}
-		stopping := last || handoff == nil && !r.m.anyReady(qn, now)
-		r.logf("Work call %d returns %v; handoff %v; stopping %v", i, ret, handoff != nil, stopping)
+		stopping := last || handedOff == nil && !r.m.anyReady(qn, now)
+		r.logf("Work call %d returns %v; handoff %v; stopping %v", i, ret, handedOff != nil, stopping)
 		if stopping {
 			stop()
 		}
@@ -1701,11 +1702,11 @@ func (r *modelRun) doWork() {
 			case <-time.After(20 * time.Second):
 				r.fail("Work did not return within 20s of its ctx being done")
 			}
-			if handoff != nil {
+			if handedOff != nil {
 				// Released by the stopping worker.
-				j := r.m.jobs[handoff.ID]
+				j := r.m.jobs[handedOff.ID]
 				if j == nil || j.state != mClaimed {
-					r.fail("model: handed-off job %s is %v", handoff.ID, j)
+					r.fail("model: handed-off job %s is %v", handedOff.ID, j)
 				}
 				r.m.release(j, now)
 				r.stats["work-released"]++

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/handoff"
+
 	"github.com/stepwell/stepwell/internal/objstore"
 )
 
@@ -206,33 +208,6 @@ func (s *slots) close() {
 	s.mu.Unlock()
 }
 
-// Handoff asks the worker running the handler whose context is ctx to run
-// job next, in the same slot, once the handler returns: job must be claimed
-// by this process (see EnqueueOptions.Claim) and belong to the queue the
-// worker serves. A worker that is stopping by then releases the job
-// instead (Txn.Release: the attempt does not count). The job's lease is not
-// renewed until it starts: if it runs out before the handler returns, the
-// claim is lost (the reaper requeues the job) and the worker skips it.
-// Handoff reports false, leaving job to the caller, when ctx is not a Work
-// handler's context, the job is of another queue, or the handler already
-// handed a job off.
-func Handoff(ctx context.Context, job *Job) bool {
-	ho, _ := ctx.Value(handoffKey{}).(*handoff)
-	if ho == nil || job == nil || job.Queue != ho.queue || ho.next != nil {
-		return false
-	}
-	ho.next = job
-	return true
-}
-
-type handoffKey struct{}
-
-// handoff carries a job handed off by a handler to its slot.
-type handoff struct {
-	queue string
-	next  *Job
-}
-
 // runSlot runs j and then every job its handlers hand off, until there is
 // none or the worker is stopping. A job the worker did not claim just now
 // (waited: dispatched to the slot, or handed off) is admitted first.
@@ -241,9 +216,9 @@ func (q *Queue) runSlot(stopping func() bool, base context.Context, j *Job, h Ha
 		if waited && !q.admit(stopping(), base, j) {
 			return
 		}
-		ho := &handoff{queue: j.Queue}
-		q.runJob(context.WithValue(base, handoffKey{}, ho), j, h, manual)
-		j = ho.next
+		ho := &handoff.Slot[*Job]{Queue: j.Queue}
+		q.runJob(handoff.With(base, ho), j, h, manual)
+		j, _ = ho.Next()
 	}
 }
 

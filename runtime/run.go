@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stepwell/stepwell/internal/handoff"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -256,7 +257,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 // that ran this one: it runs at once, without a claim of its own.
 func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult) {
 	for _, e := range res.Enqueued {
-		if e.Claimed == nil || queue.Handoff(claimCtx, e.Claimed) {
+		if e.Claimed == nil || handoff.Give(claimCtx, e.Claimed.Queue, e.Claimed) {
 			continue
 		}
 		// Not run from a worker (cannot happen in handleStep): give it back.

@@ -1,0 +1,266 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/engine"
+)
+
+// Claim takes the next claimable job of the queue under a lease, or returns
+// (nil, nil) when there is none. The job's attempt count rises at claim, so
+// a job whose worker crashes every time still reaches its limit.
+func (q *Queue) Claim(ctx context.Context, queue string) (*Job, error) {
+	jobs, err := q.ClaimBatch(ctx, queue, 1)
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	return jobs[0], nil
+}
+
+// ClaimBatch claims up to n jobs in one transaction.
+func (q *Queue) ClaimBatch(ctx context.Context, queue string, n int) ([]*Job, error) {
+	if err := q.checkClaim(queue, n); err != nil {
+		return nil, err
+	}
+	jobs, err := q.be.claim(ctx, queue, n, q.opts, nil)
+	return jobs, mapErr(err)
+}
+
+// ClaimWait claims up to n jobs, waiting until at least one is claimable or
+// ctx is done (then it returns ctx's error). It wakes when a job is enqueued
+// or comes due; the poll interval (WithPollInterval) only bounds its sleep.
+func (q *Queue) ClaimWait(ctx context.Context, queue string, n int) ([]*Job, error) {
+	if err := q.checkClaim(queue, n); err != nil {
+		return nil, err
+	}
+	return q.claimWaitOpts(ctx, queue, n, q.opts)
+}
+
+func (q *Queue) claimWaitOpts(ctx context.Context, queue string, n int, o options) ([]*Job, error) {
+	if err := q.checkClaim(queue, n); err != nil {
+		return nil, err
+	}
+	jobs, err := q.be.claimWait(ctx, queue, n, o, nil)
+	return jobs, mapErr(err)
+}
+
+func (q *Queue) checkClaim(queue string, n int) error {
+	if err := q.checkOpen(); err != nil {
+		return err
+	}
+	if queue == "" {
+		return ErrEmptyQueueName
+	}
+	if n < 1 {
+		return invalid("claim count %d must be at least 1", n)
+	}
+	return nil
+}
+
+// claim takes up to n claimable jobs from the queue, highest priority first,
+// FIFO within a priority. The attempt count rises at claim.
+func (l *local) claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
+	cfg := o.config(queue)
+	// A stalled store claims nothing: a claim now would only wait for the
+	// store, holding jobs another process could run once it is back.
+	if err := l.eng.WaitHealthy(ctx); err != nil {
+		return nil, err
+	}
+	var jobs []*Job
+	var encs [][]byte
+	now := l.now()
+	taken := 0 // slots of s taken
+	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
+		jobs, encs = nil, nil
+		qi := l.ix.queues[queue]
+		if qi == nil {
+			return nil
+		}
+		qi.promote(now.UnixNano())
+		for len(jobs) < n {
+			it, ok := qi.ready.Min()
+			if !ok {
+				break
+			}
+			id := it.id()
+			v, ok := tx.Get(jobSpace + id)
+			if !ok {
+				qi.ready.Delete(it) // cannot happen: the index follows the tree
+				continue
+			}
+			if s != nil {
+				if !s.take() {
+					break
+				}
+				taken++
+			}
+			rec, err := decodeJob(v)
+			if err != nil {
+				return err
+			}
+			rec.State = stateClaimed
+			rec.Attempts++
+			rec.UpdatedAt = now.UnixNano()
+			rec.Claim = l.nextToken.Add(1)
+			tx.Put(jobSpace+id, encodeJob(rec)) // removes it from ready
+			j := rec.toJob(id, now)
+			j.Payload = bytes.Clone(rec.Payload)
+			j.token = rec.Claim
+			jobs = append(jobs, j)
+			encs = append(encs, l.payloadValue(&tx.Reader, id, rec))
+		}
+		l.grantLeases(jobs, cfg, now, o.member)
+		return nil
+	})
+	putTaken := func() {
+		for ; taken > 0; taken-- {
+			s.put()
+		}
+	}
+	if err == nil {
+		err = wait(ctx)
+	}
+	if errors.Is(err, engine.ErrOutcomeUnknown) {
+		// ctx ended before the claim was durable. Nobody will run the
+		// jobs: once it is, release them (the attempt does not count).
+		go func() {
+			if wait(context.Background()) == nil {
+				l.releaseUnrun(jobs, o)
+			}
+			putTaken()
+		}()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		putTaken()
+		return nil, err
+	}
+	l.startLeases(jobs, o)
+	for i, j := range jobs {
+		if encs[i] == nil {
+			continue
+		}
+		if j.Payload, err = l.resolve(ctx, encs[i]); err != nil {
+			// The jobs are not run: release them, and free their slots.
+			go l.releaseUnrun(jobs, o)
+			putTaken()
+			return nil, err
+		}
+	}
+	return jobs, nil
+}
+
+// releaseUnrun gives back jobs this process claimed durably but will not
+// run (their caller gave up): released, their attempt not counted. A job
+// whose claim was lost meanwhile is skipped; a failing store is logged.
+func (l *local) releaseUnrun(jobs []*Job, o options) {
+	for _, j := range jobs {
+		op := txnOp{Kind: opRelease, JobID: j.ID, Token: j.token, Queue: j.Queue}
+		if _, err := l.commit(context.Background(), []txnOp{op}, o); err != nil && !IsClaimLost(err) {
+			o.logf("stepwell: releasing job %s, claimed for a caller that gave up, failed: %v", j.ID, err)
+		}
+	}
+}
+
+// payloadValue returns the engine value of a job's payload if it is not in
+// its record: under p/<id>, or nil if there is none.
+//
+// REQUIRES: inside an engine transaction or view.
+func (l *local) payloadValue(r *engine.Reader, id string, rec *jobRec) []byte {
+	if rec.Payload != nil {
+		return nil
+	}
+	v, _ := r.Get(payloadSpace + id)
+	return v
+}
+
+// testHookClaimWait, when set by a test, runs before each claim of
+// claimWait.
+var testHookClaimWait func()
+
+// claimWait claims up to n jobs, waiting until at least one is claimable or
+// ctx is done. Enqueues and due times wake it; the poll interval bounds the
+// sleep.
+func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
+	for {
+		if s != nil && s.idle() == 0 {
+			// Every slot runs a job: wait for one to come back.
+			select {
+			case <-s.freed:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if h := testHookClaimWait; h != nil {
+			h()
+		}
+		jobs, err := l.claim(ctx, queue, n, o, s)
+		if err != nil || len(jobs) > 0 {
+			return jobs, err
+		}
+		var notify chan struct{}
+		var due int64
+		l.eng.View(ctx, func(*engine.Reader) error {
+			qi := l.ix.queue(queue)
+			notify, due = qi.notify, qi.nextDue()
+			return nil
+		})
+		wait := o.pollInterval
+		if due != 0 {
+			wait = min(wait, max(time.Duration(due-l.now().UnixNano()), time.Millisecond))
+		}
+		// A slot put back wakes the wait too: a dispatched enqueue may have
+		// taken the slot this claim needed while jobs were ready, and no
+		// enqueue will signal those jobs again.
+		var freed chan struct{}
+		if s != nil {
+			freed = s.freed
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-notify:
+		case <-freed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+func (l *local) addSlots(s *slots) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	if l.slots == nil {
+		l.slots = map[string][]*slots{}
+	}
+	l.slots[s.queue] = append(l.slots[s.queue], s)
+}
+
+func (l *local) removeSlots(s *slots) {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	s.close()
+	l.slots[s.queue] = slices.DeleteFunc(l.slots[s.queue], func(x *slots) bool { return x == s })
+	if len(l.slots[s.queue]) == 0 {
+		delete(l.slots, s.queue)
+	}
+}
+
+// takeSlot takes an idle slot of a Work loop serving queue, or returns nil.
+func (l *local) takeSlot(queue string) *slots {
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	for _, s := range l.slots[queue] {
+		if s.take() {
+			return s
+		}
+	}
+	return nil
+}

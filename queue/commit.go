@@ -1,0 +1,279 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stepwell/stepwell/internal/engine"
+)
+
+// commit applies a transaction on the local engine, in four stages:
+// stage its values (stageValues), take Work slots for dispatched enqueues
+// (takeSlots), apply its operations in one engine transaction (applyOps),
+// and once the outcome is known, do what follows it (committed).
+func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
+	c := &commitState{ops: ops, o: o, now: l.now()}
+	if err := l.stageValues(ctx, c); err != nil {
+		return TxnResult{}, err
+	}
+	l.takeSlots(c)
+	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error { return l.applyOps(tx, c) })
+	if err != nil {
+		var cfe *ConditionFailedError
+		var cle *ClaimLostError
+		if errors.As(err, &cfe) || errors.As(err, &cle) || errors.Is(err, ErrJobExists) {
+			l.discard(ctx, c.staged) // nothing refers to the staged blobs
+		}
+		for _, s := range c.slotFor {
+			s.put()
+		}
+		return TxnResult{}, err
+	}
+	if err := wait(ctx); err != nil {
+		if errors.Is(err, engine.ErrOutcomeUnknown) {
+			// The caller stops waiting; what follows the commit still
+			// has to happen once the outcome is known.
+			go func() { l.committed(c, wait(context.Background()), true) }()
+		} else {
+			l.committed(c, err, false)
+		}
+		return TxnResult{}, err
+	}
+	l.committed(c, nil, false)
+	return c.res, nil
+}
+
+// commitState is one transaction on its way through commit's stages.
+type commitState struct {
+	ops []txnOp
+	o   options
+	now time.Time
+
+	encs    [][]byte       // per op: the engine value of its value (nil: in the job record)
+	ids     []string       // per enqueue op: the new job's ID
+	staged  [][]byte       // large values uploaded for the transaction
+	slotFor map[int]*slots // op index -> Work slot taken for a dispatched enqueue
+
+	// Set by applyOps (again on each application of the transaction).
+	res     TxnResult
+	unused  [][]byte // staged payloads of dedup hits
+	after   []func() // run once the operations are applied, under the engine's lock
+	signals []func() // tell the watchers of settled claims, once the outcome is known
+}
+
+// discard deletes staged large values nothing refers to.
+func (l *local) discard(ctx context.Context, refs [][]byte) {
+	for _, ref := range refs {
+		l.eng.DiscardBlob(context.WithoutCancel(ctx), ref)
+	}
+}
+
+// stageValues encodes the values of c's operations and assigns the IDs of
+// its new jobs. Large values are uploaded to objects of their own first:
+// the transaction refers to them.
+func (l *local) stageValues(ctx context.Context, c *commitState) error {
+	c.encs = make([][]byte, len(c.ops))
+	c.ids = make([]string, len(c.ops))
+	for i := range c.ops {
+		op := &c.ops[i]
+		switch op.Kind {
+		case opPut, opCompareAndPut, opEnqueue:
+		default:
+			continue
+		}
+		if op.Kind == opEnqueue {
+			c.ids[i] = op.JobID
+			if c.ids[i] == "" {
+				c.ids[i] = ulid.Make().String()
+			}
+		}
+		if op.Kind == opEnqueue && l.inlinePayload(op.Value) {
+			continue // goes into the job record (see enqueueTx)
+		}
+		if len(op.Value) > l.opts.largeValue {
+			ref, err := l.eng.PutBlob(ctx, op.Value)
+			if err != nil {
+				l.discard(ctx, c.staged)
+				return err
+			}
+			c.staged = append(c.staged, ref)
+			c.encs[i] = ref
+		} else {
+			c.encs[i] = engine.Inline(op.Value)
+		}
+	}
+	return nil
+}
+
+// takeSlots takes an idle Work slot for each dispatched enqueue, before
+// the commit, so that the claim granted in the transaction has somewhere
+// to run.
+func (l *local) takeSlots(c *commitState) {
+	for i := range c.ops {
+		op := &c.ops[i]
+		// A job not due at commit time cannot be granted: take no slot.
+		if op.Kind == opEnqueue && op.Dispatch && resolveTime(op.RunAt, c.now) <= c.now.UnixNano() {
+			if s := l.takeSlot(op.Queue); s != nil {
+				if c.slotFor == nil {
+					c.slotFor = map[int]*slots{}
+				}
+				c.slotFor[i] = s
+			}
+		}
+	}
+}
+
+// applyOps applies c's operations in tx; an error rolls them all back.
+//
+// REQUIRES: inside the engine transaction of c (it may run more than once).
+func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
+	ops, o, now := c.ops, c.o, c.now
+	c.res, c.unused, c.after, c.signals = TxnResult{}, nil, nil, nil
+	for i := range ops {
+		op := &ops[i]
+		var err error
+		switch op.Kind {
+		case opPut:
+			tx.Put(kvSpace+string(op.Key), c.encs[i])
+		case opDelete:
+			tx.Delete(kvSpace + string(op.Key))
+		case opCompareAndPut:
+			key := kvSpace + string(op.Key)
+			cur, ok := tx.Get(key)
+			if op.Absent && ok || !op.Absent && (!ok || !valueMatches(cur, op.Expect)) {
+				return &ConditionFailedError{Key: op.Key}
+			}
+			tx.Put(key, c.encs[i])
+		case opCompareAndDelete:
+			key := kvSpace + string(op.Key)
+			cur, ok := tx.Get(key)
+			if !ok || !valueMatches(cur, op.Expect) {
+				return &ConditionFailedError{Key: op.Key}
+			}
+			tx.Delete(key)
+		case opEnqueue:
+			if op.JobID != "" {
+				if _, exists := tx.Get(jobSpace + op.JobID); exists {
+					return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
+				}
+			}
+			r := l.enqueueTx(tx, op, c.ids[i], c.encs[i], o, now, c.slotFor[i] != nil)
+			if r.Duplicate && len(op.Value) > l.opts.largeValue {
+				c.unused = append(c.unused, c.encs[i])
+			}
+			if j := r.Claimed; j != nil {
+				j.Payload = op.Value
+				c.after = append(c.after, func() { l.grantLeases([]*Job{j}, o.config(j.Queue), now, o.member) })
+			}
+			c.res.Enqueued = append(c.res.Enqueued, r)
+		case opAck, opNack, opDeadLetter, opRelease:
+			var f func() func()
+			f, err = l.settleTx(tx, op, o, now)
+			c.after = append(c.after, func() { c.signals = append(c.signals, f()) })
+		case opRequireJob:
+			v, ok := tx.Get(jobSpace + op.JobID)
+			var st State
+			if ok {
+				rec, err := decodeJob(v)
+				if err != nil {
+					return err
+				}
+				st = rec.toJob(op.JobID, now).State
+			}
+			if !ok || op.States&(1<<st) == 0 {
+				return &ConditionFailedError{Key: []byte(jobSpace + op.JobID)}
+			}
+		case opCancelJob:
+			co, f := l.cancelTx(tx, op.JobID, now)
+			c.res.Cancelled = append(c.res.Cancelled, co)
+			if f != nil {
+				c.after = append(c.after, f)
+			}
+		case opRequeueDead:
+			err = requeueDeadTx(tx, op.JobID, now)
+		default:
+			err = errors.New("queue: unknown transaction operation")
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// Claims are released (and granted) while the engine's lock is still
+	// held, so the reaper cannot also act on them.
+	for _, f := range c.after {
+		f()
+	}
+	return nil
+}
+
+// committed does what follows a transaction's outcome (err == nil:
+// durable): it tells the watchers of the claims it settled, starts the
+// leases of the jobs it claimed and the dispatched jobs in the slots taken
+// for them, or gives the slots back. abandoned says the caller stopped
+// waiting (ErrOutcomeUnknown) and will not see the result: the jobs
+// claimed for it (EnqueueOptions.Claim) are then released, their attempt
+// not counted.
+func (l *local) committed(c *commitState, err error, abandoned bool) {
+	ops, slotFor, res, unused, signals, o := c.ops, c.slotFor, c.res, c.unused, c.signals, c.o
+	for _, signal := range signals {
+		signal()
+	}
+	if err != nil {
+		for _, s := range slotFor {
+			s.put()
+		}
+		return
+	}
+	for _, ref := range unused {
+		l.eng.DiscardBlob(context.Background(), ref)
+	}
+	var claimed []*Job
+	for _, r := range res.Enqueued {
+		if r.Claimed != nil {
+			claimed = append(claimed, r.Claimed)
+		}
+	}
+	l.startLeases(claimed, o)
+	if slotFor != nil {
+		startDispatched(ops, slotFor, res.Enqueued)
+	}
+	if abandoned {
+		var unrun []*Job
+		for _, r := range res.Enqueued {
+			if r.Claimed != nil { // not dispatched (startDispatched cleared those)
+				unrun = append(unrun, r.Claimed)
+			}
+		}
+		if len(unrun) > 0 {
+			l.releaseUnrun(unrun, o)
+		}
+	}
+}
+
+// startDispatched starts each dispatched job that the transaction claimed
+// in the slot taken for it, and gives back the slots of the others (not
+// granted: those jobs wait in the queue). enqueued holds one result per
+// enqueue of ops, in order.
+func startDispatched(ops []txnOp, slotFor map[int]*slots, enqueued []EnqueueResult) {
+	k := 0 // index in enqueued of the next enqueue
+	for i := range ops {
+		if ops[i].Kind != opEnqueue {
+			continue
+		}
+		r := &enqueued[k]
+		k++
+		s := slotFor[i]
+		switch {
+		case s == nil:
+		case r.Claimed == nil:
+			s.put()
+		default:
+			j := r.Claimed
+			r.Claimed, r.Dispatched = nil, true
+			s.start(j)
+		}
+	}
+}

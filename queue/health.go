@@ -1,0 +1,72 @@
+package queue
+
+import "time"
+
+// Health says whether the store answers the writer. While it does not (a
+// WAL write keeps failing with a transient error, or has been in flight
+// for over a second), commits wait and the writer retries with backoff,
+// logging a warning at most every 30s; no new jobs are claimed; leases do
+// not run out; and once the store answers, everything resumes by itself.
+// An outage of any length closes nothing (see Err for what does).
+type Health struct {
+	// Healthy is false while the store is stalled.
+	Healthy bool
+	// Since is when Healthy last changed: when the stall began, or when
+	// the last one ended (the Open time if none).
+	Since time.Time
+	// LastError is the last failed WAL write attempt's error (kept after
+	// the store heals); nil if none failed since Open.
+	LastError error
+	// Stalled is how long the current stall has lasted (0 when healthy).
+	Stalled time.Duration
+}
+
+// Health reports whether the store answers this process's writes. A
+// read-only Queue, which writes nothing, is always healthy.
+func (q *Queue) Health() Health { return q.be.health() }
+
+// StorageStats counts the object-store requests this process has made on
+// the store since it was opened, and the engine's work.
+type StorageStats struct {
+	Puts, Gets, Lists, Deletes, Heads int64
+	BytesWritten, BytesRead           int64
+
+	WALBatches uint64 // WAL batches written (including the open marker)
+	// WALSegmentBatches counts the WAL batches written as records of WAL
+	// segments (file:// stores) rather than as objects of their own.
+	WALSegmentBatches uint64
+	Transactions      uint64 // transactions committed
+	Mutations         uint64 // key changes committed
+	WALBytes          uint64
+	Snapshots         uint64 // snapshots written
+	Keys              int    // keys in the state (all spaces)
+	// WALWriteTime sums how long WAL batch writes took, each from its start
+	// to its durability: WALWriteTime / (WALBatches - 1, the open marker)
+	// is the mean commit latency.
+	WALWriteTime time.Duration
+	// Health is the store's health, as Queue.Health reports it.
+	Health Health
+	// ClusterCalls counts the calls this process made to the cluster's
+	// writer as a member (see WithCluster). A member makes no object-store
+	// requests of its own: the counts above are zero for it.
+	ClusterCalls int64
+}
+
+// StorageStats returns the store's request and commit counters.
+func (q *Queue) StorageStats() StorageStats { return q.be.storageStats() }
+
+func (l *local) storageStats() StorageStats {
+	c := l.counting.Counts()
+	s := l.eng.Stats()
+	return StorageStats{
+		Puts: c.Puts, Gets: c.Gets, Lists: c.Lists, Deletes: c.Deletes, Heads: c.Heads,
+		BytesWritten: c.BytesWritten, BytesRead: c.BytesRead,
+		WALBatches: s.Batches, WALSegmentBatches: s.SegmentBatches, Transactions: s.Txns, Mutations: s.Mutations,
+		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys, WALWriteTime: s.WALWriteTime, Health: l.health(),
+	}
+}
+
+func (l *local) health() Health {
+	h := l.eng.Health()
+	return Health{Healthy: h.Healthy, Since: h.Since, LastError: h.LastError, Stalled: h.Stalled}
+}

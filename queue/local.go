@@ -1,0 +1,160 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// local is the in-process backend: this process is the writer.
+//
+// The package's files follow the life of a job: enqueue.go, claim.go,
+// lease.go, settle.go, reaper.go, inspect.go; kv.go is the key-value
+// space, commit.go the stages of a transaction, and cluster*.go and
+// remote.go cluster mode (the other backend).
+//
+// # Lock order
+//
+// A goroutine that holds one of these may take only those below it:
+//
+//	registry (Open, Close)
+//	clustered.mu (the role: which backend is current)
+//	the engine's lock (inside Apply, Update, View: the index, ix)
+//	local.smu (the Work loops' slots), then slots.mu
+//	local.lmu (leases)
+//	memberSet.mu (members' pending events)
+//	remote.bmu (commits waiting for a call), remote.cmu (a member's claims)
+//
+// Nothing calls into the engine, or blocks on I/O, while holding lmu,
+// smu or a memberSet's, remote's or slots' lock.
+type local struct {
+	eng      *engine.Engine
+	counting *objstore.Counting
+	opts     options // of the first Open: store-level settings, reaper defaults
+	now      func() time.Time
+	// ix is guarded by the engine's mutex (see index.go).
+	ix        *jobIndex
+	nextToken atomic.Uint64
+
+	lmu    sync.Mutex
+	leases map[string]*lease // guarded by lmu
+
+	smu   sync.Mutex
+	slots map[string][]*slots // Work loops by queue, guarded by smu
+
+	members memberSet // cluster members holding claims (cluster mode)
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// testHookBucket, when set by a test, wraps the bucket of every store
+// opened (to inject faults).
+var testHookBucket func(objstore.Bucket) objstore.Bucket
+
+func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	bucket, err := objstore.Open(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if testHookBucket != nil {
+		bucket = testHookBucket(bucket)
+	}
+	counting := objstore.NewCounting(bucket)
+	l := &local{counting: counting, opts: o, now: o.now, ix: newJobIndex(o.now),
+		leases: map[string]*lease{}, stop: make(chan struct{})}
+	l.nextToken.Store(uint64(time.Now().UnixNano()))
+	heartbeat := o.heartbeat
+	if u.Scheme == "mem" {
+		heartbeat = 0 // a memory store cannot be shared between processes
+	}
+	if o.readOnly {
+		// The heartbeat tells the reader that the store has an owner
+		// object, whose durable sequence the log must reach.
+		eng, err := engine.OpenReadOnly(ctx, engine.Options{Bucket: counting, Heartbeat: heartbeat, Logger: o.logger, Indexer: l.ix})
+		if err != nil {
+			_ = bucket.Close()
+			return nil, err
+		}
+		l.eng = eng
+		return l, nil
+	}
+	eng, err := engine.Open(ctx, engine.Options{
+		Bucket:             counting,
+		Heartbeat:          heartbeat,
+		Takeover:           o.takeover,
+		AcceptTailLoss:     o.acceptTailLoss,
+		SnapshotMinBytes:   o.snapshotBytes,
+		SnapshotMaxObjects: o.snapshotObjs,
+		WriteRetry:         o.writeRetry,
+		Now:                o.now,
+		Logger:             o.logger,
+		Indexer:            l.ix,
+		Addr:               o.clusterAddr,
+		Secret:             o.clusterSecret,
+	})
+	if err != nil {
+		_ = bucket.Close()
+		return nil, err
+	}
+	l.eng = eng
+	if l.ix.corrupt != nil {
+		eng.Kill()
+		return nil, l.ix.corrupt
+	}
+	if err := l.requeueClaimed(ctx); err != nil {
+		eng.Close(ctx)
+		return nil, err
+	}
+	l.wg.Add(1)
+	go l.reaperLoop()
+	return l, nil
+}
+
+func (l *local) err() error { return l.eng.Err() }
+
+func (l *local) refresh(ctx context.Context) error {
+	if !l.opts.readOnly {
+		return nil
+	}
+	return l.eng.Refresh(ctx)
+}
+
+func (l *local) close(ctx context.Context) error {
+	if !l.opts.readOnly {
+		close(l.stop)
+		l.wg.Wait()
+	}
+	err := l.eng.Close(ctx)
+	if errors.Is(err, engine.ErrClosed) && !errors.Is(err, engine.ErrOutcomeUnknown) {
+		return nil
+	}
+	return err
+}
+
+func (l *local) heldClaims() []claimRef {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	var refs []claimRef
+	for id, ls := range l.leases {
+		if ls.holder == "" {
+			refs = append(refs, claimRef{ID: id, Token: ls.token, Queue: ls.queue})
+		}
+	}
+	return refs
+}
+
+// adopt does nothing: a writer that took over has the claims of the
+// state already (see adoptClaim).
+func (l *local) adopt([]claimRef) {}

@@ -1,0 +1,212 @@
+package queue
+
+import (
+	"context"
+	"maps"
+	"math/rand/v2"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stepwell/stepwell/internal/engine"
+)
+
+// Ack settles a claimed job as done. It fails with a *ClaimLostError,
+// changing nothing, if the claim was lost.
+func (q *Queue) Ack(ctx context.Context, job *Job) error {
+	_, err := q.Commit(ctx, new(Txn).Ack(job))
+	return err
+}
+
+// Nack settles a claimed job as failed: retried after retryAfter (0: the
+// queue's exponential backoff with jitter; pass a server's Retry-After
+// here), or dead-lettered if that was its last attempt.
+func (q *Queue) Nack(ctx context.Context, job *Job, cause error, retryAfter time.Duration) error {
+	_, err := q.Commit(ctx, new(Txn).Nack(job, cause, retryAfter))
+	return err
+}
+
+// DeadLetter settles a claimed job as dead at once.
+func (q *Queue) DeadLetter(ctx context.Context, job *Job, reason string) error {
+	_, err := q.Commit(ctx, new(Txn).DeadLetter(job, reason))
+	return err
+}
+
+// Release returns a claimed job to the queue without counting the attempt
+// (see Txn.Release).
+func (q *Queue) Release(ctx context.Context, job *Job) error {
+	_, err := q.Commit(ctx, new(Txn).Release(job))
+	return err
+}
+
+// CancelJob cancels a job: a pending or scheduled job is removed; a claimed
+// job gets a durable cancel request, seen by its worker through
+// ClaimContext and Job.CancelRequested.
+func (q *Queue) CancelJob(ctx context.Context, id string) (CancelOutcome, error) {
+	res, err := q.Commit(ctx, new(Txn).CancelJob(id))
+	if err != nil {
+		return 0, err
+	}
+	return res.Cancelled[0], nil
+}
+
+// claimedRec returns the record of a job this process holds a claim on with
+// the given token, or a *ClaimLostError.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) claimedRec(tx *engine.Tx, id string, token uint64, reaping bool) (*jobRec, error) {
+	l.lmu.Lock()
+	ls := l.leases[id]
+	held := ls != nil && ls.token == token && token != 0
+	// An expired lease is lost even before the reaper requeues the job: the
+	// reaper may be about to, and another worker may claim it next.
+	expired := held && l.expired(ls, l.now())
+	l.lmu.Unlock()
+	if !held || expired && !reaping {
+		return nil, &ClaimLostError{JobID: id}
+	}
+	v, ok := tx.Get(jobSpace + id)
+	if !ok {
+		return nil, &ClaimLostError{JobID: id}
+	}
+	rec, err := decodeJob(v)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != stateClaimed {
+		return nil, &ClaimLostError{JobID: id}
+	}
+	return rec, nil
+}
+
+// settleTx applies Ack, Nack, DeadLetter or Release and returns the
+// function that ends the claim (run inside the transaction), which returns
+// the one that tells its watchers (run once the outcome is known).
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (func() func(), error) {
+	rec, err := l.claimedRec(tx, op.JobID, op.Token, false)
+	if err != nil {
+		return nil, err
+	}
+	cfg := o.config(rec.Queue)
+	switch op.Kind {
+	case opAck:
+		l.finishTx(tx, op.JobID, rec, cfg, now)
+	case opNack:
+		l.retryTx(tx, op.JobID, rec, cfg, op.Error, op.RunAt, now)
+	case opDeadLetter:
+		l.deadTx(tx, op.JobID, rec, op.Error, now)
+	case opRelease:
+		rec.State, rec.UpdatedAt = statePending, now.UnixNano()
+		rec.Attempts = max(rec.Attempts, 1) - 1
+		tx.Put(jobSpace+op.JobID, encodeJob(rec))
+	}
+	return func() func() { return l.unlease(op.JobID, op.Token, nil) }, nil
+}
+
+// finishTx records a job as done: deleted, or kept without its payload for
+// the done retention.
+func (l *local) finishTx(tx *engine.Tx, id string, rec *jobRec, cfg QueueConfig, now time.Time) {
+	if rec.Payload == nil {
+		tx.Delete(payloadSpace + id)
+	}
+	if cfg.DoneRetention <= 0 {
+		tx.Delete(jobSpace + id)
+		return
+	}
+	rec.State, rec.UpdatedAt, rec.CancelReq, rec.Payload = stateDone, now.UnixNano(), false, nil
+	tx.Put(jobSpace+id, encodeJob(rec))
+}
+
+// retryTx makes a failed job pending again after its backoff (or at an
+// explicit time), or dead when it has no attempts left.
+func (l *local) retryTx(tx *engine.Tx, id string, rec *jobRec, cfg QueueConfig, reason string, at int64, now time.Time) {
+	if rec.Attempts >= rec.MaxAttempts {
+		l.deadTx(tx, id, rec, reason, now)
+		return
+	}
+	rec.addHistory(now, reason)
+	rec.State, rec.UpdatedAt = statePending, now.UnixNano()
+	if at != 0 {
+		rec.RunAt = resolveTime(at, now)
+	} else {
+		rec.RunAt = now.Add(backoff(cfg, rec.Attempts)).UnixNano()
+	}
+	tx.Put(jobSpace+id, encodeJob(rec))
+}
+
+func (l *local) deadTx(tx *engine.Tx, id string, rec *jobRec, reason string, now time.Time) {
+	rec.addHistory(now, reason)
+	rec.State, rec.UpdatedAt = stateDead, now.UnixNano()
+	tx.Put(jobSpace+id, encodeJob(rec))
+	if rec.DeadNotify != "" {
+		l.deadNoticeTx(tx, id, rec, reason, now)
+	}
+}
+
+// Headers of a dead-letter notice (see EnqueueOptions.DeadLetterQueue).
+const (
+	HeaderDeadJob    = "queue.dead_job"
+	HeaderDeadReason = "queue.dead_reason"
+)
+
+// deadNoticeTx enqueues the notice of job id's death to rec.DeadNotify.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) deadNoticeTx(tx *engine.Tx, id string, rec *jobRec, reason string, now time.Time) {
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	h := make(map[string]string, len(rec.Headers)+2)
+	maps.Copy(h, rec.Headers)
+	h[HeaderDeadJob], h[HeaderDeadReason] = id, reason
+	nid := ulid.Make().String()
+	notice := &jobRec{jobCore: jobCore{
+		Queue: rec.DeadNotify, State: statePending, Order: l.ix.maxOrder + 1, RunAt: now.UnixNano(),
+		MaxAttempts: l.opts.config(rec.DeadNotify).MaxAttempts, Headers: h,
+		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(id)),
+	}, Payload: []byte(id)}
+	tx.Put(jobSpace+nid, encodeJob(notice))
+}
+
+// backoff returns the delay before retry number attempts (1-based):
+// base * 2^(attempts-1), capped, with jitter in [d/2, d].
+func backoff(cfg QueueConfig, attempts uint32) time.Duration {
+	d := cfg.BackoffBase
+	for i := uint32(1); i < attempts && d < cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, cfg.BackoffMax)
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// cancelTx cancels one job; the returned function (if any) tells the claim
+// holder.
+func (l *local) cancelTx(tx *engine.Tx, id string, now time.Time) (CancelOutcome, func()) {
+	v, ok := tx.Get(jobSpace + id)
+	if !ok {
+		return CancelNotFound, nil
+	}
+	rec, err := decodeJob(v)
+	if err != nil {
+		return CancelNotFound, nil
+	}
+	switch rec.State {
+	case statePending:
+		tx.Delete(jobSpace + id)
+		if rec.Payload == nil {
+			tx.Delete(payloadSpace + id)
+		}
+		return CancelRemoved, nil
+	case stateClaimed:
+		if !rec.CancelReq {
+			rec.CancelReq, rec.UpdatedAt = true, now.UnixNano()
+			tx.Put(jobSpace+id, encodeJob(rec))
+		}
+		return CancelRequested, func() { l.signalCancel(id) }
+	}
+	return CancelFinished, nil
+}
