@@ -328,15 +328,17 @@ func (c *clustered) lookNow() {
 
 // monitor watches the store while this process runs: a member follows the
 // writer the owner object names, and takes over once the store says the
-// writer is dead (a file:// lock free, a bucket heartbeat stopped for 2.5
-// intervals, or a clean Close); a writer fenced by another becomes a
+// writer is dead (a file:// lock free, looked at every 200ms; a bucket
+// heartbeat seen unchanged for 2.25 intervals, read every quarter
+// interval, so within about 2.6 intervals of the last beat; or a clean
+// Close); a writer fenced by another becomes a
 // member. Takeover is decided by the store alone, never by a failed call:
 // a member cut off from a live writer waits.
 func (c *clustered) monitor() {
 	defer c.wg.Done()
 	every := 200 * time.Millisecond
 	if c.bucketStore {
-		every = max(c.opts.heartbeat/2, 100*time.Millisecond)
+		every = max(c.opts.heartbeat/4, 50*time.Millisecond)
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -395,7 +397,7 @@ func (c *clustered) monitor() {
 		switch {
 		case own.Closed:
 			c.takeOver(ctx, false)
-		case time.Since(beatSeen) > c.opts.heartbeat*5/2:
+		case time.Since(beatSeen) > c.opts.heartbeat*9/4:
 			// The heartbeat stopped: the writer is dead.
 			c.takeOver(ctx, true)
 			beatSeen = time.Now()
@@ -438,7 +440,7 @@ func (c *clustered) follow(ctx context.Context) {
 func (c *clustered) takeOver(ctx context.Context, fence bool) {
 	if fence {
 		select {
-		case <-time.After(rand.N(c.opts.heartbeat/4 + time.Millisecond)):
+		case <-time.After(rand.N(c.opts.heartbeat/8 + time.Millisecond)):
 		case <-ctx.Done():
 			return
 		}

@@ -428,3 +428,56 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 		})
 	}
 }
+
+// killWriter makes w's process stop as a crash would: no more heartbeats,
+// calls, or a release of the store.
+func killWriter(t *testing.T, w *Queue) {
+	t.Helper()
+	c := w.be.(*clustered)
+	c.mu.Lock()
+	loc, srv := c.loc, c.srv
+	c.closed = true
+	close(c.stop)
+	c.mu.Unlock()
+	if loc == nil {
+		t.Fatal("not the writer")
+	}
+	srv.Stop()
+	loc.eng.Kill()
+	c.wg.Wait()
+}
+
+// When the writer dies, a member takes over (bucket: once the heartbeat
+// stopped; file://: once the lock is free, which Kill's closing of the
+// bucket does as a dead process's exit would), and its running job keeps
+// its claim across the switch. The time is logged; its target is
+// measured by stepwell bench, not asserted here.
+func TestClusterFailoverOnWriterDeath(t *testing.T) {
+	for name, store := range clusterStores(t) {
+		t.Run(name, func(t *testing.T) {
+			url := store(t)
+			ctx := context.Background()
+			const hb = 400 * time.Millisecond
+			w := openMember(t, url, WithHeartbeat(hb), WithLease(time.Minute))
+			m := openMember(t, url, WithHeartbeat(hb), WithLease(time.Minute))
+			if _, err := m.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "held"}); err != nil {
+				t.Fatal(err)
+			}
+			j, err := m.Claim(ctx, "q")
+			if err != nil || j == nil {
+				t.Fatalf("Claim = %v, %v", j, err)
+			}
+			jctx, stop := m.ClaimContext(ctx, j)
+			defer stop()
+			killWriter(t, w)
+			took := waitRole(t, m, RoleWriter, 30*hb)
+			t.Logf("%s: a member took over %v after the writer died (heartbeat %v)", name, took, hb)
+			if err := jctx.Err(); err != nil {
+				t.Fatalf("the claim's context ended at the takeover: %v", context.Cause(jctx))
+			}
+			if err := m.Ack(ctx, j); err != nil {
+				t.Fatalf("Ack after the takeover: %v", err)
+			}
+		})
+	}
+}
