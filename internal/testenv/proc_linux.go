@@ -1,8 +1,12 @@
 package testenv
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // sysProcAttr puts the server in its own process group (so that stop can
@@ -31,7 +35,50 @@ const (
 	sigCont = syscall.SIGCONT
 )
 
-// signalGroup sends sig to p's process group.
+// signalGroup sends sig to p's process group. For SIGSTOP it returns once
+// every thread of p has stopped: kill(2) returns before the stop is
+// delivered, and a busy machine let a paused server answer a request
+// made after Pause returned (TestStoreOutageFailsNoRun saw a Submit
+// succeed during the "outage").
 func signalGroup(p *os.Process, sig syscall.Signal) error {
-	return syscall.Kill(-p.Pid, sig)
+	if err := syscall.Kill(-p.Pid, sig); err != nil {
+		return err
+	}
+	if sig != syscall.SIGSTOP {
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !allStopped(p.Pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testenv: process %d did not stop within 10s of SIGSTOP", p.Pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// allStopped reports whether every thread of process pid is stopped (state
+// T or t in /proc/PID/task/TID/stat).
+func allStopped(pid int) bool {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return true // gone, or no /proc: nothing left to wait for
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself contain spaces or parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			return false
+		}
+		if st := stat[i+2]; st != 'T' && st != 't' {
+			return false
+		}
+	}
+	return true
 }
