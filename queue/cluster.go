@@ -154,6 +154,7 @@ func openClustered(ctx context.Context, rawURL string, o options) (*clustered, e
 	if c.log == nil {
 		c.log = slog.Default()
 	}
+	var notCluster time.Time // since when the writer was seen serving no members
 	for attempt := 0; ; attempt++ {
 		err := c.join(ctx)
 		if err == nil {
@@ -162,6 +163,14 @@ func openClustered(ctx context.Context, rawURL string, o options) (*clustered, e
 		if !errors.Is(err, errNoWriter) {
 			_ = bucket.Close()
 			return nil, err
+		}
+		if !errors.Is(err, errNotCluster) {
+			notCluster = time.Time{}
+		} else if notCluster.IsZero() {
+			notCluster = time.Now()
+		} else if time.Since(notCluster) > max(2*o.heartbeat, 2*time.Second) {
+			_ = bucket.Close()
+			return nil, fmt.Errorf("%w: its writer is not in cluster mode: open it WithCluster too, so that other processes join it", ErrStoreLocked)
 		}
 		select {
 		case <-time.After(min(20*time.Millisecond<<min(attempt, 6), time.Second)):
@@ -200,8 +209,16 @@ func (c *clustered) join(ctx context.Context) error {
 	if own, err = engine.ReadOwner(ctx, c.bucket); err != nil {
 		return err
 	}
+	if own != nil && !own.Closed && own.Addr == "" {
+		// The writer serves no members: opened without WithCluster (or
+		// it has just opened and not written its address yet).
+		return errNotCluster
+	}
 	return c.becomeMember(ctx, own)
 }
+
+// errNotCluster: the store's live writer is not in cluster mode.
+var errNotCluster = fmt.Errorf("%w: its writer is not in cluster mode", errNoWriter)
 
 // becomeWriter opens the store as its writer and serves the members.
 func (c *clustered) becomeWriter(ctx context.Context, takeover bool) error {

@@ -14,6 +14,10 @@ import (
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/testenv"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // openMember opens url in cluster mode as a process of its own would: not
@@ -479,5 +483,92 @@ func TestClusterFailoverOnWriterDeath(t *testing.T) {
 				t.Fatalf("Ack after the takeover: %v", err)
 			}
 		})
+	}
+}
+
+// A store held by a writer without WithCluster cannot be joined: Open in
+// cluster mode says so (ErrStoreLocked) instead of waiting for its ctx.
+func TestClusterRefusesNonClusterWriter(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	plain, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(ctx)
+	o := defaultOptions()
+	if err := WithCluster(ClusterConfig{Listen: "127.0.0.1:0"})(&o); err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err = openClustered(octx, url, o)
+	if !errors.Is(err, ErrStoreLocked) || octx.Err() != nil {
+		t.Fatalf("joining a non-cluster writer: %v (ctx: %v), want ErrStoreLocked", err, octx.Err())
+	}
+}
+
+// With ClusterConfig.TLS, members and writer talk mutual TLS; a member
+// without a certificate the writer trusts cannot join.
+func TestClusterMutualTLS(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	ca := testenv.NewCA(t)
+	cfg := ClusterConfig{Listen: "127.0.0.1:0", TLS: ca.MutualTLS(t)}
+	w := openMember(t, url, WithCluster(cfg))
+	m := openMember(t, url, WithCluster(cfg))
+	if w.Role() != RoleWriter || m.Role() != RoleMember {
+		t.Fatalf("roles: %v, %v", w.Role(), m.Role())
+	}
+	if err := m.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := w.Get(ctx, []byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("Get = %q, %v", v, err)
+	}
+	// A member whose certificate another CA issued cannot join.
+	other := testenv.NewCA(t)
+	bad := ClusterConfig{Listen: "127.0.0.1:0", TLS: other.MutualTLS(t), DialTimeout: 500 * time.Millisecond}
+	bad.TLS.RootCAs = ca.Pool // it trusts the writer; the writer does not trust it
+	o := defaultOptions()
+	if err := WithCluster(bad)(&o); err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if c, err := openClustered(octx, url, o); err == nil {
+		_ = c.close(ctx)
+		t.Fatal("a member with an untrusted certificate joined")
+	}
+}
+
+// A call without any credentials is refused before any handler runs.
+func TestClusterRefusesUnauthenticatedCall(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	w := openMember(t, url)
+	b, err := objstore.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	own, err := engine.ReadOwner(ctx, b)
+	if err != nil || own == nil {
+		t.Fatalf("owner = %+v, %v", own, err)
+	}
+	conn, err := grpc.NewClient(own.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(cluster.CodecName)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	put := &commitReq{Member: "anonymous", Txns: [][]txnOp{{{Kind: opPut, Key: []byte("anon"), Value: []byte("x")}}}}
+	var reply commitReply
+	err = conn.Invoke(ctx, "/"+cluster.ServiceName+"/"+rpcCommit, put, &reply)
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a call without credentials: %v, want Unauthenticated", err)
+	}
+	if _, err := w.Get(ctx, []byte("anon")); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("the refused call changed the store: %v", err)
 	}
 }
