@@ -386,6 +386,16 @@ func (r *remote) renew(id string, token uint64, o options) error {
 	if c == nil || c.token != token {
 		return &ClaimLostError{JobID: id}
 	}
+	// A lease the writer granted or renewed a moment ago has most of its
+	// time left: no call (a step chained by its predecessor's settlement
+	// is admitted to its slot with a Renew). Its loss or cancel would
+	// have come as an event.
+	r.cmu.Lock()
+	fresh := time.Since(c.renewed) < o.config(c.queue).Lease/4
+	r.cmu.Unlock()
+	if fresh {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 	defer cancel()
 	var reply renewReply
