@@ -338,20 +338,3 @@ func TestRequeuedStepOfEndedRunIsRefused(t *testing.T) {
 		t.Errorf("Status = %+v, want still failed", st)
 	}
 }
-
-// TestNewDoesNoIO: New does not fail on the store (here a closed one),
-// even with a hook, whose notify queue it records only at best (Run records
-// it again). Fails if New returns a store error.
-func TestNewDoesNoIO(t *testing.T) {
-	t.Parallel()
-	q, err := queue.Open(context.Background(), memURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runtime.New(q, succeedRunner(nil), &hookRecorder{}); err != nil {
-		t.Fatalf("New on a closed queue: %v", err)
-	}
-}
