@@ -183,7 +183,7 @@ func TestREADMELinks(t *testing.T) {
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	for _, want := range []string{"Runtime.Retry", "Runtime.ListRuns", "stepwell retry", "runtime.WithLogger",
-		"stepwell.step` span", "stepwell.step.duration"} {
+		"stepwell.step` span", "stepwell.step.duration", "/metrics"} {
 		if !strings.Contains(section, want) {
 			t.Errorf(`README.md's "Operating Stepwell" section does not mention %q`, want)
 		}
