@@ -229,7 +229,8 @@
 // Signal starts (of a waiting run), Resume starts (of a paused run) or
 // Retry enqueues afresh joins the trace of that call's ctx instead (none
 // if it has no span).
-// Metrics: stepwell.step.duration (histogram, seconds) and
+// Metrics: stepwell.step.duration (histogram, seconds; its advised buckets
+// run from 1 ms to 1 h, which a View can override) and
 // stepwell.step.outcomes (counter), both by attribute outcome; while Run
 // runs, stepwell.queue.depth (gauge of the step queue's jobs by state:
 // pending, scheduled, claimed, dead) and the store's counters
