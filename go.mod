@@ -3,13 +3,22 @@ module github.com/stepwell/stepwell
 go 1.26.0
 
 require (
+	github.com/prometheus/client_golang v1.24.1
+	github.com/prometheus/otlptranslator v1.0.0
 	github.com/tinylib/msgp v1.4.0
-	go.opentelemetry.io/otel/exporters/stdout/stdoutmetric v1.46.0
+	go.opentelemetry.io/otel/exporters/prometheus v0.68.0
 	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.46.0
 	gocloud.dev v0.47.0
 )
 
-require github.com/philhofer/fwd v1.2.0 // indirect
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/prometheus/client_model v0.6.2 // indirect
+	github.com/prometheus/common v0.70.1 // indirect
+	github.com/prometheus/procfs v0.21.1 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.3 // indirect

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,12 +44,14 @@ var checks = map[string]func(t *testing.T, bin string){
 		}
 
 		// Lean: the quickstart imports no cloud driver, so it links no
-		// cloud SDK, and an s3:// store says which import it needs.
+		// cloud SDK (nor the otel example's exporters), and an s3://
+		// store says which import it needs.
 		mods, err := exec.Command(findGo(t), "version", "-m", bin).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go version -m: %v\n%s", err, mods)
 		}
-		for _, sdk := range []string{"github.com/aws/", "cloud.google.com/", "github.com/Azure/"} {
+		for _, sdk := range []string{"github.com/aws/", "cloud.google.com/", "github.com/Azure/",
+			"github.com/prometheus/", "go.opentelemetry.io/otel/exporters/"} {
 			if strings.Contains(string(mods), sdk) {
 				t.Errorf("quickstart links %s modules\n%s", sdk, mods)
 			}
@@ -73,14 +78,7 @@ var checks = map[string]func(t *testing.T, bin string){
 		}
 		wantContains(t, out, "answering 503", "(retry: delivery 2", "all three deliveries verified")
 	},
-	"otel": func(t *testing.T, bin string) {
-		out := mustRun(t, bin, t.TempDir())
-		wantContains(t, out,
-			`"Name": "stepwell.step"`, `"Name": "stepwell.hook"`, `"Name": "stepwell.step.duration"`,
-			`"Name": "stepwell.queue.depth"`, `"Name": "stepwell.store.transactions"`,
-			`run traced-1 succeeded with result "HELLO!!"`,
-			"spans: 1 submit, 3 stepwell.step, 1 stepwell.hook in 1 trace(s)")
-	},
+	"otel": testOtel,
 	"agent_loop": func(t *testing.T, bin string) {
 		out := mustRun(t, bin, t.TempDir())
 		wantContains(t, out,
@@ -148,6 +146,103 @@ func TestExamples(t *testing.T) {
 			mustRun(t, bin, t.TempDir())
 		})
 	}
+}
+
+// testOtel runs the otel example as a reader would: it prints the run's
+// trace (stdout exporter) and serves /metrics (Prometheus exporter) until
+// scraped once. The test scrapes it while it waits, checks the stepwell
+// metrics in the Prometheus text format, and then that it exits by itself.
+func testOtel(t *testing.T, bin string) {
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Dir = t.TempDir()
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "TMP="+tmp, "TEMP="+tmp)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	urlLine := regexp.MustCompile(`(?m)^metrics: (http://127\.0\.0\.1:\d+/metrics) `)
+	var url string
+	for url == "" {
+		select {
+		case err := <-exited:
+			t.Fatalf("otel exited (%v) before serving /metrics\n%s", err, out)
+		case <-ctx.Done():
+			t.Fatalf("otel printed no /metrics URL within %v\n%s", runTimeout, out)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if m := urlLine.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v\n%s", url, err, out)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v\n%s", url, resp.Status, err, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("/metrics Content-Type %q, want the Prometheus text format", ct)
+	}
+	// The run's three step attempts (two continue, one succeed), the
+	// queue depth by state and a store counter, as Prometheus reads them.
+	for _, re := range []string{
+		`(?m)^# TYPE stepwell_step_duration_seconds histogram$`,
+		`(?m)^stepwell_step_duration_seconds_count\{[^}]*outcome="continue"[^}]*\} 2$`,
+		`(?m)^stepwell_step_outcomes_total\{[^}]*outcome="succeed"[^}]*\} 1$`,
+		`(?m)^stepwell_queue_depth\{[^}]*state="pending"[^}]*\} 0$`,
+		`(?m)^stepwell_store_transactions_total\{[^}]*\} [1-9]`,
+	} {
+		if !regexp.MustCompile(re).Match(body) {
+			t.Errorf("/metrics lacks %s\n%s", re, body)
+		}
+	}
+
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("otel: %v\n%s", err, out)
+		}
+	case <-ctx.Done():
+		t.Fatalf("otel still running %v after being scraped\n%s", runTimeout, out)
+	}
+	t.Logf("$ otel\n%s", out)
+	wantContains(t, out.String(),
+		`"Name": "submit"`, `"Name": "stepwell.step"`, `"Name": "stepwell.hook"`, `"Key": "stepwell.attempt"`,
+		`run traced-1 succeeded with result "HELLO!!"`,
+		"served /metrics 1 time(s)",
+		"spans: 1 submit, 3 stepwell.step, 1 stepwell.hook in 1 trace(s)")
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // testCrashResume kills a run after step 2, resumes it, and finds it done.

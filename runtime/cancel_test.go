@@ -414,8 +414,10 @@ func TestCancelRunWhoseStepIsDeadReturns(t *testing.T) {
 // submits and cancels after the worker Runtime (with a hook) was made, but
 // before its Run started, is notified to the worker's hook once it runs:
 // the contract calls the hook for every run whose termination committed.
-// Fails when only Run, not New, records the hook's notify queue: the
-// cancel then commits with no notification at all.
+// New records nothing (it does no I/O), so the cancel finds no notify
+// queue and hands the notification to the step queue's notices queue,
+// which the worker's Run forwards to its hook. Fails if Cancel drops the
+// notification when no notify queue is known.
 func TestCancelBeforeWorkerRunsStillNotifiesHook(t *testing.T) {
 	t.Parallel()
 	q := openQueue(t, memURL())
@@ -424,12 +426,117 @@ func TestCancelBeforeWorkerRunsStillNotifiesHook(t *testing.T) {
 	api := newRuntime(t, q, nil, nil)
 	mustSubmit(t, api, runtime.RunSpec{RunID: "api-cancelled"})
 	mustCancel(t, api, "api-cancelled", true)
+	mustSubmit(t, api, runtime.RunSpec{RunID: "api-scheduled", StartAt: time.Now().Add(time.Hour)})
+	mustCancel(t, api, "api-scheduled", true)
+	mustSubmit(t, api, runtime.RunSpec{RunID: "api-paused"}) // its step parked: no job to cancel
+	if err := api.Pause(context.Background(), "api-paused"); err != nil {
+		t.Fatal(err)
+	}
+	mustCancel(t, api, "api-paused", true)
 	mustSubmit(t, api, runtime.RunSpec{RunID: "api-done"})
+	if s := mustStats(t, q, deadStepsQueue); s.Pending != 3 {
+		t.Errorf("notices queue before the worker runs = %+v, want the 3 handed-over notifications", s)
+	}
 	startRun(t, worker)
 	if o := hook.wait(t, "api-done"); o.Status != terminal.Succeeded {
 		t.Errorf("outcome = %+v", o)
 	}
-	if o := hook.wait(t, "api-cancelled"); o.Status != terminal.Cancelled || o.Error != "" {
-		t.Errorf("outcome of the run cancelled before the worker ran = %+v", o)
+	for _, id := range []string{"api-cancelled", "api-scheduled", "api-paused"} {
+		if o := hook.wait(t, id); o.Status != terminal.Cancelled || o.Error != "" || o.EndedAt.IsZero() {
+			t.Errorf("outcome of run %s, cancelled before the worker ran = %+v", id, o)
+		}
+	}
+	eventually(t, waitTimeout, "the notices queue drained", func() bool {
+		s := mustStats(t, q, deadStepsQueue)
+		return s.Pending+s.Claimed+s.Dead == 0
+	})
+}
+
+// TestCancelHandOffWithoutAnyHook: on a store where no Runtime has a hook,
+// a client's cancel hands the notification over all the same (nobody
+// could know that no hook will ever Run), and the hookless worker that
+// Runs the step queue drops it: nothing is left in the notices queue or
+// in a notify queue. Fails if handed-over notifications pile up.
+func TestCancelHandOffWithoutAnyHook(t *testing.T) {
+	t.Parallel()
+	q := openQueue(t, memURL())
+	api := newRuntime(t, q, nil, nil)
+	mustSubmit(t, api, runtime.RunSpec{RunID: "c"})
+	mustCancel(t, api, "c", true)
+	if s := mustStats(t, q, deadStepsQueue); s.Pending != 1 {
+		t.Fatalf("notices queue = %+v, want the handed-over notification", s)
+	}
+	worker := newRuntime(t, q, succeedRunner(nil), nil)
+	startRun(t, worker)
+	eventually(t, waitTimeout, "the hand-off dropped", func() bool {
+		s := mustStats(t, q, deadStepsQueue)
+		return s.Pending+s.Claimed+s.Dead == 0
+	})
+	if s := mustStats(t, q, "workflow-notify"); s.Pending+s.Scheduled+s.Claimed+s.Dead != 0 {
+		t.Errorf("notify queue = %+v, want untouched", s)
+	}
+	if st, err := api.Status(context.Background(), "c"); err != nil || st.State != runtime.StateCancelled {
+		t.Errorf("Status = %+v, %v", st, err)
+	}
+}
+
+// TestNewDoesNoIO: New makes no request to the store and commits nothing,
+// whatever it is given (a runner and a hook, a client Runtime), and does
+// not fail on a closed queue: it validates its arguments and that is all.
+// The hook's notify queue is recorded by Run. Fails if New reads or writes
+// the store (it used to record the notify queue, a commit bounded by a
+// 10 s timeout on a stalled store).
+func TestNewDoesNoIO(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := openQueue(t, memURL())
+	before := q.StorageStats()
+	hook := &hookRecorder{}
+	worker, err := runtime.New(q, succeedRunner(nil), hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.New(q, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.New(q, succeedRunner(nil), nil, runtime.WithQueueName("other")); err != nil {
+		t.Fatal(err)
+	}
+	after := q.StorageStats()
+	// Writes only: the store's reads (Gets, Lists) include its own
+	// background ones, and a Runtime's reads of the state are served from
+	// memory (TestNewOnStalledStoreReturnsAtOnce covers them: New returns
+	// at once on a hung store).
+	type writes struct {
+		Puts, Deletes                     int64
+		WALBatches, Transactions, Mutated uint64
+	}
+	count := func(s queue.StorageStats) writes {
+		return writes{s.Puts, s.Deletes, s.WALBatches, s.Transactions, s.Mutations}
+	}
+	if count(before) != count(after) {
+		t.Errorf("New wrote to the store: counters %+v before, %+v after", count(before), count(after))
+	}
+	if _, err := q.Get(ctx, []byte("workflow/config/notify_queue")); !errors.Is(err, queue.ErrKeyNotFound) {
+		t.Errorf("notify queue recorded by New: Get = %v", err)
+	}
+	r := startRun(t, worker)
+	eventually(t, waitTimeout, "Run to record the notify queue", func() bool {
+		v, err := q.Get(ctx, []byte("workflow/config/notify_queue"))
+		return err == nil && string(v) == "workflow-notify"
+	})
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	closed, err := queue.Open(ctx, memURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.New(closed, succeedRunner(nil), hook); err != nil {
+		t.Fatalf("New on a closed queue: %v", err)
 	}
 }

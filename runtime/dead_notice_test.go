@@ -82,9 +82,18 @@ func TestStaleDeadNoticeAfterRetry(t *testing.T) {
 		t.Fatalf("Status while the retried step runs = %+v, %v", st, err)
 	}
 	close(release)
-	o := hook.wait(t, "r")
-	if o.Status != terminal.Succeeded || string(o.Result) != "in" || o.Retries != 1 {
-		t.Fatalf("outcome = %+v", o)
+	// Both terminations are notified: the Cancel's (handed over, as no
+	// Runtime with a hook had Run yet) and the retried run's.
+	eventually(t, waitTimeout, "two notifications", func() bool { return len(hook.outcomes("r")) == 2 })
+	byRetries := map[uint32]terminal.Outcome{}
+	for _, o := range hook.outcomes("r") {
+		byRetries[o.Retries] = o
+	}
+	if o := byRetries[0]; o.Status != terminal.Cancelled {
+		t.Errorf("outcome of the cancel = %+v", o)
+	}
+	if o := byRetries[1]; o.Status != terminal.Succeeded || string(o.Result) != "in" {
+		t.Errorf("outcome of the retried run = %+v", o)
 	}
 	if j, err := q.GetJob(ctx, dead.ID); err == nil && j.State == queue.JobDead {
 		t.Errorf("the retried step's job is dead again: %+v", j)

@@ -119,8 +119,9 @@
 // step costs one commit instead of two. WithStepChaining(false) turns this
 // off. A chained step that a stopping Run will not start is released
 // without counting the attempt. Run also works the await timeouts'
-// queue (<step queue>.timers, up to 4 at once) and the dead step notices'
-// queue (<step queue>.dead).
+// queue (<step queue>.timers, up to 4 at once) and the notices queue
+// (<step queue>.dead: notices of dead step jobs, and notifications handed
+// over by Cancel; see Operating).
 //
 // Submit and the end of a run do the same across goroutines: step 0 and the
 // terminal notification are enqueued with queue.EnqueueOptions.Dispatch, so
@@ -182,14 +183,23 @@
 //
 // # Operating
 //
+// New does no I/O: it checks its arguments and options and touches
+// neither the queue nor the store, so it neither blocks nor fails on a
+// stalled or closed store; every call that reads or writes takes a ctx.
 // New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
 // Cancel, Retry, Signal, Pause and Resume work (they read and write the
-// durable records), Run returns ErrNoRunner. A Runtime with a hook records
-// its notify queue in the store when it is made (New, best effort) and
-// when its Run starts, so that runs ended by client Runtimes (Cancel) are
-// notified to it, also those ended before its Run started. A run ended by
-// a client Runtime on a store where no Runtime with a hook was ever made
-// is not notified: nobody listens.
+// durable records), Run returns ErrNoRunner.
+//
+// A Runtime with a hook records its notify queue in the store when its Run
+// starts, so that runs ended by client Runtimes (Cancel) are notified to
+// it. A Cancel that finds none recorded (no Runtime with a hook has Run on
+// the store yet, though one may have been made) hands the notification
+// over instead of dropping it: the cancelling transaction enqueues it on
+// the notices queue of the run's step queue (<step queue>.dead), and the
+// first Run of that step queue forwards it to its hook's notify queue, or
+// to the one recorded by then, or, with neither, drops it: nobody listens.
+// So a run cancelled before the hooked Runtime's Run started is notified
+// once it starts.
 //
 // Every failed step attempt is logged (WithLogger, slog.Default() by
 // default) once its settlement committed, with run_id, step, attempt,
@@ -219,7 +229,8 @@
 // Signal starts (of a waiting run), Resume starts (of a paused run) or
 // Retry enqueues afresh joins the trace of that call's ctx instead (none
 // if it has no span).
-// Metrics: stepwell.step.duration (histogram, seconds) and
+// Metrics: stepwell.step.duration (histogram, seconds; its advised buckets
+// run from 1 ms to 1 h, which a View can override) and
 // stepwell.step.outcomes (counter), both by attribute outcome; while Run
 // runs, stepwell.queue.depth (gauge of the step queue's jobs by state:
 // pending, scheduled, claimed, dead) and the store's counters

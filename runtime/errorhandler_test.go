@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -74,6 +75,19 @@ func TestStepErrorsAreLoggedAndReported(t *testing.T) {
 	}
 	eventually(t, waitTimeout, "a failed hook delivery to be logged", func() bool {
 		return len(linesWith(logs.String(), "level=WARN", "terminal hook failed", "receiver down")) > 0
+	})
+	// A failed attempt is logged and then reported once its settlement
+	// committed: that can come after the run's next attempt, or its end,
+	// is visible. Wait for the three, then check that there are no more.
+	eventually(t, waitTimeout, "3 failed attempts reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reported) >= 3
+	})
+	quiet(t, 50*time.Millisecond, "a fourth failed attempt reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reported) == 3
 	})
 
 	mu.Lock()

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -131,4 +134,76 @@ func TestREADMEExample(t *testing.T) {
 	if block != string(code) {
 		t.Errorf("README.md's \"A run in code\" block differs from runtime/example_readme_test.go (between its README markers): copy one to the other.\nREADME:\n%s\nexample:\n%s", block, code)
 	}
+}
+
+// TestREADMELinks checks README.md's links: each "#anchor" names one of
+// its headings (by GitHub's slug of the heading), each relative path
+// exists, and the operations section is "Operating Stepwell", covering
+// retry, list, logs, traces and metrics, as issue 15 asks.
+func TestREADMELinks(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	anchors := map[string]bool{}
+	inCode := false
+	for line := range strings.Lines(text) {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		if inCode || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		anchors[githubSlug(strings.TrimLeft(strings.TrimSpace(line), "# "))] = true
+	}
+	links := regexp.MustCompile(`\]\(([^)\s]+)\)`).FindAllStringSubmatch(text, -1)
+	if len(links) == 0 {
+		t.Fatal("README.md has no links")
+	}
+	for _, m := range links {
+		target := m[1]
+		switch {
+		case strings.HasPrefix(target, "#"):
+			if !anchors[target[1:]] {
+				t.Errorf("README.md links to %s, which is no heading's anchor", target)
+			}
+		case strings.Contains(target, "://"):
+		default:
+			path, _, _ := strings.Cut(target, "#")
+			if _, err := os.Stat(filepath.Join("..", path)); err != nil {
+				t.Errorf("README.md links to %s: %v", target, err)
+			}
+		}
+	}
+
+	_, section, ok := strings.Cut(text, "\n## Operating Stepwell\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Operating Stepwell" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, want := range []string{"Runtime.Retry", "Runtime.ListRuns", "stepwell retry", "runtime.WithLogger",
+		"stepwell.step` span", "stepwell.step.duration", "/metrics"} {
+		if !strings.Contains(section, want) {
+			t.Errorf(`README.md's "Operating Stepwell" section does not mention %q`, want)
+		}
+	}
+	if !strings.Contains(text, "](#operating-stepwell)") {
+		t.Error(`README.md does not link to its "Operating Stepwell" section`)
+	}
+}
+
+// githubSlug is the anchor GitHub gives a Markdown heading: lower case,
+// punctuation other than '-' and '_' dropped, spaces as '-'.
+func githubSlug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

@@ -21,6 +21,14 @@ import (
 // jobs. Like every "workflow." header it never reaches steps or hooks.
 const HeaderTraceParent = "workflow.traceparent"
 
+// durationBuckets are the bucket boundaries (seconds) that
+// stepwell.step.duration advises: from a millisecond to an hour. The SDK's
+// default ones (0, 5, 10, 25 ... 10000) suit milliseconds, and would put
+// every step shorter than 5 s in one bucket. A service's View overrides
+// them.
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+	1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+
 // instrumentationName names the tracer and meter of the runtime.
 const instrumentationName = "github.com/stepwell/stepwell/runtime"
 
@@ -87,7 +95,8 @@ func newTelemetry(o *options) (*telemetry, error) {
 	}
 	var err error
 	if t.duration, err = t.meter.Float64Histogram("stepwell.step.duration",
-		metric.WithUnit("s"), metric.WithDescription("Duration of step attempts, by outcome.")); err != nil {
+		metric.WithUnit("s"), metric.WithDescription("Duration of step attempts, by outcome."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
 		return nil, err
 	}
 	if t.outcomes, err = t.meter.Int64Counter("stepwell.step.outcomes",

@@ -117,6 +117,22 @@ func TestOTelTraceOneRun(t *testing.T) {
 	var n uint64
 	for _, dp := range hist.DataPoints {
 		n += dp.Count
+		// Buckets in seconds: these sub-second attempts land in buckets
+		// below a second (the SDK's default boundaries, made for
+		// milliseconds, would put them all in the 0-5 s one).
+		if len(dp.Bounds) == 0 || dp.Bounds[0] > 0.001 || dp.Bounds[len(dp.Bounds)-1] < 600 {
+			t.Errorf("step duration buckets %v, want 1 ms to at least 10 min", dp.Bounds)
+		}
+		var below uint64
+		for i, b := range dp.Bounds {
+			if b < 1 {
+				below += dp.BucketCounts[i]
+			}
+		}
+		if below != dp.Count {
+			t.Errorf("step duration: %d of %d sub-second attempts in buckets below 1 s (bounds %v, counts %v)",
+				below, dp.Count, dp.Bounds, dp.BucketCounts)
+		}
 	}
 	if n != 3 {
 		t.Errorf("step duration histogram counts %d attempts, want 3", n)

@@ -121,3 +121,27 @@ func TestStoreOutageFailsNoRun(t *testing.T) {
 		t.Fatalf("Health after the outage = %+v", h)
 	}
 }
+
+// TestNewOnStalledStoreReturnsAtOnce: with the store hung (a dedicated
+// MinIO server paused with SIGSTOP), New with a runner and a hook returns
+// at once and without error: it does no I/O. Before, New recorded the
+// hook's notify queue, a commit that waited for the store up to a 10 s
+// timeout.
+func TestNewOnStalledStoreReturnsAtOnce(t *testing.T) {
+	url, srv := testenv.PausableS3(t)
+	url += "&connect_timeout=1s&response_timeout=1s"
+	q := openQueue(t, url, queue.WithHeartbeat(200*time.Millisecond))
+	if err := srv.Pause(); errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("pausing a server is not supported on this platform")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Resume()
+	start := time.Now()
+	if _, err := runtime.New(q, succeedRunner(nil), &hookRecorder{}); err != nil {
+		t.Fatalf("New on a stalled store: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("New on a stalled store took %v", d)
+	}
+}

@@ -2,7 +2,11 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,6 +88,68 @@ func TestRetryDeadStep(t *testing.T) {
 	st, err = rt.Status(context.Background(), "r")
 	if err != nil || st.State != runtime.StateSucceeded || st.Retries != 1 {
 		t.Errorf("Status = %+v, %v", st, err)
+	}
+}
+
+// TestRetriedRunWebhookBodyCarriesRetries: a run that failed and was
+// retried is delivered twice by the signed webhook, the bodies carrying
+// "retries" 0 and then 1 (terminal.Outcome.Retries), with different
+// webhook-ids. Fails if the webhook body lacks the retry count.
+func TestRetriedRunWebhookBodyCarriesRetries(t *testing.T) {
+	t.Parallel()
+	type delivery struct {
+		id   string
+		body map[string]json.RawMessage
+	}
+	var mu sync.Mutex
+	var got []delivery
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var body map[string]json.RawMessage
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Errorf("body %s: %v", b, err)
+		}
+		mu.Lock()
+		got = append(got, delivery{r.Header.Get("webhook-id"), body})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	hook, err := terminal.NewWebhook(terminal.WebhookConfig{URL: srv.URL,
+		Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", AllowPrivateNetworks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, flakyStep1(&stepLog{}, func(*steprunner.Step) (steprunner.Outcome, error) {
+		if fail.Load() {
+			return steprunner.Fail("out of stock"), nil
+		}
+		return steprunner.Outcome{}, nil
+	}), hook)
+	startRun(t, rt)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "wh"})
+	deliveries := func() []delivery {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]delivery(nil), got...)
+	}
+	eventually(t, waitTimeout, "the first delivery", func() bool { return len(deliveries()) == 1 })
+	fail.Store(false)
+	if err := rt.Retry(context.Background(), "wh"); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	eventually(t, waitTimeout, "the second delivery", func() bool { return len(deliveries()) == 2 })
+	ds := deliveries()
+	for i, want := range []struct{ status, retries string }{{`"failed"`, `0`}, {`"succeeded"`, `1`}} {
+		if b := ds[i].body; string(b["status"]) != want.status || string(b["retries"]) != want.retries {
+			t.Errorf("delivery %d: status %s, retries %s; want %s, %s", i, b["status"], b["retries"], want.status, want.retries)
+		}
+	}
+	if ds[0].id == ds[1].id {
+		t.Errorf("both terminations have webhook-id %s", ds[0].id)
 	}
 }
 
@@ -270,22 +336,5 @@ func TestRequeuedStepOfEndedRunIsRefused(t *testing.T) {
 	}
 	if st, _ := rt.Status(context.Background(), "ended"); st.State != runtime.StateFailed {
 		t.Errorf("Status = %+v, want still failed", st)
-	}
-}
-
-// TestNewDoesNoIO: New does not fail on the store (here a closed one),
-// even with a hook, whose notify queue it records only at best (Run records
-// it again). Fails if New returns a store error.
-func TestNewDoesNoIO(t *testing.T) {
-	t.Parallel()
-	q, err := queue.Open(context.Background(), memURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runtime.New(q, succeedRunner(nil), &hookRecorder{}); err != nil {
-		t.Fatalf("New on a closed queue: %v", err)
 	}
 }

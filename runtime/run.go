@@ -67,6 +67,31 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// forwardNotification delivers a notification that Cancel handed over to
+// the notices queue because no notify queue was known when it ended the
+// run (see resolveNotify): in one transaction with the notice's ack, it
+// enqueues the notification on this Runtime's notify queue if it has a
+// hook, else on the one recorded in the store, else nowhere (nobody
+// listens; logged at DEBUG).
+func (rt *Runtime) forwardNotification(ctx context.Context, notice *queue.Job) error {
+	n, err := decodeNotification(notice.Payload)
+	if err != nil {
+		return rt.q.DeadLetter(ctx, notice, fmt.Sprintf("undecodable notification: %v", err))
+	}
+	var to kvrecord.Run
+	if err := rt.resolveNotify(ctx, &to); err != nil {
+		return err
+	}
+	txn := new(queue.Txn).Ack(notice)
+	if to.NotifyQueue != "" {
+		txn.Enqueue(to.NotifyQueue, notice.Payload, notifyOptions(n.RunID, n.EndedAt, notice.Headers[HeaderTraceParent]))
+	} else {
+		rt.opts.logger.Debug("stepwell: no Runtime with a hook on the store; the run's end is not notified", "run_id", n.RunID)
+	}
+	_, err = rt.q.Commit(ctx, txn)
+	return err
+}
+
 // handleDeadStep settles the run of a step job that the queue dead-lettered
 // without the runtime (its lease expired on the last attempt, or its worker
 // died on it): the run fails with the job's last error (or ends cancelled
@@ -82,6 +107,9 @@ func (rt *Runtime) Run(ctx context.Context) error {
 // run, without the payload.
 func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error {
 	ctx = context.WithoutCancel(ctx)
+	if notice.Headers[headerNotice] == noticeHandOff {
+		return rt.forwardNotification(ctx, notice)
+	}
 	deadID := string(notice.Payload)
 	runID := notice.Headers[HeaderRunID]
 	n64, _ := strconv.ParseUint(notice.Headers[HeaderStep], 10, 32)

@@ -41,12 +41,12 @@ type Runtime struct {
 }
 
 // New returns a Runtime that executes steps with r on the store q and
-// reports finished runs to h (nil or terminal.Noop for none). With a hook,
-// New records the hook's notify queue in the store (see resolveNotify), so
-// that a run that a client Runtime ends from now on (Cancel) is notified
-// to it even if this Runtime's Run has not started yet. That write is best
-// effort: New does not fail on it (a read-only or closed store), and Run
-// records the notify queue again when it starts.
+// reports finished runs to h (nil or terminal.Noop for none). New does no
+// I/O: it validates its arguments and options and touches neither q nor
+// the store, so it never blocks and never fails on the store (a stalled,
+// read-only or closed one); every call that reads or writes the store
+// takes a ctx. A run that a client Runtime cancels before this Runtime's
+// Run started is still notified to h (see resolveNotify).
 //
 // A nil r (with a nil or Noop h) makes a client Runtime: it submits,
 // inspects, cancels and retries runs (Submit, Status, ListRuns, Cancel,
@@ -81,19 +81,8 @@ func New(q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	rt := &Runtime{q: q, runner: r, hook: h, opts: o, tel: tel}
-	if !terminal.IsNoop(h) {
-		ctx, cancel := context.WithTimeout(context.Background(), newRecordTimeout)
-		if err := rt.recordNotifyQueue(ctx); err != nil {
-			o.logger.Debug("stepwell: New could not record the notify queue; Run will", "err", err)
-		}
-		cancel()
-	}
-	return rt, nil
+	return &Runtime{q: q, runner: r, hook: h, opts: o, tel: tel}, nil
 }
-
-// newRecordTimeout bounds New's best-effort write of the notify queue.
-const newRecordTimeout = 10 * time.Second
 
 // isNil reports whether v holds a nil func, pointer, map, chan or slice.
 func isNil(v any) bool {
@@ -107,7 +96,8 @@ func isNil(v any) bool {
 
 // recordNotifyQueue records in the store where this Runtime's hook gets
 // notifications, for Runtimes without a hook (an API process that only
-// submits and cancels) that end a run. Run calls it when it starts.
+// submits and cancels) that end a run. Run calls it when it starts (New
+// does no I/O).
 func (rt *Runtime) recordNotifyQueue(ctx context.Context) error {
 	if terminal.IsNoop(rt.hook) {
 		return nil
@@ -291,14 +281,24 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent s
 }
 
 // notifyConfigKey records, in the store, the notify queue of the Runtimes
-// that have a hook, so that a Runtime without one (an API process that only
-// submits and cancels) still enqueues the notification of a run it ends.
+// that have a hook (written when their Run starts), so that a Runtime
+// without one (an API process that only submits and cancels) still
+// enqueues the notification of a run it ends.
 const notifyConfigKey = "workflow/config/notify_queue"
 
 // resolveNotify sets rec.NotifyQueue, if the run does not carry one yet, to
 // where its terminal notification must go: this Runtime's notify queue if it
 // has a hook, else the one recorded in the store by a Runtime that has ("":
-// nobody listens, nothing is enqueued).
+// none is known, and nothing is enqueued there).
+//
+// A run that Cancel ends with none known is not left unnotified: the
+// hooked Runtime may exist without having Run yet (New does no I/O, so it
+// records nothing). Its notification is handed to the Runtimes that work
+// the run's step queue instead: terminate enqueues it on the step queue's
+// notices queue (<step queue>.dead, which every Run works), and the first
+// Run to claim it forwards it to its own hook's notify queue, or the one
+// recorded by then, or drops it if there is still none (nobody listens);
+// see forwardNotification.
 func (rt *Runtime) resolveNotify(ctx context.Context, rec *kvrecord.Run) error {
 	if rec.NotifyQueue != "" {
 		return nil
@@ -315,8 +315,20 @@ func (rt *Runtime) resolveNotify(ctx context.Context, rec *kvrecord.Run) error {
 	return err
 }
 
-// deadQueue receives the notices of dead step jobs (see handleDeadStep).
-func (rt *Runtime) deadQueue() string { return rt.opts.queueName + ".dead" }
+// deadQueue is this Runtime's notices queue: it receives the notices of
+// dead step jobs (see handleDeadStep) and the notifications that Cancel
+// hands over (see resolveNotify).
+func (rt *Runtime) deadQueue() string { return noticeQueue(rt.opts.queueName) }
+
+// noticeQueue names the notices queue of the step queue stepQueue.
+func noticeQueue(stepQueue string) string { return stepQueue + ".dead" }
+
+// headerNotice marks a job on a notices queue that is not a dead step's
+// notice: noticeHandOff, a notification handed over by Cancel.
+const (
+	headerNotice  = ReservedPrefix + "notice"
+	noticeHandOff = "notify"
+)
 
 // loadRun reads a run record, returning it with its encoded bytes (for
 // compare-and-put).
@@ -387,7 +399,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 				RequireJobState(job.ID, queue.JobPending, queue.JobScheduled).
 				CancelJob(job.ID)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
-				attempt: job.Attempt, payload: job.Payload, queue: job.Queue})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, handOff: true})
 		case queue.JobClaimed:
 			next := *rec
 			next.State, next.Cancel = kvrecord.StateCancelling, true
@@ -401,7 +413,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			// and the run has not been settled yet: settle it cancelled.
 			txn = new(queue.Txn).RequireJobState(job.ID, queue.JobDead)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
-				attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue})
+				attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue, handOff: true})
 		default:
 			continue // settling right now: read again
 		}
@@ -418,7 +430,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 // record keeps an empty payload for Retry) or one paused with its next step
 // parked (the parked payload is kept).
 func (rt *Runtime) cancelIdle(ctx context.Context, rec *kvrecord.Run, old []byte) (*queue.Txn, error) {
-	e := ending{status: terminal.Cancelled, step: rec.CurrentStep, payload: []byte{}, queue: rt.opts.queueName}
+	e := ending{status: terminal.Cancelled, step: rec.CurrentStep, payload: []byte{}, queue: rt.opts.queueName, handOff: true}
 	if rec.Parked {
 		p, err := rt.loadParked(ctx, rec.RunID)
 		if err != nil {
@@ -449,11 +461,16 @@ type ending struct {
 	queue string
 	// traceParent is the run's trace context, for the notification job.
 	traceParent string
+	// handOff: if no notify queue is known (see resolveNotify), hand the
+	// notification to the notices queue of the step queue (queue, else
+	// this Runtime's) instead of dropping it. Cancel sets it.
+	handOff bool
 }
 
 // terminate adds to txn everything that ends a run: the run record's final
 // state, the terminal record and (unless the run has no notify queue) the
-// notification.
+// notification; with e.handOff, a run without a notify queue has its
+// notification handed over (see resolveNotify).
 func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e ending) {
 	ended := rt.opts.now().UnixNano()
 	next := *rec
@@ -477,19 +494,32 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		}
 	}
 	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), kvrecord.EncodeTerminal(t))
-	notifyQueue := rec.NotifyQueue // resolved by resolveNotify
-	if notifyQueue == "" {
-		return
-	}
 	n := notification{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
-	headers := map[string]string{HeaderRunID: rec.RunID}
-	if e.traceParent != "" {
-		headers[HeaderTraceParent] = e.traceParent
+	switch {
+	case rec.NotifyQueue != "": // resolved by resolveNotify
+		txn.Enqueue(rec.NotifyQueue, n.encode(), notifyOptions(rec.RunID, ended, e.traceParent))
+	case e.handOff:
+		stepQueue := e.queue
+		if stepQueue == "" {
+			stepQueue = rt.opts.queueName
+		}
+		opts := notifyOptions(rec.RunID, ended, e.traceParent)
+		opts.Headers[headerNotice] = noticeHandOff
+		txn.Enqueue(noticeQueue(stepQueue), n.encode(), opts)
 	}
-	txn.Enqueue(notifyQueue, n.encode(), queue.EnqueueOptions{
-		DedupKey: fmt.Sprintf("notify:%s:%d", rec.RunID, ended),
+}
+
+// notifyOptions are the enqueue options of the notification of the run
+// runID that ended at ended (unix ns), in the trace traceParent ("": none).
+func notifyOptions(runID string, ended int64, traceParent string) queue.EnqueueOptions {
+	headers := map[string]string{HeaderRunID: runID}
+	if traceParent != "" {
+		headers[HeaderTraceParent] = traceParent
+	}
+	return queue.EnqueueOptions{
+		DedupKey: fmt.Sprintf("notify:%s:%d", runID, ended),
 		Headers:  headers,
 		Dispatch: true,
-	})
+	}
 }

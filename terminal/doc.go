@@ -33,9 +33,9 @@
 //	User-Agent: stepwell-webhook/1
 //	webhook-id: msg_90f68b9822a463bd976dbd1801fc4c50
 //	webhook-timestamp: 1767225605
-//	webhook-signature: v1,sgSHH304TxnSeNSASAT/W8E+LSZ+pJvfY2S6ezxgBpM=
+//	webhook-signature: v1,8pIljmqkXJOxJHtrCWdNa/mI3Jxw5UjdPY1hKO73j78=
 //
-//	{"type":"run.succeeded","run_id":"order-1042","status":"succeeded","result":"eyJvayI6dHJ1ZX0=","error":"","headers":{"tenant":"acme"},"final_step":2,"ended_at":"2026-01-01T00:00:00Z"}
+//	{"type":"run.succeeded","run_id":"order-1042","status":"succeeded","result":"eyJvayI6dHJ1ZX0=","error":"","headers":{"tenant":"acme"},"final_step":2,"ended_at":"2026-01-01T00:00:00Z","retries":0}
 //
 // The body is one compact JSON object with these fields, in this order:
 //
@@ -49,6 +49,8 @@
 //	final_step  number  Outcome.FinalStep, the step that settled the run
 //	ended_at    string  Outcome.EndedAt, RFC 3339 in UTC, with fractional seconds
 //	                    when non-zero; the attempt's time when EndedAt is zero
+//	retries     number  Outcome.Retries: how many times the run was retried
+//	                    (runtime.Runtime.Retry) before this termination; 0 if never
 //
 // Receivers should ignore fields they do not know: fields may be added.
 //

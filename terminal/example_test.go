@@ -60,7 +60,7 @@ func ExampleNewWebhook() {
 	// Output:
 	// signature valid: true
 	// webhook-id: msg_ad00678cba09c1f6a800f41491b1ac9e
-	// {"type":"run.succeeded","run_id":"order-1042","status":"succeeded","result":"eyJvayI6dHJ1ZX0=","error":"","headers":{"tenant":"acme"},"final_step":2,"ended_at":"2026-01-01T12:00:00Z"}
+	// {"type":"run.succeeded","run_id":"order-1042","status":"succeeded","result":"eyJvayI6dHJ1ZX0=","error":"","headers":{"tenant":"acme"},"final_step":2,"ended_at":"2026-01-01T12:00:00Z","retries":0}
 	// error: <nil>
 }
 

@@ -180,6 +180,7 @@ type notification struct {
 	Headers   map[string]string `json:"headers"` // {} when none
 	FinalStep uint32            `json:"final_step"`
 	EndedAt   string            `json:"ended_at"`
+	Retries   uint32            `json:"retries"`
 }
 
 // encodeNotification returns the JSON body for o.
@@ -197,6 +198,7 @@ func encodeNotification(o Outcome, endedAt time.Time) ([]byte, error) {
 		Headers:   headers,
 		FinalStep: o.FinalStep,
 		EndedAt:   endedAt.UTC().Format(time.RFC3339Nano),
+		Retries:   o.Retries,
 	})
 }
 

@@ -88,6 +88,7 @@ func testOutcome() Outcome {
 		Headers:   map[string]string{"tenant": "acme"},
 		FinalStep: 2,
 		EndedAt:   time.Date(2026, 1, 2, 3, 4, 5, 6000, time.FixedZone("CET", 3600)),
+		Retries:   1,
 	}
 }
 
@@ -196,6 +197,7 @@ func TestDeliverySignedAndWellFormed(t *testing.T) {
 		"headers":    `{"tenant":"acme"}`,
 		"final_step": `2`,
 		"ended_at":   `"2026-01-02T02:04:05.000006Z"`,
+		"retries":    `1`,
 	}
 	for k, v := range want {
 		if got := string(raw[k]); got != v {
@@ -219,16 +221,16 @@ func TestBodyNullsAndDefaults(t *testing.T) {
 	if err := w.OnTermination(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
-	o.Status, o.Error, o.Result = Failed, "card declined", []byte{}
+	o.Status, o.Error, o.Result, o.Retries = Failed, "card declined", []byte{}, 2 // retried twice
 	if err := w.OnTermination(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	ds := rc.got()
-	want0 := `{"type":"run.cancelled","run_id":"r1","status":"cancelled","result":null,"error":"","headers":{},"final_step":0,"ended_at":"2026-05-06T07:08:09Z"}`
+	want0 := `{"type":"run.cancelled","run_id":"r1","status":"cancelled","result":null,"error":"","headers":{},"final_step":0,"ended_at":"2026-05-06T07:08:09Z","retries":0}`
 	if got := string(ds[0].body); got != want0 {
 		t.Errorf("body\n got %s\nwant %s", got, want0)
 	}
-	want1 := `{"type":"run.failed","run_id":"r1","status":"failed","result":"","error":"card declined","headers":{},"final_step":0,"ended_at":"2026-05-06T07:08:09Z"}`
+	want1 := `{"type":"run.failed","run_id":"r1","status":"failed","result":"","error":"card declined","headers":{},"final_step":0,"ended_at":"2026-05-06T07:08:09Z","retries":2}`
 	if got := string(ds[1].body); got != want1 {
 		t.Errorf("body\n got %s\nwant %s", got, want1)
 	}
@@ -743,8 +745,8 @@ func TestDocExample(t *testing.T) {
 	const (
 		wantID   = "msg_90f68b9822a463bd976dbd1801fc4c50"
 		wantTS   = 1767225605
-		wantSig  = "v1,sgSHH304TxnSeNSASAT/W8E+LSZ+pJvfY2S6ezxgBpM="
-		wantBody = `{"type":"run.succeeded","run_id":"order-1042","status":"succeeded","result":"eyJvayI6dHJ1ZX0=","error":"","headers":{"tenant":"acme"},"final_step":2,"ended_at":"2026-01-01T00:00:00Z"}`
+		wantSig  = "v1,8pIljmqkXJOxJHtrCWdNa/mI3Jxw5UjdPY1hKO73j78="
+		wantBody = `{"type":"run.succeeded","run_id":"order-1042","status":"succeeded","result":"eyJvayI6dHJ1ZX0=","error":"","headers":{"tenant":"acme"},"final_step":2,"ended_at":"2026-01-01T00:00:00Z","retries":0}`
 	)
 	body, err := encodeNotification(o, o.EndedAt)
 	if err != nil || string(body) != wantBody {

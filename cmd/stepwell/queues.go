@@ -58,9 +58,10 @@ scheduled, claimed, dead and done jobs and how long the oldest pending job has
 waited, then a storage summary: the keys in the store's state, the
 requests this command made to load it, and the store's health as those
 requests saw it (queue.Health; a writer process reports its own through
-Queue.Health and StorageStats). The runtime's internal queues of
-dead-step notices ("<step queue>.dead") are left out unless --all is given
-or --queue names one. Opens the store read-only.
+Queue.Health and StorageStats). The runtime's internal notices queues
+("<step queue>.dead": dead-step notices, and notifications of cancelled
+runs waiting for a Runtime to forward them) are left out unless --all is
+given or --queue names one. Opens the store read-only.
 `,
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&queueName, "queue", "", "only this `queue`")
@@ -142,8 +143,9 @@ func queuesCommand() *command {
 		name:     "queues",
 		synopsis: "[--all]",
 		help: `Prints the names of the queues that have or had jobs, one per line. The
-runtime's internal queues of dead-step notices ("<step queue>.dead") are left
-out unless --all is given. Opens the store read-only.
+runtime's internal notices queues ("<step queue>.dead": dead-step notices,
+and notifications of cancelled runs waiting for a Runtime to forward them)
+are left out unless --all is given. Opens the store read-only.
 `,
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&all, "all", false, "include internal queues")
@@ -174,14 +176,15 @@ out unless --all is given. Opens the store read-only.
 	}
 }
 
-// deadNoticeSuffix ends the name of a runtime's queue of dead-step notices:
-// the queue hands a Runtime the notice of a step job it dead-lettered by
-// itself there ("workflow-steps.dead" for "workflow-steps").
+// deadNoticeSuffix ends the name of a runtime's notices queue: the queue
+// hands a Runtime the notice of a step job it dead-lettered by itself there
+// ("workflow-steps.dead" for "workflow-steps"), and a Cancel that knows no
+// notify queue hands over the run's notification there.
 const deadNoticeSuffix = ".dead"
 
 // listQueues returns the store's queues; without all, not the internal
-// ones: a queue "X.dead" beside a queue "X" holds a Runtime's dead-step
-// notices, not jobs of the user's.
+// ones: a queue "X.dead" beside a queue "X" holds a Runtime's notices, not
+// jobs of the user's.
 func listQueues(ctx context.Context, q *queue.Queue, all bool) ([]string, error) {
 	names, err := q.Queues(ctx)
 	if err != nil || all {

@@ -1,10 +1,21 @@
-// Command otel runs one three-step workflow with OpenTelemetry wired to the
-// SDK's stdout exporters: it prints the run's trace (a "submit" span with
-// three "stepwell.step" spans and a "stepwell.hook" span under it) and then
-// the runtime's metrics (step durations and outcomes, queue depth, store
-// counters).
+// Command otel runs one three-step workflow with OpenTelemetry wired as a
+// service would wire it: the run's trace is printed by the SDK's stdout
+// trace exporter (a "submit" span with three "stepwell.step" spans, one
+// per step attempt, and a "stepwell.hook" span under it: one trace), and
+// the runtime's metrics are served for Prometheus by the OpenTelemetry
+// Prometheus exporter, at http://127.0.0.1:PORT/metrics.
 //
-//	go run ./examples/otel
+//	go run ./examples/otel                       # any free port, printed
+//	go run ./examples/otel -port 9464 -scrapes 0 # until Ctrl-C or -serve
+//	curl http://127.0.0.1:9464/metrics
+//
+// After the run it serves /metrics until it has been scraped -scrapes
+// times (1 by default; 0: no limit) or -serve has passed (30s by
+// default), then exits. Its Runtime keeps running meanwhile, so the queue
+// depth and store gauges are live; the step metrics are those of the run:
+// stepwell_step_duration_seconds (a histogram) and
+// stepwell_step_outcomes_total by outcome, stepwell_queue_depth by state,
+// stepwell_store_transactions_total and the other store counters.
 //
 // The library depends on the OpenTelemetry API only; a service chooses the
 // SDK and exporters, as this program does, and passes its providers with
@@ -14,17 +25,25 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/stepwell/stepwell/queue"
@@ -33,7 +52,8 @@ import (
 	"github.com/stepwell/stepwell/terminal"
 )
 
-// spanCounter counts ended spans by name, for the summary line.
+// spanCounter counts ended spans by name, and their traces, for the
+// summary line.
 type spanCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
@@ -51,22 +71,31 @@ func (c *spanCounter) Shutdown(context.Context) error   { return nil }
 func (c *spanCounter) ForceFlush(context.Context) error { return nil }
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	port := flag.Int("port", 0, "serve /metrics on this `port` of 127.0.0.1 (0: any free port)")
+	scrapes := flag.Int("scrapes", 1, "stop serving after this many scrapes (0: no limit)")
+	serve := flag.Duration("serve", 30*time.Second, "stop serving after this long")
+	flag.Parse()
 
-	// The service's side: SDK providers with stdout exporters.
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stopSignals()
+
+	// The service's side: a tracer provider printing spans as they end,
+	// and a meter provider read by the Prometheus exporter, registered in
+	// a registry of its own that /metrics serves.
 	traceExp, err := stdouttrace.New(stdouttrace.WithPrettyPrint())
 	if err != nil {
 		log.Fatal(err)
 	}
 	counter := &spanCounter{counts: map[string]int{}, traces: map[string]bool{}}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(traceExp), sdktrace.WithSpanProcessor(counter))
-	metricExp, err := stdoutmetric.New(stdoutmetric.WithPrettyPrint())
+	registry := prometheus.NewRegistry()
+	promExp, err := otelprom.New(otelprom.WithRegisterer(registry),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
 	if err != nil {
 		log.Fatal(err)
 	}
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(promExp))
+	defer mp.Shutdown(context.Background())
 
 	dir, err := os.MkdirTemp("", "stepwell-otel-")
 	if err != nil {
@@ -105,37 +134,84 @@ func main() {
 	}
 	span.End()
 
-	runCtx, stop := context.WithCancel(ctx)
+	runCtx, stopRun := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- rt.Run(runCtx) }()
 	var o terminal.Outcome
 	select {
 	case o = <-done:
-	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
 		log.Fatal("timed out waiting for the run")
+	case <-ctx.Done():
+		log.Fatal("interrupted")
 	}
-	// Collect while Run runs (its queue and store gauges are registered
-	// for as long as it does), then stop it: every span has ended.
-	rm := new(metricdata.ResourceMetrics)
-	if err := reader.Collect(ctx, rm); err != nil {
+	fmt.Printf("run %s %s with result %q\n", o.RunID, o.Status, o.Result)
+
+	// Serve /metrics while Run runs (its queue and store gauges are
+	// registered for as long as it does).
+	if err := serveMetrics(ctx, registry, *port, *scrapes, *serve); err != nil {
 		log.Fatal(err)
 	}
-	stop()
+
+	// Stop Run: every span has ended, the hook's included.
+	stopRun()
 	if err := <-errc; err != nil {
 		log.Fatal(err)
 	}
-	if err := tp.Shutdown(ctx); err != nil {
+	if err := tp.Shutdown(context.Background()); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("metrics:")
-	if err := metricExp.Export(ctx, rm); err != nil {
-		log.Fatal(err)
-	}
-	_ = mp.Shutdown(ctx)
-
 	counter.mu.Lock()
 	defer counter.mu.Unlock()
-	fmt.Printf("run %s %s with result %q\n", o.RunID, o.Status, o.Result)
 	fmt.Printf("spans: %d submit, %d stepwell.step, %d stepwell.hook in %d trace(s)\n",
 		counter.counts["submit"], counter.counts["stepwell.step"], counter.counts["stepwell.hook"], len(counter.traces))
+}
+
+// serveMetrics serves the registry's metrics at /metrics on 127.0.0.1:port
+// until they have been scraped `scrapes` times (0: no limit), `serve` has
+// passed or ctx is done.
+func serveMetrics(ctx context.Context, registry *prometheus.Registry, port, scrapes int, serve time.Duration) error {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return err
+	}
+	enough := make(chan struct{})
+	var served atomic.Int64
+	metrics := promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		metrics.ServeHTTP(w, r)
+		if n := served.Add(1); scrapes > 0 && n == int64(scrapes) {
+			close(enough)
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	until := fmt.Sprintf("for %v", serve)
+	if scrapes > 0 {
+		until = fmt.Sprintf("until scraped %d time(s), at most %v", scrapes, serve)
+	}
+	fmt.Printf("metrics: http://%s/metrics (serving %s)\n", ln.Addr(), until)
+
+	timer := time.NewTimer(serve)
+	defer timer.Stop()
+	select {
+	case <-enough:
+	case <-timer.C:
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	// Shutdown lets a scrape in progress finish its response.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	fmt.Printf("served /metrics %d time(s)\n", served.Load())
+	return nil
 }
