@@ -39,6 +39,7 @@ var wantFixtures = []string{
 	"v4-segment-header",
 	"v5-owner-mark-run-index",
 	"v6-run-control",
+	"v7-claim-token",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.
