@@ -26,7 +26,8 @@ import (
 type ClusterConfig struct {
 	// Listen is the address this process serves the cluster's members on
 	// while it is the writer, e.g. "127.0.0.1:0" or ":7420". A member
-	// binds it only when it takes over.
+	// binds it only while it tries to become the writer, when the store
+	// may be free.
 	Listen string
 	// Advertise is the address members dial, written into the store; it
 	// defaults to Listen's address as bound, with the host name in place
@@ -345,7 +346,9 @@ func (c *clustered) lookNow() {
 
 // monitor watches the store while this process runs: a member follows the
 // writer the owner object names, and takes over once the store says the
-// writer is dead (a file:// lock free, looked at every 200ms; a bucket
+// writer is dead (a file:// lock free, tried as soon as the connection to
+// the writer breaks, then every 200ms while it stays broken, and every 2s
+// besides; a bucket
 // heartbeat seen unchanged for 2.25 intervals, read every quarter
 // interval, so within about 2.6 intervals of the last beat; or a clean
 // Close); a writer fenced by another becomes a
@@ -368,17 +371,20 @@ func (c *clustered) monitor() {
 	var lastBeat uint64
 	var lastEpoch uint64
 	beatSeen := time.Now()
+	var woke *remote // the remote whose loss woke the monitor already
+	var lockTried time.Time
 	for {
-		var gone <-chan struct{}
 		c.mu.Lock()
-		if c.rem != nil {
-			gone = c.rem.gone
-		}
-		loc := c.loc
+		rem, loc := c.rem, c.loc
 		c.mu.Unlock()
+		var gone <-chan struct{}
+		if rem != nil && rem != woke {
+			gone = rem.gone
+		}
 		select {
 		case <-t.C:
 		case <-gone:
+			woke = rem // from now on, look again at the ticker's pace
 		case <-c.wake:
 		case <-c.stop:
 			return
@@ -390,13 +396,18 @@ func (c *clustered) monitor() {
 			}
 			continue
 		}
+		lost := rem != nil && isClosed(rem.gone) // the connection to the writer broke
 		if !c.bucketStore {
-			// file://: the lock holder is the writer; a free lock is a
-			// dead (or closed) writer.
-			if err := c.becomeWriter(ctx, false); err == nil {
-				continue
+			// file://: the lock holder is the writer, and a free lock a
+			// dead (or closed) writer. A dead writer's connections break
+			// with it, so the lock is tried then, and every 2s besides.
+			if lost || time.Since(lockTried) >= 2*time.Second {
+				lockTried = time.Now()
+				if err := c.becomeWriter(ctx, false); err == nil {
+					continue
+				}
 			}
-			if gone != nil && isClosed(gone) {
+			if lost {
 				c.follow(ctx)
 			}
 			continue
@@ -418,7 +429,7 @@ func (c *clustered) monitor() {
 			// The heartbeat stopped: the writer is dead.
 			c.takeOver(ctx, true)
 			beatSeen = time.Now()
-		case own.Epoch != epoch || gone != nil && isClosed(gone):
+		case own.Epoch != epoch || lost:
 			c.follow(ctx)
 		}
 	}

@@ -191,12 +191,13 @@ func (l *local) methods() map[string]cluster.Handler {
 				case <-ctx.Done():
 				}
 			}
+			reply := &eventsReply{Events: evs, Health: l.healthReply()}
 			select {
 			case <-closing:
-				return &eventsReply{Events: evs, Closing: true}, nil
+				reply.Closing = true
 			default:
 			}
-			return &eventsReply{Events: evs}, nil
+			return reply, nil
 		},
 		rpcGet: func(ctx context.Context, dec func(any) error) (any, error) {
 			var req getReq
@@ -262,14 +263,18 @@ func (l *local) methods() map[string]cluster.Handler {
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
-			h := l.health()
-			r := &healthReply{Healthy: h.Healthy, Since: h.Since, Stalled: h.Stalled}
-			if h.LastError != nil {
-				r.LastError = h.LastError.Error()
-			}
-			return r, nil
+			return l.healthReply(), nil
 		},
 	}
+}
+
+func (l *local) healthReply() healthReply {
+	h := l.health()
+	r := healthReply{Healthy: h.Healthy, Since: h.Since, Stalled: h.Stalled}
+	if h.LastError != nil {
+		r.LastError = h.LastError.Error()
+	}
+	return r
 }
 
 // hold records member as the holder of claim c, so that its cancel and

@@ -407,6 +407,9 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("the cut-off member's handler was not told its claim ran out")
 			}
+			if h := cut.Health(); h.Healthy || h.LastError == nil {
+				t.Fatalf("the cut-off member's Health = %+v, want unhealthy with an error", h)
+			}
 			// Well past 3 heartbeats (and the lease): nobody was fenced.
 			time.Sleep(5 * hb)
 			if w.Role() != RoleWriter || cut.Role() != RoleMember || w.Err() != nil {
@@ -425,6 +428,12 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the member does not work after the network healed: %v", err)
 				}
+			}
+			for h := cut.Health(); !h.Healthy; h = cut.Health() {
+				if time.Now().After(deadline) {
+					t.Fatalf("the healed member's Health = %+v", h)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 			if v, err := w.Get(ctx, []byte("healed")); err != nil || string(v) != "1" {
 				t.Fatalf("writer Get = %q, %v", v, err)

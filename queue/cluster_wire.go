@@ -159,6 +159,7 @@ type claimEvent struct {
 
 type eventsReply struct {
 	Events []claimEvent
+	Health healthReply // the writer's store health
 	// Closing: the writer is closing; its store will be free shortly.
 	Closing bool
 }

@@ -138,6 +138,17 @@ func (r *remote) ping(ctx context.Context) error {
 	return nil
 }
 
+// unhealthy records that the writer cannot be reached.
+func (r *remote) unhealthy(err error) {
+	h := *r.hlth.Load()
+	if h.Healthy {
+		h = Health{Since: time.Now()}
+	}
+	h.LastError = err
+	h.Stalled = time.Since(h.Since)
+	r.hlth.Store(&h)
+}
+
 func (r *remote) setHealth(h healthReply) {
 	hh := &Health{Healthy: h.Healthy, Since: h.Since, Stalled: h.Stalled}
 	if h.LastError != "" {
@@ -438,8 +449,9 @@ func (r *remote) watch(id string, token uint64) (lost, cancel <-chan struct{}, c
 	}
 }
 
-// eventsPoll is how long one events call waits on the writer.
-const eventsPoll = 15 * time.Second
+// eventsPoll is how long one events call waits on the writer; its reply
+// also brings the writer's health.
+const eventsPoll = 5 * time.Second
 
 // eventsLoop long-polls the writer for the cancels and losses of this
 // member's claims, until close or the writer is gone.
@@ -452,6 +464,7 @@ func (r *remote) eventsLoop() {
 		cancel()
 		if err != nil {
 			if errors.Is(err, errWriterGone) {
+				r.unhealthy(err)
 				return
 			}
 			failures++
@@ -462,6 +475,7 @@ func (r *remote) eventsLoop() {
 			continue
 		}
 		failures = 0
+		r.setHealth(reply.Health)
 		for _, ev := range reply.Events {
 			if ev.Lost {
 				r.dropClaim(ev.ID, ev.Token, &ClaimLostError{JobID: ev.ID})
@@ -553,6 +567,8 @@ func (r *remote) storageStats() StorageStats {
 	return StorageStats{ClusterCalls: r.calls.Load(), Health: r.health()}
 }
 
+// health is the writer's store health, as its last reply said, or
+// unhealthy since the member lost its connection to the writer.
 func (r *remote) health() Health { return *r.hlth.Load() }
 
 func (r *remote) err() error { return nil }
