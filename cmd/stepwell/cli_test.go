@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -26,7 +27,9 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // holdEnv makes the test binary, re-executed as a child, hold a store open
-// as its writer until its stdin closes (see TestWriteCommandsWhileLocked).
+// as its writer, not in cluster mode, until its stdin closes (see
+// TestWriteCommandsWhileLocked). serveEnv and cliEnv are the other roles
+// of a child (see cluster_test.go).
 const holdEnv = "STEPWELL_CLI_TEST_HOLD"
 
 func TestMain(m *testing.M) {
@@ -34,7 +37,15 @@ func TestMain(m *testing.M) {
 		holdStore(dir)
 		return
 	}
-	os.Exit(m.Run())
+	if url := os.Getenv(serveEnv); url != "" {
+		serveStore(url)
+		return
+	}
+	if os.Getenv(cliEnv) != "" {
+		os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	testenv.Main(m) // stops the MinIO server of TestWriteCommandsJoinCluster
+
 }
 
 func holdStore(dir string) {
@@ -650,7 +661,9 @@ func TestReadWhileWriterOpen(t *testing.T) {
 }
 
 // TestWriteCommandsWhileLocked holds the store from a child process (this
-// test binary, re-executed): read commands work, write commands exit 3.
+// test binary, re-executed) that is not in cluster mode: read commands
+// work, write commands exit 3 and say why (see TestWriteCommandsJoinCluster
+// for a service in cluster mode).
 func TestWriteCommandsWhileLocked(t *testing.T) {
 	f := newFixture(t)
 	exe, err := os.Executable()
@@ -688,6 +701,7 @@ func TestWriteCommandsWhileLocked(t *testing.T) {
 	for _, args := range [][]string{{"cancel", "order-3"}, {"requeue", "email-1"}, {"requeue", "email-1", "--takeover"}} {
 		r := f.on(t, args...)
 		if r.code != exitLocked || !strings.Contains(r.stderr, "in use by a live writer") ||
+			!strings.Contains(r.stderr, "not in cluster mode") || !strings.Contains(r.stderr, "queue.WithCluster") ||
 			!strings.Contains(r.stderr, "cannot be taken over") || r.stdout != "" {
 			t.Errorf("stepwell %q while locked: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
 		}
@@ -707,5 +721,10 @@ func TestLockedMessage(t *testing.T) {
 	}
 	if err := lockedError("gs://bucket?prefix=app/", true); strings.Contains(err.Error(), "--takeover makes") {
 		t.Errorf("with --takeover already given, it should not be offered again: %v", err)
+	}
+	err = unreachableError("s3://bucket?prefix=app/&region=eu-west-1", "10.0.0.7:7420", 20*time.Second, false)
+	if exitCode(err) != exitLocked || !strings.Contains(err.Error(), "10.0.0.7:7420") ||
+		!strings.Contains(err.Error(), "--wait") || !strings.Contains(err.Error(), "--takeover") {
+		t.Errorf("unreachable cluster writer: %d %v", exitCode(err), err)
 	}
 }

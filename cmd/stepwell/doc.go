@@ -43,14 +43,15 @@
 // requeued or a Runtime settles it; for a failed or cancelled run, the step
 // that ended it was dead-lettered and its job is kept for inspection.
 //
-// Write commands open the store as its writer (queue.Open), which only one
-// process may be at a time:
+// Write commands change the store through its writer:
 //
-//	cancel  RUN_ID [--takeover]
+//	cancel  RUN_ID [--wait D] [--takeover]
 //	                             cancel a run (runtime.Runtime.Cancel)
-//	requeue JOB_ID [--takeover]  make a dead job pending again with a fresh
+//	requeue JOB_ID [--wait D] [--takeover]
+//	                             make a dead job pending again with a fresh
 //	                             attempt budget (queue.Queue.RequeueDead)
-//	retry   RUN_ID [--takeover]  run a failed or cancelled run again from
+//	retry   RUN_ID [--wait D] [--takeover]
+//	                             run a failed or cancelled run again from
 //	                             the step that ended it
 //	                             (runtime.Runtime.Retry)
 //
@@ -59,18 +60,39 @@
 // point it at a store or prefix of its own. "stepwell help COMMAND" (or
 // "stepwell COMMAND --help") prints a command's flags.
 //
-// While the service that owns the store is running, a write command is
-// refused with exit code 3: do the operation from inside that service (for
-// example an admin endpoint calling Runtime.Cancel), or run the command after
-// the service stops. On bucket stores (s3://, gs://, azblob://) --takeover
-// makes the command the writer anyway, which FENCES the live service: its
-// next write fails with queue.ErrFenced, its store closes and it must be
-// restarted to reopen the store. Nothing it acknowledged is lost, but its
+// Only one process at a time writes a store. A write command opens the
+// store in cluster mode (queue.WithCluster), as the processes of a service
+// in cluster mode do: while such a service runs, the command joins its
+// writer as a member (it dials the address the writer advertises in the
+// store, with the secret of its epoch) and the writer does the write, as
+// it does for the service's own members: a cancel reaches the step
+// running in any of the service's processes. With no process on the
+// store, or once the store says its writer died (its file:// lock free,
+// its bucket heartbeat stopped, or a clean Close), the command becomes
+// the writer for a moment; --listen (default 127.0.0.1:0) is where it
+// then serves members that join meanwhile. A service NOT in cluster mode
+// keeps the store to itself: the command exits 3 once it has seen that
+// writer serve no members for two heartbeats (4s by default; about 10s on
+// a bucket store, where telling a live writer from a dead one takes 2.5
+// heartbeats each time): do the operation from inside that service (for
+// example an admin endpoint calling Runtime.Cancel), after it stops, or
+// run the service in cluster mode. --wait (default 20s) bounds all this:
+// a writer in cluster mode that does not answer (an address this host
+// cannot reach; this command does not join a cluster that uses TLS), and
+// does not look dead, is exit 3 too, with the address it advertises.
+// mem:// stores cannot be shared: the command opens them as their writer.
+//
+// On bucket stores (s3://, gs://, azblob://) --takeover makes the command
+// the writer where it would exit 3, not in cluster mode, which FENCES the
+// live service: its next write fails with queue.ErrFenced, its store
+// closes and it must be restarted to reopen the store (a service in
+// cluster mode rejoins by itself, and takes the store back once the
+// command has closed it). Nothing it acknowledged is lost, but its
 // in-flight steps are retried later. Use it only on a stuck or unreachable
 // writer. file:// stores cannot be taken over: their lock dies with the
-// process holding it. Opening a bucket store for writing first watches its
-// owner object for 2.5 heartbeats (5s by default) to tell a live writer from a
-// crashed one.
+// process holding it. Opening a bucket store as its writer first watches
+// its owner object for 2.5 heartbeats (5s by default) to tell a live
+// writer from a crashed one.
 //
 // cancel and retry use a client Runtime (runtime.New without a runner),
 // which never runs steps. When cancel ends a queued run,
@@ -107,7 +129,9 @@
 //	1  the operation failed (store error, corrupt record, job not dead, ...)
 //	2  usage error: unknown command or flag, missing argument, no store,
 //	   invalid store URL
-//	3  the store is locked by another live writer (write commands)
+//	3  a live writer holds the store and this command cannot join it: it
+//	   is not in cluster mode, or does not answer within --wait (write
+//	   commands)
 //	4  not found: the run or job does not exist
 //
 // # Examples
@@ -118,6 +142,6 @@
 //	stepwell run order-1042
 //	stepwell dead --queue workflow-steps --json | jq -r '.dead_jobs[].id'
 //	stepwell job 01J9Z3Q4X8T6S7R5P2N0M1K3H4
-//	stepwell --store file:///var/lib/app/stepwell cancel order-1042   # service stopped
+//	stepwell --store file:///var/lib/app/stepwell cancel order-1042   # joins the service in cluster mode
 //	stepwell requeue 01J9Z3Q4X8T6S7R5P2N0M1K3H4
 package main

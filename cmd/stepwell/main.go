@@ -12,7 +12,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 )
@@ -22,7 +25,7 @@ const (
 	exitOK       = 0 // success
 	exitFailed   = 1 // the operation failed: store error, corrupt record, ...
 	exitUsage    = 2 // bad flags, missing arguments, no or invalid store URL
-	exitLocked   = 3 // the store is held by another live writer
+	exitLocked   = 3 // a live writer holds the store that this command cannot join
 	exitNotFound = 4 // the run or job does not exist
 )
 
@@ -45,11 +48,14 @@ Read commands (open the store read-only; never disturb the live writer):
   dead    [--queue Q] [--limit N]   dead-lettered jobs (all queues by default)
   job     JOB_ID                    one job: fields, headers, payload, history
 
-Write commands (become the store's writer; refused while another process is):
-  cancel  RUN_ID [--takeover]
+Write commands (join the service's cluster as a member, or become the
+store's writer for a moment when no process has it open):
+  cancel  RUN_ID [--wait D] [--takeover]
                                     cancel a run
-  requeue JOB_ID [--takeover]       make a dead job pending again
-  retry   RUN_ID [--takeover]       run a failed or cancelled run again from
+  requeue JOB_ID [--wait D] [--takeover]
+                                    make a dead job pending again
+  retry   RUN_ID [--wait D] [--takeover]
+                                    run a failed or cancelled run again from
                                     the step that ended it
 
 Measure (a store or prefix of its own; without --store, a new mem:// store):
@@ -69,18 +75,26 @@ Global flags (before or after the command):
                 failure prints {"error": "...", "code": EXIT_CODE} instead
 
 Write commands and the live writer:
-  Only one process at a time may write a store. While your service runs, a
-  write command exits 3: do the operation from the service itself (e.g.
-  Runtime.Cancel behind an admin endpoint) or after it stops. On bucket
-  stores, --takeover writes anyway by FENCING the service: its next write
-  fails with queue.ErrFenced and it must be restarted. Nothing it
-  acknowledged is lost. file:// stores cannot be taken over.
+  Only one process at a time writes a store. While a service runs with
+  the store open in cluster mode (queue.WithCluster), a write command joins
+  it as a member: it finds the writer's address in the store, and the
+  writer does the write. With no process on the store (or once the store
+  says its writer died), the command becomes the writer for a moment. A
+  service NOT in cluster mode keeps the store to itself: the command exits
+  3 (after 4s; about 10s on buckets); run the operation from inside the
+  service (e.g. Runtime.Cancel behind an admin endpoint), after it stops,
+  or enable cluster mode. --wait (default 20s) bounds the search for a
+  writer in cluster mode; one that does not answer in time is exit 3 too.
+  On bucket stores, --takeover writes anyway by FENCING such a writer: its
+  next write fails with queue.ErrFenced and it must be restarted. Nothing
+  it acknowledged is lost. file:// stores cannot be taken over.
 
 Exit codes:
   0  ok
   1  the operation failed (store error, corrupt record, job not dead, ...)
   2  usage error (bad flags, missing argument, no store, invalid store URL)
-  3  the store is locked by another live writer
+  3  a live writer holds the store and this command cannot join it (not in
+     cluster mode, or not answering within --wait)
   4  not found (run or job)
 
 Examples:
@@ -89,7 +103,7 @@ Examples:
   stepwell runs --state failed --limit 20
   stepwell run order-1042 --json
   stepwell --store file:///var/lib/app/stepwell dead --queue workflow-steps
-  stepwell requeue 01J9Z3Q4X8T6S7R5P2N0M1K3H4
+  stepwell requeue 01J9Z3Q4X8T6S7R5P2N0M1K3H4   # while the service runs in cluster mode
 `
 
 func main() {
@@ -312,7 +326,7 @@ func (c *cli) commandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "usage: stepwell %s %s\n\n%s\nFlags:\n", cmd.name, cmd.synopsis, cmd.help)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprint(w, "\nExit codes: 0 ok, 1 failed, 2 usage, 3 store locked by another writer, 4 not found.\n")
+	fmt.Fprint(w, "\nExit codes: 0 ok, 1 failed, 2 usage, 3 store held by a writer this cannot join, 4 not found.\n")
 }
 
 // parseInterspersed parses fs from args, allowing flags after positional
@@ -353,13 +367,100 @@ func (c *cli) openRead(ctx context.Context) (*queue.Queue, error) {
 	return c.open(ctx, false, queue.WithReadOnly())
 }
 
-// openWrite opens the store as its writer, fencing a live bucket writer if
-// takeover is set.
-func (c *cli) openWrite(ctx context.Context, takeover bool) (*queue.Queue, error) {
-	if takeover {
+// writeFlags are the flags every write command accepts.
+type writeFlags struct {
+	takeover bool
+	listen   string
+	wait     time.Duration
+}
+
+// defaultWait is --wait's default: enough to find a writer that answers,
+// or, on a bucket store, to see a dead one's heartbeat stop (2.5 heartbeat
+// intervals of 2s) and take its place, or to tell a writer that is not in
+// cluster mode (about 10s on a bucket store).
+const defaultWait = 20 * time.Second
+
+func (w *writeFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&w.takeover, "takeover", false,
+		"on bucket stores, FENCE a live writer this command cannot join (not in cluster mode, or not answering\n"+
+			"within --wait) instead of exiting 3: its next write fails and it must be restarted")
+	fs.StringVar(&w.listen, "listen", "127.0.0.1:0",
+		"`ADDR` to serve cluster members on while this command is the writer of a store in cluster mode\n"+
+			"(it is when the service's writer died or closed; queue.ClusterConfig.Listen)")
+	fs.DurationVar(&w.wait, "wait", defaultWait,
+		"how long (duration `D`) to look for the writer of a store in cluster mode, or to take its place if it died")
+}
+
+// openWrite opens the store for a write command, in cluster mode
+// (queue.WithCluster): while a writer in cluster mode runs, this command
+// joins it as a member and every write is that writer's; if no process
+// has the store open, or the store says its writer died, this command
+// becomes the writer until it closes the store. A writer that is not in
+// cluster mode, or that does not answer within w.wait, is exit 3, unless
+// w.takeover fences it (bucket stores). mem:// stores, which cannot be
+// shared, are opened as before.
+func (c *cli) openWrite(ctx context.Context, w writeFlags) (*queue.Queue, error) {
+	raw, err := c.storeURL()
+	if err != nil {
+		return nil, err
+	}
+	if w.wait <= 0 {
+		return nil, usageError("--wait must be positive")
+	}
+	if u, err := url.Parse(raw); err == nil && u.Scheme == "mem" {
+		return c.open(ctx, w.takeover)
+	}
+	wctx, cancel := context.WithTimeout(ctx, w.wait)
+	defer cancel()
+	q, err := c.open(wctx, w.takeover, queue.WithCluster(queue.ClusterConfig{Listen: w.listen}))
+	if err == nil || ctx.Err() != nil {
+		return q, err
+	}
+	var ee *exitError
+	locked := errors.As(err, &ee) && ee.code == exitLocked // a writer not in cluster mode
+	if !locked && wctx.Err() == nil {
+		return nil, err
+	}
+	if w.takeover && fenceable(raw) {
 		return c.open(ctx, true, queue.WithTakeover())
 	}
-	return c.open(ctx, false)
+	if locked {
+		return nil, err
+	}
+	// Neither a member nor the writer within --wait: the writer the store
+	// names does not answer here, and the store does not say it is dead;
+	// or it names none (a writer not in cluster mode, and --wait was too
+	// short to tell).
+	addr := advertised(ctx, raw)
+	if addr == "" {
+		return nil, lockedError(raw, w.takeover)
+	}
+	return nil, unreachableError(raw, addr, w.wait, w.takeover)
+}
+
+// advertised returns the address the store's owner object advertises for
+// its writer in cluster mode, or "" if it names none or cannot be read. It
+// only explains a failure: queue.Open decides who writes.
+func advertised(ctx context.Context, raw string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := objstore.Open(ctx, raw)
+	if err != nil {
+		return ""
+	}
+	defer b.Close()
+	own, err := engine.ReadOwner(ctx, b)
+	if err != nil || own == nil {
+		return ""
+	}
+	return own.Addr
+}
+
+// fenceable reports whether raw names a bucket store, whose writer
+// --takeover can fence (file:// locks die with their process only).
+func fenceable(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Scheme != "file" && u.Scheme != "mem"
 }
 
 func (c *cli) open(ctx context.Context, takeover bool, opts ...queue.Option) (*queue.Queue, error) {
@@ -383,17 +484,34 @@ func (c *cli) open(ctx context.Context, takeover bool, opts ...queue.Option) (*q
 	return nil, fmt.Errorf("opening the store: %w", err)
 }
 
-// lockedError explains ErrStoreLocked to an operator.
+// lockedError explains ErrStoreLocked to an operator: a live writer holds
+// the store and, not being in cluster mode, serves no members.
 func lockedError(raw string, takeover bool) error {
-	u, _ := url.Parse(raw)
-	where, scheme := raw, ""
-	if u != nil {
-		where, scheme = u.Redacted(), u.Scheme
-	}
+	where, scheme := redact(raw)
 	var b strings.Builder
-	fmt.Fprintf(&b, "the store %s is in use by a live writer (another process has it open).\n", where)
-	b.WriteString("Only one process may write a store at a time. Run this command from inside that\n")
-	b.WriteString("process (for example an admin endpoint calling the same API), or after it stops.")
+	fmt.Fprintf(&b, "the store %s is in use by a live writer that is not in cluster mode:\n", where)
+	b.WriteString("another process has it open without queue.WithCluster, so this command cannot join it as a\n")
+	b.WriteString("member. Run this command from inside that process (for example an admin endpoint calling the\n")
+	b.WriteString("same API), after it stops, or open the store there with queue.WithCluster.")
+	lastResort(&b, scheme, takeover)
+	return &exitError{code: exitLocked, msg: b.String()}
+}
+
+// unreachableError explains a writer in cluster mode, advertised at addr,
+// that did not answer within wait while the store did not say it is dead.
+func unreachableError(raw, addr string, wait time.Duration, takeover bool) error {
+	where, scheme := redact(raw)
+	var b strings.Builder
+	fmt.Fprintf(&b, "the store %s is in use by a live writer in cluster mode at %s\n", where, addr)
+	fmt.Fprintf(&b, "that did not answer within %v, and the store does not say it is dead. Check that this host\n", wait)
+	b.WriteString("can reach that address (the writer's queue.ClusterConfig Listen and Advertise; this command\n")
+	b.WriteString("does not join a cluster that uses TLS), or retry with a longer --wait.")
+	lastResort(&b, scheme, takeover)
+	return &exitError{code: exitLocked, msg: b.String()}
+}
+
+// lastResort appends what --takeover can do on this store.
+func lastResort(b *strings.Builder, scheme string, takeover bool) {
 	switch {
 	case scheme == "file":
 		b.WriteString("\nfile:// stores cannot be taken over: the lock is released when that process exits.")
@@ -401,7 +519,15 @@ func lockedError(raw string, takeover bool) error {
 		b.WriteString("\nAs a last resort, --takeover makes this command the writer by FENCING the live\n")
 		b.WriteString("process: its next write fails (queue.ErrFenced) and it must be restarted.")
 	}
-	return &exitError{code: exitLocked, msg: b.String()}
+}
+
+// redact returns raw without its password, and its scheme.
+func redact(raw string) (where, scheme string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw, ""
+	}
+	return u.Redacted(), u.Scheme
 }
 
 // checkFileStore refuses a file:// URL whose directory does not exist:

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/stepwell/stepwell/kvrecord"
@@ -11,11 +10,6 @@ import (
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/terminal"
 )
-
-func takeoverFlag(fs *flag.FlagSet, p *bool) {
-	fs.BoolVar(p, "takeover", false,
-		"on bucket stores, FENCE a live writer instead of exiting 3: its next write fails and it must be restarted")
-}
 
 type cancelJSON struct {
 	RunID string `json:"run_id"`
@@ -28,31 +22,32 @@ type cancelJSON struct {
 }
 
 func cancelCommand() *command {
-	var takeover bool
+	var w writeFlags
 	return &command{
 		name:     "cancel",
-		synopsis: "RUN_ID [--takeover]",
+		synopsis: "RUN_ID [--wait D] [--takeover]",
 		help: `Cancels a run with runtime.Runtime.Cancel. A queued or scheduled step is
 removed and the run ends Cancelled at once; a running step is told to stop and
 the run ends Cancelled when it returns. The run's terminal notification goes
 where the service configured it (recorded in the store), and the service's
 hook delivers it when the service runs.
 
-Opens the store as its writer: while the service holds the store this exits 3
-(cancel from inside the service instead, or after it stops; --takeover fences
-it on bucket stores). Exits 0 when the run is cancelled or had already
-finished (the output says which), 4 when there is no such run.
+While a service runs the store in cluster mode (queue.WithCluster), this joins
+it as a member and the service's writer cancels the run, telling whichever
+process runs its step; with no process on the store, it becomes the writer
+for a moment (see "Write commands and the live writer" in 'stepwell --help').
+Exits 0 when the run is cancelled or had already finished (the output says
+which), 3 when a writer holds the store that this cannot join, 4 when there
+is no such run.
 `,
-		flags: func(fs *flag.FlagSet) {
-			takeoverFlag(fs, &takeover)
-		},
+		flags: w.register,
 		nargs: 1,
 		exec: func(ctx context.Context, c *cli, args []string) (err error) {
 			id := args[0]
 			if err := runtime.ValidateRunID(id); err != nil {
 				return usageError("%v", err)
 			}
-			q, err := c.openWrite(ctx, takeover)
+			q, err := c.openWrite(ctx, w)
 			if err != nil {
 				return err
 			}
@@ -137,10 +132,10 @@ type requeueJSON struct {
 }
 
 func requeueCommand() *command {
-	var takeover bool
+	var w writeFlags
 	return &command{
 		name:     "requeue",
-		synopsis: "JOB_ID [--takeover]",
+		synopsis: "JOB_ID [--wait D] [--takeover]",
 		help: `Makes a dead job pending again with a fresh attempt budget (its history is
 kept), with queue.Queue.RequeueDead. Meant for plain queue jobs, dead terminal
 notifications (redelivered to the hook), and the step of a run whose worker
@@ -149,15 +144,18 @@ cancelled run is requeued by retrying its run (as 'stepwell retry RUN_ID'
 does): the run goes on from that step. Other step jobs whose run has moved on,
 ended otherwise or expired would never run: they are refused (exit 1).
 
-Opens the store as its writer: while the service holds the store this exits 3
-(requeue from inside the service instead, or after it stops; --takeover fences
-it on bucket stores). Exits 4 when there is no such job, 1 when it is not dead.
+While a service runs the store in cluster mode (queue.WithCluster), this joins
+it as a member and the service's writer requeues the job; with no process on
+the store, it becomes the writer for a moment (see "Write commands and the
+live writer" in 'stepwell --help'). Exits 0 when the job was requeued, 1 when
+it is not dead, 3 when a writer holds the store that this cannot join, 4 when
+there is no such job.
 `,
-		flags: func(fs *flag.FlagSet) { takeoverFlag(fs, &takeover) },
+		flags: w.register,
 		nargs: 1,
 		exec: func(ctx context.Context, c *cli, args []string) (err error) {
 			id := args[0]
-			q, err := c.openWrite(ctx, takeover)
+			q, err := c.openWrite(ctx, w)
 			if err != nil {
 				return err
 			}
@@ -283,30 +281,32 @@ type retryJSON struct {
 }
 
 func retryCommand() *command {
-	var takeover bool
+	var w writeFlags
 	return &command{
 		name:     "retry",
-		synopsis: "RUN_ID [--takeover]",
+		synopsis: "RUN_ID [--wait D] [--takeover]",
 		help: `Retries a failed or cancelled run with runtime.Runtime.Retry: the run starts
 again from the step that ended it, with that step's payload and a fresh attempt
 budget, keeping its run ID; its retry count rises by one. The step's dead job,
 if it died, leaves the dead letters. When the retried run ends, the service's
 hook is notified again.
 
-Opens the store as its writer: while the service holds the store this exits 3
-(retry from inside the service instead, or after it stops; --takeover fences
-it on bucket stores). Exits 0 when the run was retried, 1 when it is not failed
-or cancelled (or its step's payload is no longer kept), 4 when there is no such
-run.
+While a service runs the store in cluster mode (queue.WithCluster), this joins
+it as a member and the service's writer retries the run, which the service
+then runs; with no process on the store, it becomes the writer for a moment
+(see "Write commands and the live writer" in 'stepwell --help'). Exits 0 when
+the run was retried, 1 when it is not failed or cancelled (or its step's
+payload is no longer kept), 3 when a writer holds the store that this cannot
+join, 4 when there is no such run.
 `,
-		flags: func(fs *flag.FlagSet) { takeoverFlag(fs, &takeover) },
+		flags: w.register,
 		nargs: 1,
 		exec: func(ctx context.Context, c *cli, args []string) (err error) {
 			id := args[0]
 			if err := runtime.ValidateRunID(id); err != nil {
 				return usageError("%v", err)
 			}
-			q, err := c.openWrite(ctx, takeover)
+			q, err := c.openWrite(ctx, w)
 			if err != nil {
 				return err
 			}
