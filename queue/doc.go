@@ -252,8 +252,9 @@
 // lease less than a quarter lease ago. A member makes no object-store
 // requests for its operations and holds no state. To watch the writer, a
 // member reads the owner object every quarter heartbeat interval on bucket
-// stores (two GETs a second with the default heartbeat), and on file://
-// tries to take the lock every 200ms. The writer does the work of every member: its commits,
+// stores (two GETs a second with the default heartbeat); on file:// it
+// tries to take the lock every 2s, and as soon as its connection to the
+// writer breaks. The writer does the work of every member: its commits,
 // memory and object-store requests are those of one process doing all of
 // it.
 //
@@ -270,8 +271,8 @@
 //     stopped.
 //   - file:// stores: as soon as the lock is free, which is when the
 //     writer's process exits, however it exits. Members see their
-//     connection to the writer break and try at once, or at their next try
-//     (every 200ms).
+//     connection to the writer break and try at once (then every 200ms
+//     while it stays broken; every 2s in any case).
 //   - a clean Close: the writer ends its members' long-polls, then closes
 //     the store, which marks it free (on bucket stores, a closed owner
 //     object): a member takes over at once. Measured in tests: a member

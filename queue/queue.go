@@ -89,9 +89,14 @@ var registry = struct {
 // the new handle; store-level options of the first Open stay in force). The
 // store is closed when the last handle is closed.
 //
-// Across processes only one writer may be live. A second process gets
-// ErrStoreLocked, unless it passes WithTakeover on a bucket store, which
-// fences the first writer.
+// Across processes only one writer may be live. With WithCluster, every
+// other process that opens the store in cluster mode becomes a member
+// that forwards its operations to the writer, and takes over when the
+// writer dies (see "Cluster mode" in the package documentation). Without
+// it, a second process gets ErrStoreLocked, unless it passes WithTakeover
+// on a bucket store, which fences the first writer. A cluster-mode Open
+// waits (until ctx ends) for a writer that cannot be reached yet, and
+// fails with ErrStoreLocked if the live writer is not in cluster mode.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
