@@ -341,6 +341,14 @@
 //   - Processes that reach neither the writer nor the store wait: nothing
 //     is acknowledged meanwhile.
 //
+// Toward several writers: one writer's CPU bounds a store. The way past it
+// is shards, each a store of its own (a prefix of the bucket) with its own
+// writer, and runs routed by a hash of the run ID; a member would keep a
+// map of the shards' owner objects. Nothing in cluster mode assumes one
+// writer per process: a member's backend talks to one writer epoch,
+// claim tokens and member IDs are per writer, and every call names the
+// epoch it is meant for. Shards are not built.
+//
 // # Caveats
 //
 //   - A fenced writer that makes no writes (bucket stores) may serve stale
