@@ -512,7 +512,9 @@ func (c *clustered) writerGone(be backend, err error) bool {
 	if errors.Is(err, errWriterGone) {
 		return true
 	}
-	if _, ok := be.(*local); ok && errors.Is(err, ErrFenced) {
+	// engine.ErrFenced: the local backend returns the engine's errors
+	// (queue.ErrFenced wraps it; the engine's own do not wrap that).
+	if _, ok := be.(*local); ok && errors.Is(err, engine.ErrFenced) {
 		return true
 	}
 	return false

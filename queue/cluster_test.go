@@ -306,3 +306,56 @@ func TestClusterCommitsShareCalls(t *testing.T) {
 		t.Fatalf("%d puts took %d calls: no batching", n, calls)
 	}
 }
+
+// A cluster writer fenced by another writer does not fail its Work loops
+// with ErrFenced: they wait for the next writer and work with it (here the
+// fenced process itself, once the fencing writer closed).
+func TestClusterFencedWriterKeepsWorking(t *testing.T) {
+	url := testenv.S3(t)
+	ctx := context.Background()
+	w := openMember(t, url, WithHeartbeat(100*time.Millisecond))
+	if w.Role() != RoleWriter {
+		t.Fatalf("role %v, want writer", w.Role())
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Work(wctx, "q", func(ctx context.Context, j *Job) error {
+			ran <- j.ID
+			return nil
+		}, WorkOptions{})
+	}()
+	// A writer outside the cluster fences it, and enqueues a job.
+	other, err := Open(ctx, url, WithTakeover(), WithHeartbeat(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "after-fence"}); err != nil {
+		t.Fatal(err)
+	}
+	// The fenced writer notices within six beats, and must keep working.
+	select {
+	case err := <-done:
+		t.Fatalf("Work of the fenced writer returned: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	if err := other.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-ran:
+		if id != "after-fence" {
+			t.Fatalf("ran %s", id)
+		}
+	case err := <-done:
+		t.Fatalf("Work returned: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job enqueued by the fencing writer never ran")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Work: %v", err)
+	}
+}
