@@ -352,6 +352,11 @@ func (c *clustered) monitor() {
 	var lastBeat uint64
 	var lastEpoch uint64
 	beatSeen := time.Now()
+	// woke is the gone channel of the remote that woke this loop already:
+	// closed, it would wake it again at once, in a loop of owner reads and
+	// dials for as long as the writer is dead. The ticker paces the
+	// looks after the first.
+	var woke <-chan struct{}
 	for {
 		var gone <-chan struct{}
 		c.mu.Lock()
@@ -360,9 +365,14 @@ func (c *clustered) monitor() {
 		}
 		loc := c.loc
 		c.mu.Unlock()
+		wake := gone
+		if gone == woke {
+			wake = nil
+		}
 		select {
 		case <-t.C:
-		case <-gone:
+		case <-wake:
+			woke = gone
 		case <-c.wake:
 		case <-c.stop:
 			return

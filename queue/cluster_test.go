@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -357,5 +359,51 @@ func TestClusterFencedWriterKeepsWorking(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Work: %v", err)
+	}
+}
+
+// countingHandler counts the log records whose message contains sub.
+type countingHandler struct {
+	sub string
+	n   *atomic.Int64
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.sub) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// A member whose writer stopped answering looks at the store at the
+// monitor's pace, not in a loop: the closed channel that told it the
+// writer is gone must not wake it again and again.
+func TestClusterMemberDoesNotSpinOnDeadWriter(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	var looks atomic.Int64
+	m := openMember(t, url, WithLogger(slog.New(countingHandler{"does not answer", &looks})))
+	if m.Role() != RoleMember {
+		t.Fatalf("role %v", m.Role())
+	}
+	// The writer stops serving (its process still holds the lock).
+	wc := w.be.(*clustered)
+	wc.mu.Lock()
+	srv := wc.srv
+	wc.mu.Unlock()
+	srv.Stop()
+	time.Sleep(time.Second)
+	// The monitor ticks every 200ms on file://; some slack for wake-ups
+	// by calls that failed.
+	if n := looks.Load(); n > 20 {
+		t.Fatalf("the member looked for a writer %d times in a second", n)
+	} else {
+		t.Logf("the member looked for a writer %d times in a second", n)
+	}
+	if m.Role() != RoleMember {
+		t.Fatalf("the member took over a live writer's store: role %v", m.Role())
 	}
 }
