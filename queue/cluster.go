@@ -204,7 +204,10 @@ func (c *clustered) join(ctx context.Context) error {
 		}
 	}
 	err = c.becomeWriter(ctx, false)
-	if err == nil || !errors.Is(err, ErrStoreLocked) {
+	// Locked: a live writer holds the store. Fenced: a member took over
+	// while this process was opening it (both fenced the dead writer; the
+	// later one won). Either way another process is the writer: join it.
+	if err == nil || !errors.Is(err, ErrStoreLocked) && !errors.Is(err, engine.ErrFenced) {
 		return err
 	}
 	if own, err = engine.ReadOwner(ctx, c.bucket); err != nil {
@@ -542,7 +545,9 @@ func (c *clustered) writerGone(be backend, err error) bool {
 	if errors.Is(err, errWriterGone) {
 		return true
 	}
-	if _, ok := be.(*local); ok && errors.Is(err, ErrFenced) {
+	// engine.ErrFenced: the local backend returns the engine's errors
+	// (queue.ErrFenced wraps it; the engine's own do not wrap that).
+	if _, ok := be.(*local); ok && errors.Is(err, engine.ErrFenced) {
 		return true
 	}
 	return false

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -579,5 +581,104 @@ func TestClusterRefusesUnauthenticatedCall(t *testing.T) {
 	}
 	if _, err := w.Get(ctx, []byte("anon")); !errors.Is(err, ErrKeyNotFound) {
 		t.Fatalf("the refused call changed the store: %v", err)
+	}
+}
+
+// A cluster writer fenced by another writer does not fail its Work loops
+// with ErrFenced: they wait for the next writer and work with it (here the
+// fenced process itself, once the fencing writer closed).
+func TestClusterFencedWriterKeepsWorking(t *testing.T) {
+	url := testenv.S3(t)
+	ctx := context.Background()
+	w := openMember(t, url, WithHeartbeat(100*time.Millisecond))
+	if w.Role() != RoleWriter {
+		t.Fatalf("role %v, want writer", w.Role())
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Work(wctx, "q", func(ctx context.Context, j *Job) error {
+			ran <- j.ID
+			return nil
+		}, WorkOptions{})
+	}()
+	// A writer outside the cluster fences it, and enqueues a job.
+	other, err := Open(ctx, url, WithTakeover(), WithHeartbeat(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "after-fence"}); err != nil {
+		t.Fatal(err)
+	}
+	// The fenced writer notices within six beats, and must keep working.
+	select {
+	case err := <-done:
+		t.Fatalf("Work of the fenced writer returned: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	if err := other.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-ran:
+		if id != "after-fence" {
+			t.Fatalf("ran %s", id)
+		}
+	case err := <-done:
+		t.Fatalf("Work returned: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job enqueued by the fencing writer never ran")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Work: %v", err)
+	}
+}
+
+// countingHandler counts the log records whose message contains sub.
+type countingHandler struct {
+	sub string
+	n   *atomic.Int64
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.sub) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// A member whose writer stopped answering looks at the store at the
+// monitor's pace, not in a loop: the closed channel that told it the
+// writer is gone must not wake it again and again.
+func TestClusterMemberDoesNotSpinOnDeadWriter(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	var looks atomic.Int64
+	m := openMember(t, url, WithLogger(slog.New(countingHandler{"does not answer", &looks})))
+	if m.Role() != RoleMember {
+		t.Fatalf("role %v", m.Role())
+	}
+	// The writer stops serving (its process still holds the lock).
+	wc := w.be.(*clustered)
+	wc.mu.Lock()
+	srv := wc.srv
+	wc.mu.Unlock()
+	srv.Stop()
+	time.Sleep(time.Second)
+	// The monitor ticks every 200ms on file://; some slack for wake-ups
+	// by calls that failed.
+	if n := looks.Load(); n > 20 {
+		t.Fatalf("the member looked for a writer %d times in a second", n)
+	} else {
+		t.Logf("the member looked for a writer %d times in a second", n)
+	}
+	if m.Role() != RoleMember {
+		t.Fatalf("the member took over a live writer's store: role %v", m.Role())
 	}
 }

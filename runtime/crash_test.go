@@ -65,6 +65,8 @@ func TestMain(m *testing.M) {
 		os.Exit(controlChild(os.Getenv(controlChildEnv)))
 	case os.Getenv(startAtChildEnv) != "":
 		os.Exit(startAtChild(os.Getenv(startAtChildEnv)))
+	case os.Getenv(clusterHelperEnv) != "":
+		os.Exit(clusterHelper(os.Getenv(clusterHelperEnv)))
 	}
 	testenv.Main(m)
 }
