@@ -166,8 +166,8 @@ func TestCancelRunningStep(t *testing.T) {
 				t.Errorf("outcome = %+v, want cancelled with empty error at step 0", o)
 			}
 			st = waitTerminal(t, rt, "running")
-			if st.State != runtime.StateCancelled || st.Error != "" {
-				t.Errorf("Status = %+v", st)
+			if st.State != runtime.StateCancelled || st.Error != "" || st.Attempt != 1 {
+				t.Errorf("Status = %+v, want cancelled at attempt 1 (no retry after the cancel)", st)
 			}
 			if dead := deadJobs(t, q, stepsQueue); len(dead) != 0 {
 				t.Errorf("dead step jobs %v: a cancelled step is acknowledged", jobIDs(dead))

@@ -238,9 +238,13 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	}
 
 	// Settle with the run record read above, re-reading it until the
-	// compare-and-put holds (a concurrent Cancel may have changed it).
+	// compare-and-put holds (a concurrent Cancel may have changed it). A
+	// cancel that reached the step changed it for sure: read it again at
+	// once, or a step that returns its ctx's error would be retried (an
+	// attempt and a backoff spent) before the run ends cancelled.
+	reread := errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled)
 	for first := true; ; first = false {
-		if !first {
+		if !first || reread {
 			rec, old, err = rt.loadRun(settleCtx, runID)
 			if errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
 				return rt.q.Ack(settleCtx, job)
