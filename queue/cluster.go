@@ -326,10 +326,10 @@ func (c *clustered) switchTo(be backend, r *remote, srv *cluster.Server, epoch u
 func (c *clustered) role() Role {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.loc != nil {
+	if c.loc != nil && !errors.Is(c.loc.err(), engine.ErrFenced) {
 		return RoleWriter
 	}
-	return RoleMember
+	return RoleMember // a fenced writer is a member looking for the writer
 }
 
 // current returns the backend and the channel closed when it is replaced.
@@ -353,7 +353,8 @@ func (c *clustered) lookNow() {
 // the writer breaks, then every 200ms while it stays broken, and every 2s
 // besides; a bucket
 // heartbeat seen unchanged for 2.25 intervals, read every quarter
-// interval, so within about 2.6 intervals of the last beat; or a clean
+// interval, then a random pause of up to a quarter interval: within 3
+// intervals of the last beat; or a clean
 // Close); a writer fenced by another becomes a
 // member. Takeover is decided by the store alone, never by a failed call:
 // a member cut off from a live writer waits.
@@ -471,7 +472,7 @@ func (c *clustered) follow(ctx context.Context) {
 func (c *clustered) takeOver(ctx context.Context, fence bool) {
 	if fence {
 		select {
-		case <-time.After(rand.N(c.opts.heartbeat/8 + time.Millisecond)):
+		case <-time.After(rand.N(c.opts.heartbeat/4 + time.Millisecond)):
 		case <-ctx.Done():
 			return
 		}

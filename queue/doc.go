@@ -263,10 +263,13 @@
 //
 //   - bucket stores: when a member, reading the owner object every quarter
 //     heartbeat interval, has seen its heartbeat unchanged for 2.25
-//     intervals, and after a random pause of up to an eighth of an interval
-//     that keeps members from racing: 2.25 to 2.9 intervals after the
-//     writer's last beat (4.5 to 5.75s with the default 2s heartbeat),
-//     then it loads the state. Measured on MinIO with the default
+//     intervals, and after a random pause of up to a quarter of an
+//     interval that keeps members from racing: 2.25 to 3 intervals after
+//     the writer's last beat (4.5 to 6s with the default 2s heartbeat),
+//     then it loads the state. Having won its open markers, a new writer
+//     names its epoch in the owner object before it loads the state, so
+//     that members that judged the old writer dead at the same moment see
+//     it, look again, and join it rather than fence it. Measured on MinIO with the default
 //     heartbeat: a member was the writer 3.6 to 3.8s after the writer
 //     stopped.
 //   - file:// stores: as soon as the lock is free, which is when the

@@ -396,6 +396,15 @@ func (e *Engine) open1(ctx context.Context) error {
 		return err
 	}
 	e.epoch, e.markEnd = first, last
+	if e.beats() {
+		// Name the new epoch in the owner object now, not after the
+		// recovery below: openers that judged the old writer dead at the
+		// same time (cluster members) look at it before they fence, and
+		// would otherwise fence this one. It keeps the mark read above.
+		if err := e.writeOwner(ctx, 0, false, mark); err != nil {
+			return err
+		}
+	}
 	// Recovery replays the WAL up to and including our markers.
 	if err := e.recover(ctx); err != nil {
 		return err
