@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"crypto/tls"
@@ -554,22 +555,27 @@ func (c *clustered) writerGone(be backend, err error) bool {
 	return false
 }
 
-// retrySafe reports whether applying ops twice fails rather than applies
-// twice: every operation is guarded by a claim token, a job ID, a compare
-// or a state check.
+// retrySafe reports whether a transaction cannot apply twice: one of its
+// operations fails when applied a second time (a settlement by its claim
+// token, a compare-and-put or -delete that changes its key, an enqueue
+// with a JobID, a RequeueDead), and a transaction applies whole or not at
+// all.
 func retrySafe(ops []txnOp) bool {
 	for _, op := range ops {
 		switch op.Kind {
-		case opAck, opNack, opDeadLetter, opRelease, opCompareAndPut, opCompareAndDelete, opRequireJob, opRequeueDead:
-		case opEnqueue:
-			if op.JobID == "" {
-				return false
+		case opAck, opNack, opDeadLetter, opRelease, opCompareAndDelete, opRequeueDead:
+			return true
+		case opCompareAndPut:
+			if op.Absent || !bytes.Equal(op.Expect, op.Value) {
+				return true
 			}
-		default:
-			return false
+		case opEnqueue:
+			if op.JobID != "" {
+				return true
+			}
 		}
 	}
-	return true
+	return false
 }
 
 func (c *clustered) commit(ctx context.Context, ops []txnOp, o options) (res TxnResult, err error) {

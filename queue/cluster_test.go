@@ -682,3 +682,26 @@ func TestClusterMemberDoesNotSpinOnDeadWriter(t *testing.T) {
 		t.Fatalf("the member took over a live writer's store: role %v", m.Role())
 	}
 }
+
+func TestRetrySafe(t *testing.T) {
+	put := txnOp{Kind: opPut, Key: []byte("k"), Value: []byte("v")}
+	for _, tc := range []struct {
+		name string
+		ops  []txnOp
+		want bool
+	}{
+		{"a put", []txnOp{put}, false},
+		{"a put and a settlement", []txnOp{put, {Kind: opAck, JobID: "j", Token: 1}}, true},
+		{"a compare-and-put that changes the key", []txnOp{put, {Kind: opCompareAndPut, Key: []byte("r"), Expect: []byte("a"), Value: []byte("b")}}, true},
+		{"a compare-and-put of the same value", []txnOp{{Kind: opCompareAndPut, Key: []byte("r"), Expect: []byte("a"), Value: []byte("a")}}, false},
+		{"a create", []txnOp{{Kind: opCompareAndPut, Key: []byte("r"), Absent: true, Value: []byte("a")}}, true},
+		{"an enqueue without a JobID", []txnOp{{Kind: opEnqueue, Queue: "q"}}, false},
+		{"an enqueue with a JobID", []txnOp{{Kind: opEnqueue, Queue: "q", JobID: "x"}}, true},
+		{"a cancel", []txnOp{{Kind: opCancelJob, JobID: "x"}}, false},
+		{"a state check", []txnOp{put, {Kind: opRequireJob, JobID: "x", States: 2}}, false},
+	} {
+		if got := retrySafe(tc.ops); got != tc.want {
+			t.Errorf("%s: retrySafe = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -291,9 +291,11 @@
 // again: after a crash such jobs wait up to one lease (WithLease, 30s by
 // default) longer than without cluster mode, where Open requeues them at
 // once. A call that a change of writer interrupted is sent again to the
-// next writer when applying it twice would fail rather than apply twice
-// (settlements and other token-, job-ID- or compare-guarded operations,
-// enqueues with a JobID); any other returns ErrOutcomeUnknown. Nothing
+// next writer when it cannot apply twice: when one of its operations
+// fails if applied a second time (a settlement, by its claim token; a
+// compare-and-put or -delete that changes its key; an enqueue with a
+// JobID; a RequeueDead), since a transaction applies whole or not at all.
+// Any other returns ErrOutcomeUnknown. Nothing
 // acknowledged is lost: every acknowledgement is a writer's, after its
 // commit was durable.
 //

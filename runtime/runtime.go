@@ -102,14 +102,22 @@ func (rt *Runtime) recordNotifyQueue(ctx context.Context) error {
 	if terminal.IsNoop(rt.hook) {
 		return nil
 	}
-	cur, err := rt.q.Get(ctx, []byte(notifyConfigKey))
-	if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
-		return err
+	// A compare-and-put, not a Put: it is guarded, so a change of writer
+	// in cluster mode retries it with the next writer rather than leave
+	// its outcome unknown (see queue.WithCluster).
+	for {
+		cur, err := rt.q.Get(ctx, []byte(notifyConfigKey))
+		if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
+			return err
+		}
+		if err == nil && string(cur) == rt.opts.notifyQueueName {
+			return nil
+		}
+		err = rt.q.CompareAndPut(ctx, []byte(notifyConfigKey), cur, []byte(rt.opts.notifyQueueName))
+		if !errors.Is(err, queue.ErrConditionFailed) {
+			return err
+		}
 	}
-	if err == nil && string(cur) == rt.opts.notifyQueueName {
-		return nil
-	}
-	return rt.q.Put(ctx, []byte(notifyConfigKey), []byte(rt.opts.notifyQueueName))
 }
 
 // RunSpec describes a run to submit.
