@@ -782,6 +782,32 @@ func randBytes(t testing.TB, n int) []byte {
 	return b
 }
 
+// TestRunStoppedWhileStartingReturnsNil: Run whose ctx ends before or while
+// it starts returns nil, as its doc says of a ctx that ends. Before, Run
+// with a hook returned the error of recording its notify queue: with an
+// ended ctx, context.Canceled at once; with its Runtime in a member, whose
+// commit is a call, ErrOutcomeUnknown when the ctx ended during the call
+// (TestNewDoesNoIO failed so with STEPWELL_RUNTIME_STORE=member-s3).
+func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
+	t.Parallel()
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, succeedRunner(nil), &hookRecorder{})
+	for _, wait := range []time.Duration{-1, 0, 100 * time.Microsecond, time.Millisecond} {
+		ctx, cancel := context.WithCancel(context.Background())
+		when := fmt.Sprint(wait, " after Run started")
+		if wait < 0 {
+			cancel()
+			when = "before Run"
+		} else {
+			time.AfterFunc(wait, cancel)
+		}
+		if err := rt.Run(ctx); err != nil {
+			t.Errorf("Run with its ctx ended %s = %v, want nil", when, err)
+		}
+		cancel()
+	}
+}
+
 func TestRunDrainsRunningSteps(t *testing.T) {
 	t.Parallel()
 	q := openQueue(t, memURL())
