@@ -469,7 +469,15 @@ func (c *clustered) follow(ctx context.Context) {
 
 // takeOver makes this member the writer, once the store says the writer
 // is dead; with takeover, by fencing it. Members racing for it are spread
-// out, and each looks again before fencing.
+// out, and each looks again before fencing, and asks the writer: one that
+// answers is alive, whatever its heartbeat shows. (It stops beating while
+// the store does not answer it, and resumes only once its requests' own
+// retries do; its interval may be longer than this process's
+// WithHeartbeat, by which this member judges it. Before, either made a
+// member fence a live writer: after any store outage of over 2.25 beats,
+// and at once when the writer's interval was over 2.25 of the member's.)
+// A writer cut off from the store but not from its members is waited for,
+// as a single process waits out an outage.
 func (c *clustered) takeOver(ctx context.Context, fence bool) {
 	if fence {
 		select {
@@ -485,11 +493,28 @@ func (c *clustered) takeOver(ctx context.Context, fence bool) {
 			c.follow(ctx) // another member was faster
 			return
 		}
+		if c.writerAnswers(ctx) {
+			return
+		}
 	}
 	if err := c.becomeWriter(ctx, fence); err != nil {
 		c.log.Debug("stepwell: cluster: taking over failed", "err", err)
 		c.follow(ctx)
 	}
+}
+
+// writerAnswers reports whether the writer this member calls answers a
+// health call within DialTimeout.
+func (c *clustered) writerAnswers(ctx context.Context) bool {
+	c.mu.Lock()
+	r := c.rem
+	c.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	return r.ping(pctx) == nil
 }
 
 // rejoin makes a deposed writer a member of the writer that fenced it.

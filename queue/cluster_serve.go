@@ -263,6 +263,12 @@ func (l *local) methods() map[string]cluster.Handler {
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
+			if err := l.err(); err != nil {
+				// Failed for good (or fenced): no longer the writer, though
+				// its process lives. A member about to take over asks this
+				// (see takeOver), and must not be told the writer is alive.
+				return nil, err
+			}
 			return l.healthReply(), nil
 		},
 	}

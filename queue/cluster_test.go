@@ -705,3 +705,43 @@ func TestRetrySafe(t *testing.T) {
 		}
 	}
 }
+
+// A member does not fence a writer that answers it, whatever the heartbeat
+// shows: here the writer beats every second and the member, by its own
+// WithHeartbeat, expects a beat every 100ms (as a CLI with the default
+// interval would of a service that set a longer one). Before, the member
+// fenced the live writer within half a second. (A store outage longer
+// than 2.25 beats did the same once it ended: runtime's
+// TestStoreOutageFailsNoRun in member mode.)
+func TestClusterMemberDoesNotFenceLiveWriter(t *testing.T) {
+	url := testenv.S3(t)
+	w := openMember(t, url, WithHeartbeat(time.Second))
+	m := openMember(t, url, WithHeartbeat(100*time.Millisecond))
+	for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(20 * time.Millisecond) {
+		if w.Role() != RoleWriter || m.Role() != RoleMember {
+			t.Fatalf("after %v: the writer is %v, the member %v", time.Since(start).Round(time.Millisecond), w.Role(), m.Role())
+		}
+	}
+	if err := m.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A writer whose store failed for good, in a process that lives on and
+// still serves, stops beating and is taken over: it does not answer the
+// member's last question (see takeOver) as a live writer would.
+func TestClusterMemberTakesOverFailedWriter(t *testing.T) {
+	url := testenv.S3(t)
+	const hb = 100 * time.Millisecond
+	w := openMember(t, url, WithHeartbeat(hb))
+	m := openMember(t, url, WithHeartbeat(hb))
+	if w.Role() != RoleWriter || m.Role() != RoleMember {
+		t.Fatalf("roles: %v, %v", w.Role(), m.Role())
+	}
+	w.be.(*clustered).loc.eng.Kill() // its cluster server still serves
+	took := waitRole(t, m, RoleWriter, 50*hb)
+	t.Logf("the member took over %v after the writer's store failed (heartbeat %v)", took, hb)
+	if err := m.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -67,6 +67,14 @@ func TestMain(m *testing.M) {
 		os.Exit(startAtChild(os.Getenv(startAtChildEnv)))
 	case os.Getenv(clusterHelperEnv) != "":
 		os.Exit(clusterHelper(os.Getenv(clusterHelperEnv)))
+	case os.Getenv(memberWriterEnv) != "":
+		os.Exit(memberWriterChild(os.Getenv(memberWriterEnv)))
+	}
+	if memberMode() {
+		code := m.Run()
+		testenv.Stop()
+		removeMemberStores()
+		os.Exit(code)
 	}
 	testenv.Main(m)
 }

@@ -137,6 +137,7 @@ func TestDiedStepKeepsPayloadForRetry(t *testing.T) {
 // the run still ends Failed. Before the fix, handleDeadStep required the
 // job to be dead and retried that compare forever.
 func TestDeletedDeadStepStillFailsRun(t *testing.T) {
+	writerOnly(t, "dead retention is applied by the writer's reaper, with the options of the writer's own Open (store-level, as for a second handle in one process)")
 	t.Parallel()
 	ctx := context.Background()
 	q := openQueue(t, memURL(), queue.WithQueueConfig(stepsQueue, queue.QueueConfig{DeadRetention: time.Millisecond}))

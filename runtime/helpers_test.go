@@ -40,14 +40,20 @@ var storeSeq atomic.Int64
 
 // memURL returns the URL of a fresh in-memory store; or, when
 // STEPWELL_RUNTIME_STORE=s3 (as .ci/run sets for a second pass), of a fresh
-// prefix on the local MinIO server, so the whole suite runs on S3.
+// prefix on the local MinIO server, so the whole suite runs on S3; or, in
+// member mode (see member_test.go), of a fresh file:// store (member) or
+// MinIO prefix (member-s3), which openQueue opens as a cluster member of a
+// writer process of its own.
 func memURL() string {
-	if os.Getenv("STEPWELL_RUNTIME_STORE") == "s3" {
+	switch mode := os.Getenv(storeModeEnv); mode {
+	case "s3", "member-s3":
 		u, err := testenv.S3URL("runtime")
 		if err != nil {
-			panic("STEPWELL_RUNTIME_STORE=s3: " + err.Error())
+			panic(storeModeEnv + "=" + mode + ": " + err.Error())
 		}
 		return u
+	case "member":
+		return "file://" + memberStoreDir()
 	}
 	return fmt.Sprintf("mem://runtime-test-%d-%d", os.Getpid(), storeSeq.Add(1))
 }
@@ -66,14 +72,22 @@ func fastQueueOpts() []queue.Option {
 }
 
 // openQueue opens url with fastQueueOpts (then opts) and closes it when the
-// test ends.
+// test ends. In member mode (see member_test.go) the Queue is a cluster
+// member of the store's writer process, and must still be one at the end.
 func openQueue(t testing.TB, url string, opts ...queue.Option) *queue.Queue {
 	t.Helper()
-	q, err := queue.Open(context.Background(), url, append(fastQueueOpts(), opts...)...)
+	q, err := openStore(t, url, opts...)
 	if err != nil {
 		t.Fatalf("queue.Open(%s): %v", url, err)
 	}
-	t.Cleanup(func() { q.Close(context.Background()) })
+	t.Cleanup(func() {
+		if memberMode() && !strings.HasPrefix(url, "mem://") && q.Err() == nil {
+			if r := q.Role(); r != queue.RoleMember {
+				t.Errorf("member mode: the test's Queue on %s is %v at the end of the test, want a member", url, r)
+			}
+		}
+		q.Close(context.Background())
+	})
 	return q
 }
 

@@ -29,6 +29,9 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		return ErrNoRunner
 	}
 	if err := rt.recordNotifyQueue(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing ran
+		}
 		return err
 	}
 	unobserve, err := rt.tel.observe(rt.q, rt.opts.queueName)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
 	"github.com/stepwell/stepwell/terminal"
@@ -92,7 +91,7 @@ func TestSubmitIdempotentAcrossRestart(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)
 	ctx := context.Background()
-	q1, err := queue.Open(ctx, url, fastQueueOpts()...)
+	q1, err := openStore(t, url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,30 @@ func TestCallRoundTrip(t *testing.T) {
 	}
 }
 
+// A call carries messages above gRPC's default 4 MiB both ways: a member
+// submits and reads values up to the store's WithMaxValueSize (64 MiB by
+// default), and batches many transactions in a call. With the default, a
+// 4 MiB request was refused with ResourceExhausted, and a member's Submit
+// of a 4 MiB input failed with ErrOutcomeUnknown.
+func TestLargeMessages(t *testing.T) {
+	cfg := Config{Epoch: 7, Secret: []byte("s3cret")}
+	s, calls, _ := serve(t, cfg)
+	c := dial(t, s.Addr(), cfg)
+	big := strings.Repeat("x", 5<<20)
+	var reply echoReply
+	if err := c.Call(ctxT(t), "Echo", &echoReq{Text: big, Count: 2}, &reply); err != nil {
+		t.Fatalf("a 5 MiB request with a 10 MiB reply: %v", err)
+	}
+	if len(reply.Text) != 10<<20 || calls.Load() != 1 {
+		t.Fatalf("reply of %d bytes after %d calls", len(reply.Text), calls.Load())
+	}
+	// Refused as ever without the secret: from its headers (see tap).
+	err := dial(t, s.Addr(), Config{Epoch: 7, Secret: []byte("guess")}).Call(ctxT(t), "Echo", &echoReq{Text: big, Count: 1}, &reply)
+	if !errors.Is(err, ErrUnauthenticated) || calls.Load() != 1 {
+		t.Fatalf("a large call with a wrong secret: %v (%d calls handled), want ErrUnauthenticated", err, calls.Load())
+	}
+}
+
 // Calls without the secret, with a wrong one, or for another epoch are
 // refused before the handler runs, and logged.
 func TestRefusedCallsChangeNothing(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // ServiceName is the gRPC service of a writer's methods.
@@ -58,7 +59,9 @@ const (
 
 // maxMsg bounds a call's request and reply: a transaction carries values
 // up to the queue's largest (64 MiB by default), and a member batches
-// several transactions in one call.
+// several transactions in one call. Calls are authenticated from their
+// headers before their message is read (see tap), so only a member can
+// make the writer read a large one.
 const maxMsg = 512 << 20
 
 // Server serves a writer's methods to the store's members.
@@ -78,6 +81,7 @@ func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server
 	}
 	s := &Server{lis: lis, cfg: cfg, refuse: refusalLog{log: cfg.Logger}}
 	opts := []grpc.ServerOption{
+		grpc.InTapHandle(s.tap),
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
@@ -134,9 +138,28 @@ func (s *Server) GracefulStop(ctx context.Context) {
 	}
 }
 
-// check authenticates a call: nil, or the status it is refused with.
+// tap refuses a call that is not authenticated for this epoch as soon as
+// its headers arrive, before its message is read.
+func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if err := s.authenticate(info.Header, info.FullMethodName); err != nil {
+		return nil, err
+	}
+	return ctx, nil
+}
+
+// check authenticates a call (again: tap has) and sets the reply header
+// that names this epoch.
 func (s *Server) check(ctx context.Context, method string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
+	if err := s.authenticate(md, method); err != nil {
+		return err
+	}
+	return grpc.SetHeader(ctx, metadata.Pairs(mdEpoch, strconv.FormatUint(s.cfg.Epoch, 10)))
+}
+
+// authenticate checks a call's metadata: nil, or the status it is refused
+// with (logged).
+func (s *Server) authenticate(md metadata.MD, method string) error {
 	secret := md.Get(mdSecret)
 	epoch := md.Get(mdEpoch)
 	var why string
@@ -149,7 +172,7 @@ func (s *Server) check(ctx context.Context, method string) error {
 	case epoch[0] != strconv.FormatUint(s.cfg.Epoch, 10):
 		why, err = "stale epoch "+epoch[0], status.Error(codes.FailedPrecondition, ErrStaleEpoch.Error())
 	default:
-		return grpc.SetHeader(ctx, metadata.Pairs(mdEpoch, strconv.FormatUint(s.cfg.Epoch, 10)))
+		return nil
 	}
 	s.refuse.note(method, why)
 	return err
