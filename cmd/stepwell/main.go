@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/stepwell/stepwell/internal/bench"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 )
@@ -93,6 +94,9 @@ Examples:
 `
 
 func main() {
+	if code, ok := bench.Helper(); ok { // a process of `stepwell bench --cluster N`
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
