@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"strconv"
 
 	"github.com/stepwell/stepwell/internal/bench"
 )
@@ -12,7 +13,7 @@ func benchCommand() *command {
 	var quiet bool
 	return &command{
 		name:     "bench",
-		synopsis: "[--scenario saturate|steady|recovery|idle] [--runs N] [--steps K] [flags]",
+		synopsis: "[--scenario saturate|steady|recovery|idle] [--runs N] [--steps K] [--cluster N] [flags]",
 		help: `Runs a synthetic workload through a real Runtime on the store and prints
 what it achieved and what it cost: step transitions/s, runs/s, submits/s,
 run latency p50/p99/max, added latency per step, object-store requests and
@@ -21,7 +22,15 @@ RSS. Scenarios: saturate (closed loop, capacity), steady (open loop at
 --rate runs/s, latency), recovery (reopen a store holding --live-jobs
 pending runs and --history finished ones), idle (requests per minute of an
 idle Runtime). Without --store it uses a fresh in-memory store; "file://"
-alone means a new temporary directory. The bench uses queues of its own and
+alone means a new temporary directory.
+
+--cluster N runs saturate or steady in cluster mode: a writer process that
+runs no steps and N member processes (this program, re-executed), each
+with a Runtime of --concurrency slots submitting its share of the runs
+(--submitters and --rate are split between them); it adds the members'
+calls to the writer per transition, and then times a failover (SIGKILL of
+the writer) and a clean hand-over (--failover=false skips them). Not for
+mem:// stores. The bench uses queues of its own and
 leaves its run records behind: point it at a store (or prefix) of its own.
 A progress line goes to stderr. See docs/BENCHMARKS.md.
 `,
@@ -38,6 +47,12 @@ A progress line goes to stderr. See docs/BENCHMARKS.md.
 			fs.IntVar(&cfg.LiveJobs, "live-jobs", 100000, "pending runs to build (recovery)")
 			fs.IntVar(&cfg.History, "history", 0, "finished runs to build first (recovery)")
 			fs.DurationVar(&cfg.IdleFor, "idle-for", 0, "how long to observe (idle; 0: 30s)")
+			fs.IntVar(&cfg.Cluster, "cluster", 0, "run across a writer and `N` member processes (saturate, steady)")
+			fs.BoolFunc("failover", "with --cluster: time a failover and a hand-over (default true)", func(v string) error {
+				b, err := strconv.ParseBool(v)
+				cfg.NoFailover = !b
+				return err
+			})
 			fs.BoolVar(&quiet, "quiet", false, "no progress line")
 		},
 		exec: func(ctx context.Context, c *cli, _ []string) error {

@@ -34,3 +34,34 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("bench --runs -1: exit %d, want %d", code, exitUsage)
 	}
 }
+
+// --cluster runs the bench across processes (this test binary,
+// re-executed: see TestMain) and reports the cluster's figures.
+func TestBenchCluster(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--store", "file://", "--cluster", "1", "--failover=false", "--runs", "30", "--steps", "2", "--quiet", "--json"},
+		func(string) string { return "" }, &out, &errb)
+	if code != 0 {
+		t.Fatalf("bench --cluster 1 exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		Throughput struct {
+			RunsCompleted int `json:"runs_completed"`
+		} `json:"throughput"`
+		Cluster *struct {
+			Members            int      `json:"members"`
+			CallsPerTransition float64  `json:"calls_per_transition"`
+			Failover           *float64 `json:"failover"`
+		} `json:"cluster"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("bench --json output: %v\n%s", err, out.String())
+	}
+	if res.Throughput.RunsCompleted != 30 || res.Cluster == nil || res.Cluster.Members != 1 ||
+		res.Cluster.CallsPerTransition <= 0 || res.Cluster.Failover != nil {
+		t.Fatalf("bench --cluster result: %s", out.String())
+	}
+	if code := run([]string{"bench", "--cluster", "1"}, func(string) string { return "" }, &out, &errb); code != exitUsage {
+		t.Fatalf("bench --cluster 1 on mem://: exit %d, want %d", code, exitUsage)
+	}
+}

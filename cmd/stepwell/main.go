@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/bench"
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/queue"
@@ -107,6 +108,9 @@ Examples:
 `
 
 func main() {
+	if code, ok := bench.Helper(); ok { // a process of `stepwell bench --cluster N`
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 

@@ -23,6 +23,37 @@
 //	idle      Opens the store, runs a Runtime with nothing to do for IdleFor
 //	          and counts the object-store requests it makes.
 //
+// # Cluster
+//
+// With Config.Cluster = N, saturate and steady run in cluster mode
+// (queue.WithCluster) across 1 + N processes of the running binary, which
+// re-executes itself in a hidden helper mode (Helper; the environment
+// variable STEPWELL_BENCH_HELPER carries the process's part). The first
+// process opens the store and becomes its writer; it runs no Runtime, so
+// every step runs in a member. Each of the N members opens the same store
+// (as a member: it forwards everything to the writer), runs a Runtime with
+// Concurrency step slots, and submits its share of the runs: runs k, k+N,
+// k+2N, ... with Submitters/N goroutines (saturate) or at their due times
+// of the common arrival schedule (steady). The process that runs the bench
+// only coordinates, over the helpers' stdin and stdout. Every process
+// records times on the wall clock since one shared origin, so a step that
+// ends in one member and whose successor starts in another still gives
+// its added latency; the Throughput figures merge all of them. Storage and
+// engine figures are the writer's; Cluster adds the members' calls to the
+// writer (StorageStats.ClusterCalls) per transition and the CPU and memory
+// of each role.
+//
+// Then, unless NoFailover, every member (and, with N = 1, a spare member
+// started for the purpose) runs a Runtime and submits one-step probe runs
+// back to back, 1ms apart, and watches its own Role. The writer is
+// SIGKILLed (failover); 1.5s after a member took over, that member is
+// closed with Queue.Close (hand-over), and another takes over. Each is
+// reported as the time to the next writer's Role change and as the longest
+// gap between acknowledged probe Submits across the event.
+//
+// STEPWELL_BENCH_CPUPROFILE_DIR, set to a directory, makes each helper
+// write a CPU profile of the load there (writer.pprof, member-N.pprof).
+//
 // # Workload
 //
 // Every step is the same RunnerFunc: it sleeps StepDuration (the simulated
@@ -124,6 +155,7 @@ const (
 	MaxPayloadSize = 64 << 20 // the queue's default value limit
 	MaxConcurrency = 100_000
 	MaxSubmitters  = 100_000
+	MaxCluster     = 64
 )
 
 // Config describes one bench. Zero fields take the defaults above.
@@ -167,9 +199,20 @@ type Config struct {
 	History int
 	// IdleFor is how long idle observes. Default 30s.
 	IdleFor time.Duration
+	// Cluster, when above 0, runs saturate or steady in cluster mode
+	// (queue.WithCluster) across 1 + Cluster processes of the running
+	// binary, re-executed in a hidden helper mode (see Helper): a writer
+	// that runs no steps, and Cluster members that each run a Runtime with
+	// Concurrency step slots and submit their share of the runs (Rate and
+	// Submitters are split between them). Then, unless NoFailover, it
+	// times a failover (SIGKILL of the writer) and a clean hand-over
+	// (Close of the next one). Not for mem:// stores.
+	Cluster int
+	// NoFailover skips the failover and hand-over of a Cluster bench.
+	NoFailover bool
 	// Progress, when set, receives a progress line rewritten in place
 	// with '\r' a few times a second, and a final newline.
-	Progress io.Writer
+	Progress io.Writer `json:"-"`
 }
 
 // ErrInvalidConfig is wrapped by every *ConfigError.
@@ -231,6 +274,7 @@ func (c Config) Normalize() (Config, error) {
 		{"NotifyConcurrency", &c.NotifyConcurrency, -1, MaxConcurrency},
 		{"LiveJobs", &c.LiveJobs, DefaultLiveJobs, MaxRuns},
 		{"History", &c.History, 0, MaxRuns},
+		{"Cluster", &c.Cluster, 0, MaxCluster},
 	} {
 		switch {
 		case *f.v < 0:
@@ -259,6 +303,14 @@ func (c Config) Normalize() (Config, error) {
 	if c.Scenario == ScenarioSteady && c.Rate == 0 {
 		return c, cfgErr("Rate", "steady needs an arrival rate (runs per second) above 0")
 	}
+	if c.Cluster > 0 {
+		switch {
+		case c.Scenario != ScenarioSaturate && c.Scenario != ScenarioSteady:
+			return c, cfgErr("Cluster", "the cluster bench runs saturate or steady, not %s", c.Scenario)
+		case u.Scheme == "mem":
+			return c, cfgErr("Cluster", "a mem:// store cannot be shared between processes (use file:// or a bucket)")
+		}
+	}
 	return c, nil
 }
 
@@ -286,6 +338,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	switch cfg.Scenario {
 	case ScenarioSaturate, ScenarioSteady:
+		if cfg.Cluster > 0 {
+			var t Throughput
+			var c Cluster
+			t, c, err = runCluster(ctx, cfg, st.url, nonce, pr)
+			res.Throughput, res.Cluster = &t, &c
+			break
+		}
 		var t Throughput
 		t, err = runLoad(ctx, cfg, st.url, nonce, pr)
 		res.Throughput = &t
@@ -301,6 +360,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	pr.stop()
 	res.PeakHeapBytes = mem.stop()
 	res.PeakRSSBytes = peakRSS()
+	if c := res.Cluster; c != nil {
+		// The processes that did the work: the writer and the members.
+		res.PeakHeapBytes = max(c.WriterPeakHeapBytes, c.MemberPeakHeapBytes)
+		res.PeakRSSBytes = max(c.WriterPeakRSSBytes, c.MemberPeakRSSBytes)
+	}
 	return res, err
 }
 
@@ -339,8 +403,9 @@ func prepareStore(raw string) (store, error) {
 
 // openStore opens the bench's store. Steps that fail are retried quickly,
 // which the workload never asks for; it is for the odd lost lease.
-func openStore(ctx context.Context, storeURL string) (*queue.Queue, error) {
-	q, err := queue.Open(ctx, storeURL, queue.WithRetryBackoff(10*time.Millisecond, time.Second))
+func openStore(ctx context.Context, storeURL string, opts ...queue.Option) (*queue.Queue, error) {
+	opts = append([]queue.Option{queue.WithRetryBackoff(10*time.Millisecond, time.Second)}, opts...)
+	q, err := queue.Open(ctx, storeURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: opening the store: %w", err)
 	}

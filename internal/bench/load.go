@@ -36,6 +36,12 @@ type tracker struct {
 	firstOnce sync.Once
 	firstStep chan struct{}
 	firstAt   atomic.Int64
+
+	// starts and returns, when set (cluster members, whose runs move
+	// between processes), record each step's first RunStep call and its
+	// last return, at [run*steps+step]: the coordinator derives the gaps
+	// from the records of every process.
+	starts, returns []atomic.Int64
 }
 
 type runState struct {
@@ -73,15 +79,30 @@ func (t *tracker) now() int64 { return max(int64(time.Since(t.start)), 1) }
 func (t *tracker) runID(i int) string { return t.prefix + strconv.Itoa(i) }
 
 func (t *tracker) lookup(runID string) *runState {
-	s, ok := strings.CutPrefix(runID, t.prefix)
-	if !ok || t.runs == nil {
-		return nil
-	}
-	i, err := strconv.Atoi(s)
-	if err != nil || i < 0 || i >= len(t.runs) {
+	i, ok := t.index(runID)
+	if !ok {
 		return nil
 	}
 	return &t.runs[i]
+}
+
+// index returns the number of a run of this tracker.
+func (t *tracker) index(runID string) (int, bool) {
+	s, ok := strings.CutPrefix(runID, t.prefix)
+	if !ok || t.runs == nil {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	if err != nil || i < 0 || i >= len(t.runs) {
+		return 0, false
+	}
+	return i, true
+}
+
+// recordSteps makes t record every step's start and return (see starts).
+func (t *tracker) recordSteps() {
+	t.starts = make([]atomic.Int64, len(t.runs)*int(t.steps))
+	t.returns = make([]atomic.Int64, len(t.runs)*int(t.steps))
 }
 
 // RunStep sleeps the step's work, then continues with the payload, or
@@ -100,6 +121,13 @@ func (t *tracker) RunStep(ctx context.Context, s *steprunner.Step) (steprunner.O
 			}
 		}
 	}
+	at := -1 // the step's place in starts and returns
+	if i, ok := t.index(s.RunID); ok && t.starts != nil && s.Number < t.steps {
+		at = i*int(t.steps) + int(s.Number)
+		if s.Attempt == 1 {
+			t.starts[at].CompareAndSwap(0, now)
+		}
+	}
 	if t.work > 0 {
 		timer := time.NewTimer(t.work)
 		select {
@@ -110,7 +138,11 @@ func (t *tracker) RunStep(ctx context.Context, s *steprunner.Step) (steprunner.O
 		}
 	}
 	if rs != nil {
-		rs.lastReturn.Store(t.now())
+		end := t.now()
+		rs.lastReturn.Store(end)
+		if at >= 0 {
+			t.returns[at].Store(end)
+		}
 	}
 	if s.Number+1 >= t.steps {
 		return steprunner.Succeed(s.Payload), nil
@@ -195,14 +227,17 @@ func makePayload(n int) []byte {
 
 // submitter submits the runs of a tracker.
 type submitter struct {
-	rt        *swruntime.Runtime
-	tr        *tracker
-	payload   []byte
-	submitted atomic.Int64
-	lastEnd   atomic.Int64
-	errOnce   sync.Once
-	err       error
-	cancel    context.CancelFunc
+	rt      *swruntime.Runtime
+	tr      *tracker
+	payload []byte
+	// The submitter's runs are offset, offset+stride, ... (a cluster
+	// member submits its share of the runs); stride 0 means 1.
+	offset, stride int
+	submitted      atomic.Int64
+	lastEnd        atomic.Int64
+	errOnce        sync.Once
+	err            error
+	cancel         context.CancelFunc
 }
 
 // submit submits run i, which arrived at arrival.
@@ -233,9 +268,12 @@ func (s *submitter) submit(ctx context.Context, i int, arrival int64) {
 	}
 }
 
-// closedLoop submits runs 0..n-1 from k goroutines, each submitting its
-// next run once its previous Submit returned. It returns when all were
-// submitted or ctx ended.
+// run is the number of the submitter's j-th run.
+func (s *submitter) run(j int) int { return s.offset + j*max(s.stride, 1) }
+
+// closedLoop submits the submitter's runs 0..n-1 from k goroutines, each
+// submitting its next run once its previous Submit returned. It returns
+// when all were submitted or ctx ended.
 func (s *submitter) closedLoop(ctx context.Context, n, k int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -244,22 +282,24 @@ func (s *submitter) closedLoop(ctx context.Context, n, k int) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
+				j := int(next.Add(1) - 1)
+				if j >= n {
 					return
 				}
-				s.submit(ctx, i, s.tr.now())
+				s.submit(ctx, s.run(j), s.tr.now())
 			}
 		}()
 	}
 	wg.Wait()
 }
 
-// openLoop submits run i at start + i/rate, each on its own goroutine.
+// openLoop submits the submitter's runs 0..n-1, run i at start + i/rate,
+// each on its own goroutine.
 func (s *submitter) openLoop(ctx context.Context, n int, rate float64, start int64) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for i := 0; i < n; i++ {
+	for j := 0; j < n; j++ {
+		i := s.run(j)
 		due := start + int64(float64(i)/rate*1e9)
 		if d := time.Duration(due - s.tr.now()); d > 0 {
 			t := time.NewTimer(d)

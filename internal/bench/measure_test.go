@@ -9,7 +9,12 @@ import (
 	"github.com/stepwell/stepwell/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if code, ok := Helper(); ok { // a process of a cluster bench
+		os.Exit(code)
+	}
+	testenv.Main(m)
+}
 
 // TestMeasure runs one bench described by the JSON Config in
 // $STEPWELL_BENCH (durations in nanoseconds) and prints its table and JSON.

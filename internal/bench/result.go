@@ -23,14 +23,20 @@ type Result struct {
 	Env   Env    `json:"env"`
 
 	Throughput *Throughput `json:"throughput,omitempty"`
-	Recovery   *Recovery   `json:"recovery,omitempty"`
-	Idle       *Idle       `json:"idle,omitempty"`
+	// Cluster is set with Throughput by a cluster bench (Config.Cluster):
+	// Throughput then merges the records of every process, and its
+	// storage and engine figures are the writer's.
+	Cluster  *Cluster  `json:"cluster,omitempty"`
+	Recovery *Recovery `json:"recovery,omitempty"`
+	Idle     *Idle     `json:"idle,omitempty"`
 
 	// PeakHeapBytes is the largest heap (live objects plus unswept
-	// garbage) sampled every 10ms during the scenario.
+	// garbage) sampled every 10ms during the scenario. In a cluster bench,
+	// the largest of the writer's and the members'.
 	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
 	// PeakRSSBytes is the process's peak resident set (VmHWM; 0 where
-	// unavailable).
+	// unavailable); in a cluster bench, the largest of the writer's and
+	// the members'.
 	PeakRSSBytes uint64 `json:"peak_rss_bytes"`
 	// PeakRSSReset is true when the peak RSS was reset at the start of the
 	// scenario; otherwise PeakRSSBytes covers the process's whole life.
@@ -135,6 +141,10 @@ type Engine struct {
 	// TxnsPerWALObject is Transactions / WALBatches: how many
 	// transactions group commit put in each WAL write.
 	TxnsPerWALObject float64 `json:"txns_per_wal_object"`
+	// WALWriteMeanMS is the mean time of a WAL write, from its start to
+	// its durability (StorageStats.WALWriteTime / WALBatches): the
+	// commit latency of a transaction that waits for no other write.
+	WALWriteMeanMS float64 `json:"wal_write_mean_ms"`
 	// KeysAtEnd is the number of keys in the state at the end.
 	KeysAtEnd int `json:"keys_at_end"`
 }
@@ -153,6 +163,7 @@ func delta(after, before queue.StorageStats) (Requests, Engine) {
 	}
 	if e.WALBatches > 0 {
 		e.TxnsPerWALObject = float64(e.Transactions) / float64(e.WALBatches)
+		e.WALWriteMeanMS = float64(after.WALWriteTime-before.WALWriteTime) / 1e6 / float64(e.WALBatches)
 	}
 	return r, e
 }
@@ -294,10 +305,13 @@ func (r Result) WriteTable(w io.Writer) error {
 		row("requests/transition", "%.3f puts  %.3f gets  %.3f lists  %.3f deletes  %s written",
 			p.Puts, p.Gets, p.Lists, p.Deletes, fmtBytes(p.BytesWritten))
 		reqs("requests (total)", t.Storage)
-		row("WAL", "%d batches (%d in segments), %d txns (%.1f per batch), %s, %d snapshots",
+		row("WAL", "%d batches (%d in segments), %d txns (%.1f per batch), %s, %d snapshots, write %s mean",
 			t.Engine.WALBatches, t.Engine.WALSegmentBatches, t.Engine.Transactions, t.Engine.TxnsPerWALObject,
-			fmtBytes(float64(t.Engine.WALBytes)), t.Engine.Snapshots)
+			fmtBytes(float64(t.Engine.WALBytes)), t.Engine.Snapshots, fmtMS(t.Engine.WALWriteMeanMS))
 		row("CPU", "%.2fs (%.2f cores busy)", t.CPUSeconds, t.CPUCores)
+	}
+	if c := r.Cluster; c != nil {
+		c.writeRows(row)
 	}
 	if v := r.Recovery; v != nil {
 		row("workload", "%d live jobs (pending step 0 of %d-step runs), %d completed runs of history",

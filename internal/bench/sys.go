@@ -53,6 +53,14 @@ func (m *memSampler) sample() {
 	m.mu.Unlock()
 }
 
+// peakNow returns the peak so far.
+func (m *memSampler) peakNow() uint64 {
+	m.sample()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak
+}
+
 // stop ends sampling and returns the peak.
 func (m *memSampler) stop() uint64 {
 	close(m.done)
