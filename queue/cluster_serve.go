@@ -204,8 +204,18 @@ func (l *local) methods() map[string]cluster.Handler {
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
-			v, err := l.get(ctx, req.Key)
-			return &getReply{Value: v, Err: toWireErr(err)}, nil
+			reply := &getReply{Values: make([][]byte, len(req.Keys)), Errs: make([]*wireErr, len(req.Keys))}
+			var wg sync.WaitGroup
+			for i, key := range req.Keys {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					v, err := l.get(ctx, key)
+					reply.Values[i], reply.Errs[i] = v, toWireErr(err)
+				}()
+			}
+			wg.Wait()
+			return reply, nil
 		},
 		rpcScan: func(ctx context.Context, dec func(any) error) (any, error) {
 			var req scanReq

@@ -164,11 +164,12 @@ type eventsReply struct {
 	Closing bool
 }
 
-type getReq struct{ Key string }
+// getReq reads keys: a member's concurrent reads share a call.
+type getReq struct{ Keys []string }
 
 type getReply struct {
-	Value []byte
-	Err   *wireErr
+	Values [][]byte
+	Errs   []*wireErr // per key; nil: found
 }
 
 type scanReq struct {

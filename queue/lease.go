@@ -98,13 +98,16 @@ func (l *local) unlease(id string, token uint64, cause error) (signal func()) {
 		return func() {}
 	}
 	delete(l.leases, id)
+	if cause != nil && ls.holder != "" {
+		// Lost (the reaper): tell the member. A settlement (cause nil)
+		// came from the holder itself, which learns its outcome from
+		// its commit.
+		l.members.notify(ls.holder, claimEvent{ID: id, Token: token, Lost: true})
+	}
 	if cause == nil {
 		cause = ErrClaimLost
 	}
 	ls.cause = cause
-	if ls.holder != "" {
-		l.members.notify(ls.holder, claimEvent{ID: id, Token: token, Lost: true})
-	}
 	return func() { close(ls.lost) }
 }
 

@@ -28,6 +28,10 @@ type remote struct {
 	cmu    sync.Mutex
 	claims map[string]*rclaim // this member's claims, guarded by cmu
 
+	gmu     sync.Mutex
+	gets    []*pendingGet // reads waiting for a call, guarded by gmu
+	getting bool          // a get call is in flight, guarded by gmu
+
 	bmu      sync.Mutex
 	pending  []*pendingCommit // guarded by bmu
 	inflight int              // commit calls in flight, guarded by bmu
@@ -495,12 +499,69 @@ func (r *remote) eventsLoop() {
 	}
 }
 
+// get reads a key. Reads from many goroutines share calls, as commits do:
+// one call in flight, the reads that arrive meanwhile go in the next.
 func (r *remote) get(ctx context.Context, key string) ([]byte, error) {
-	var reply getReply
-	if err := r.call(ctx, rpcGet, &getReq{Key: key}, &reply); err != nil {
-		return nil, err
+	p := &pendingGet{key: key, done: make(chan struct{})}
+	r.gmu.Lock()
+	r.gets = append(r.gets, p)
+	r.kickGetsLocked()
+	r.gmu.Unlock()
+	select {
+	case <-p.done:
+		return p.val, p.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	return reply.Value, errFromWire(reply.Err)
+}
+
+// pendingGet is one read waiting for, or in, a get call.
+type pendingGet struct {
+	key  string
+	done chan struct{}
+	val  []byte
+	err  error
+}
+
+// maxGetBatch bounds the reads of one get call.
+const maxGetBatch = 512
+
+// kickGetsLocked starts a get call if none is in flight and reads wait.
+//
+// REQUIRES: r.gmu held.
+func (r *remote) kickGetsLocked() {
+	if r.getting || len(r.gets) == 0 {
+		return
+	}
+	n := min(len(r.gets), maxGetBatch)
+	batch := r.gets[:n:n]
+	r.gets = r.gets[n:]
+	r.getting = true
+	go r.flushGets(batch)
+}
+
+func (r *remote) flushGets(batch []*pendingGet) {
+	req := getReq{Keys: make([]string, len(batch))}
+	for i, p := range batch {
+		req.Keys[i] = p.key
+	}
+	var reply getReply
+	err := r.call(r.ctx, rpcGet, &req, &reply)
+	if err == nil && len(reply.Values) != len(batch) {
+		err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d reads", len(reply.Values), len(batch))}
+	}
+	for i, p := range batch {
+		if err != nil {
+			p.err = err
+		} else {
+			p.val, p.err = reply.Values[i], errFromWire(reply.Errs[i])
+		}
+		close(p.done)
+	}
+	r.gmu.Lock()
+	r.getting = false
+	r.kickGetsLocked()
+	r.gmu.Unlock()
 }
 
 func (r *remote) scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error) {
