@@ -122,6 +122,11 @@ func TestStoreOutageFailsNoRun(t *testing.T) {
 	if dead := deadJobs(t, q, "workflow-steps"); len(dead) != 0 {
 		t.Fatalf("%d step jobs dead after the outage", len(dead))
 	}
+	if memberMode() {
+		// A member's Health is the writer's as of its last events reply,
+		// which comes every 5s at most.
+		eventually(t, waitTimeout, "the member's Health to be healthy again", func() bool { return q.Health().Healthy })
+	}
 	if h := q.Health(); !h.Healthy {
 		t.Fatalf("Health after the outage = %+v", h)
 	}
