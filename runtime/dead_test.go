@@ -14,13 +14,24 @@ import (
 	"github.com/stepwell/stepwell/terminal"
 )
 
+// shortLeaseURL is the store of a test whose lease is too short for MinIO's
+// latency: memory, or in member mode a file:// store whose writer process
+// reaps at the lease's pace.
+func shortLeaseURL(t *testing.T, lease time.Duration) string {
+	if !memberMode() {
+		return fmt.Sprintf("mem://%s-%d", t.Name(), storeSeq.Add(1))
+	}
+	url := "file://" + memberStoreDir()
+	setWriterFlags(url, fmt.Sprint("lease=", lease))
+	return url
+}
+
 // A step whose worker dies on its last attempt is dead-lettered by the
 // queue itself (lease expiry); the run must still end Failed, with a
 // notification, instead of staying pending forever.
 func TestRunFailsWhenQueueDeadLettersItsStep(t *testing.T) {
 	ctx := context.Background()
-	q, err := queue.Open(ctx, fmt.Sprintf("mem://%s-%d", t.Name(), storeSeq.Add(1)), // always memory: the lease is short
-		queue.WithLease(40*time.Millisecond), queue.WithMaxAttempts(1))
+	q, err := openStore(t, shortLeaseURL(t, 40*time.Millisecond), queue.WithLease(40*time.Millisecond), queue.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +94,7 @@ func TestRunFailsWhenQueueDeadLettersItsStep(t *testing.T) {
 // settled it) ends the run Cancelled instead of looping.
 func TestCancelRunWithDeadStep(t *testing.T) {
 	ctx := context.Background()
-	q, err := queue.Open(ctx, fmt.Sprintf("mem://%s-%d", t.Name(), storeSeq.Add(1)), // always memory: the lease is short
-		queue.WithLease(20*time.Millisecond), queue.WithMaxAttempts(1))
+	q, err := openStore(t, shortLeaseURL(t, 20*time.Millisecond), queue.WithLease(20*time.Millisecond), queue.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)
 	}
