@@ -16,9 +16,10 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // runTimeout bounds one invocation of an example.
@@ -159,7 +160,7 @@ func testOtel(t *testing.T, bin string) {
 	cmd.Dir = t.TempDir()
 	tmp := t.TempDir()
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "TMP="+tmp, "TEMP="+tmp)
-	out := &syncBuffer{}
+	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -225,24 +226,6 @@ func testOtel(t *testing.T, bin string) {
 		`run traced-1 succeeded with result "HELLO!!"`,
 		"served /metrics 1 time(s)",
 		"spans: 1 submit, 3 stepwell.step, 1 stepwell.hook in 1 trace(s)")
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testCrashResume kills a run after step 2, resumes it, and finds it done.

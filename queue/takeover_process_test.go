@@ -197,7 +197,7 @@ type busyAck struct {
 // busyHelper is the test's view of a running helper process.
 type busyHelper struct {
 	cmd     *exec.Cmd
-	stderr  *syncBuffer
+	stderr  *testenv.Buffer
 	opened  chan time.Time
 	fenced  chan string // the fenced line's error, when it arrives
 	eof     chan struct{}
@@ -217,7 +217,7 @@ func startBusyWriter(t *testing.T, url string) *busyHelper {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTakeoverOfBusyWriterProcess$")
 	cmd.Env = append(os.Environ(), busyWriterEnv+"="+url)
-	h := &busyHelper{cmd: cmd, stderr: new(syncBuffer), opened: make(chan time.Time, 1),
+	h := &busyHelper{cmd: cmd, stderr: new(testenv.Buffer), opened: make(chan time.Time, 1),
 		fenced: make(chan string, 1), eof: make(chan struct{}), exited: make(chan struct{})}
 	cmd.Stderr = h.stderr
 	stdout, err := cmd.StdoutPipe()
@@ -516,23 +516,4 @@ func takeoverTry(t *testing.T, url string, r *takeoverResult) {
 		r.open.Round(time.Millisecond), r.txnRate, r.walRate, r.putRate, r.acked, r.recent, takeoverRecent, r.ackedDuring,
 		r.fenced.Round(time.Millisecond), r.helperExitedAfter.Round(time.Millisecond),
 		done.txns, done.batches, done.elapsed.Round(time.Millisecond), fenceErr)
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use: exec writes a
-// helper's stderr into it while the test may read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

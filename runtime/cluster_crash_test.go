@@ -379,8 +379,8 @@ type crashHelper struct {
 	name   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *testenv.Buffer
+	stderr *testenv.Buffer
 	exited chan struct{} // closed once the process is gone
 	err    error         // Wait's; set before exited is closed
 
@@ -445,7 +445,7 @@ func (c *crashCluster) start() *crashHelper {
 	h := &crashHelper{name: fmt.Sprintf("%sh%02d", c.prefix, c.started), exited: make(chan struct{})}
 	peers := c.started
 	c.started++
-	h.stdout = &lockedBuffer{onLine: func(line string) {
+	h.stdout = &testenv.Buffer{OnLine: func(line string) {
 		f := strings.Fields(line)
 		if len(f) == 0 {
 			return
@@ -467,7 +467,7 @@ func (c *crashCluster) start() *crashHelper {
 			h.errors = append(h.errors, line)
 		}
 	}}
-	h.stderr = &lockedBuffer{}
+	h.stderr = &testenv.Buffer{}
 	h.cmd = exec.Command(os.Args[0], "-test.run=^TestClusterCrashFailover$")
 	h.cmd.Env = append(os.Environ(), clusterHelperEnv+"="+c.url, clusterDirEnv+"="+c.dir,
 		clusterNameEnv+"="+h.name, clusterPrefixEnv+"="+c.prefix, fmt.Sprint(clusterPeersEnv, "=", peers))

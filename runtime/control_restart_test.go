@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -107,7 +108,7 @@ func TestRunControlSurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ready := make(chan struct{})
-	stderr := &lockedBuffer{onLine: func(l string) {
+	stderr := &testenv.Buffer{OnLine: func(l string) {
 		if l == controlReadyLine {
 			close(ready)
 		}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/stepwell/stepwell/internal/testenv"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -81,39 +82,6 @@ func TestMain(m *testing.M) {
 
 // crashOpenedLine is what a child writes to stderr once it opened the store.
 const crashOpenedLine = "child: store opened"
-
-// lockedBuffer collects a child's stderr and calls onLine for every
-// complete line.
-type lockedBuffer struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	part   []byte
-	onLine func(string)
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Write(p)
-	b.part = append(b.part, p...)
-	for {
-		i := bytes.IndexByte(b.part, '\n')
-		if i < 0 {
-			break
-		}
-		if b.onLine != nil {
-			b.onLine(string(b.part[:i]))
-		}
-		b.part = b.part[i+1:]
-	}
-	return len(p), nil
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func crashRunID(round, i int) string { return fmt.Sprintf("crash-%03d-%02d", round, i) }
 
@@ -279,12 +247,12 @@ func TestCrashResumesRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	// child starts a child; long receives a line when a long step starts.
-	child := func(mode string, round int) (cmd *exec.Cmd, stderr *lockedBuffer, long chan string) {
+	child := func(mode string, round int) (cmd *exec.Cmd, stderr *testenv.Buffer, long chan string) {
 		cmd = exec.Command(os.Args[0], "-test.run=^TestCrashResumesRuns$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashModeEnv+"="+mode, fmt.Sprint(crashRoundEnv, "=", round))
-		stderr = &lockedBuffer{}
+		stderr = &testenv.Buffer{}
 		long = make(chan string, 64)
-		stderr.onLine = func(line string) {
+		stderr.OnLine = func(line string) {
 			if step, ok := strings.CutPrefix(line, crashLongLine); ok {
 				select {
 				case long <- step:

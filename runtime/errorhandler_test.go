@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
 	"github.com/stepwell/stepwell/terminal"
@@ -36,7 +37,7 @@ next:
 // is logged too.
 func TestStepErrorsAreLoggedAndReported(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	var mu sync.Mutex
 	var reported []runtime.StepError

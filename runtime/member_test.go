@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 )
 
@@ -136,7 +137,7 @@ func writerFlagOpts(flags string) ([]queue.Option, error) {
 
 type memberWriter struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testenv.Buffer
 	exited chan struct{} // closed when the process has been reaped
 	err    error         // cmd.Wait's, once exited is closed
 }
@@ -165,7 +166,7 @@ func startMemberWriter(t testing.TB, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &memberWriter{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	w := &memberWriter{cmd: cmd, stderr: &testenv.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = w.stderr
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

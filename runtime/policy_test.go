@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -128,7 +129,7 @@ func TestStepIgnoringTimeoutIsNotWaitedFor(t *testing.T) {
 		}
 		return steprunner.Succeed([]byte("retry")), nil
 	})
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	hook := &hookRecorder{}
 	rt := newRuntime(t, q, runner, hook, runtime.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	// The retry waits for attempt 1 to return: give it ample time (its

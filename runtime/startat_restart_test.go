@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -67,9 +68,9 @@ func TestStartAtSurvivesKill(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStartAtSurvivesKill$")
 	cmd.Env = append(os.Environ(), startAtChildEnv+"="+dir)
-	stderr := &lockedBuffer{}
+	stderr := &testenv.Buffer{}
 	submitted := make(chan int64, 1)
-	stderr.onLine = func(line string) {
+	stderr.OnLine = func(line string) {
 		if ns, ok := strings.CutPrefix(line, startAtSubmitted); ok {
 			n, _ := strconv.ParseInt(ns, 10, 64)
 			submitted <- n

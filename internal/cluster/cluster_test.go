@@ -1,14 +1,12 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,33 +27,15 @@ type echoReply struct {
 	Text string
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serve starts a server of an "Echo" method for cfg and returns it, the
 // number of calls that reached the handler, and its log.
-func serve(t *testing.T, cfg Config) (*Server, *atomic.Int64, *syncBuffer) {
+func serve(t *testing.T, cfg Config) (*Server, *atomic.Int64, *testenv.Buffer) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	var calls atomic.Int64
 	s := NewServer(lis, cfg, map[string]Handler{
