@@ -668,40 +668,32 @@ func (c *clustered) watch(id string, token uint64) (lost, cancel <-chan struct{}
 	var why error
 	go func() {
 		cancelled := false
-		for {
+		for { // once per backend
 			be, switched := c.current()
 			l, cn, cs := be.watch(id, token)
-			if cancelled {
-				cn = nil
-			}
-			select {
-			case <-l:
-				if !isClosed(switched) {
+		wait:
+			for {
+				if cancelled {
+					cn = nil
+				}
+				select {
+				case <-l:
+					if isClosed(switched) {
+						break wait // the claim moved to the next backend
+					}
 					mu.Lock()
 					why = cs()
 					mu.Unlock()
 					close(lostC)
 					return
-				}
-			case <-cn:
-				cancelled = true
-				close(cancelC)
-				select {
-				case <-l:
-					if !isClosed(switched) {
-						mu.Lock()
-						why = cs()
-						mu.Unlock()
-						close(lostC)
-						return
-					}
+				case <-cn:
+					cancelled = true
+					close(cancelC)
 				case <-switched:
+					break wait
 				case <-c.stop:
 					return
 				}
-			case <-switched:
-			case <-c.stop:
-				return
 			}
 		}
 	}()
