@@ -187,14 +187,8 @@ var testHookClaimWait func()
 // sleep.
 func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
 	for {
-		if s != nil && s.idle() == 0 {
-			// Every slot runs a job: wait for one to come back.
-			select {
-			case <-s.freed:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			continue
+		if err := s.waitIdle(ctx); err != nil {
+			return nil, err
 		}
 		if h := testHookClaimWait; h != nil {
 			h()

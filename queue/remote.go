@@ -366,13 +366,8 @@ const claimPoll = 10 * time.Second
 
 func (r *remote) claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
 	for {
-		if s != nil && s.idle() == 0 {
-			select {
-			case <-s.freed:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			continue
+		if err := s.waitIdle(ctx); err != nil {
+			return nil, err
 		}
 		jobs, err := r.claimCall(ctx, queue, n, o, s, claimPoll)
 		if err != nil || len(jobs) > 0 {

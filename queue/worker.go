@@ -190,6 +190,19 @@ func (s *slots) put() {
 // start runs a dispatched job in the slot taken for it.
 func (s *slots) start(j *Job) { s.run(j, true) }
 
+// waitIdle returns once s has an idle slot (every slot may run a job: one
+// must come back first), or with ctx's error. A nil s has no limit.
+func (s *slots) waitIdle(ctx context.Context) error {
+	for s != nil && s.idle() == 0 {
+		select {
+		case <-s.freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func (s *slots) idle() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
