@@ -276,17 +276,7 @@ func (c *coord) stopAll() {
 // runCluster runs saturate or steady across a writer and cfg.Cluster
 // member processes, then the failover and hand-over.
 func runCluster(ctx context.Context, cfg Config, storeURL, nonce string, pr *progress) (res Throughput, cl Cluster, err error) {
-	res = Throughput{
-		Runs: cfg.Runs, StepsPerRun: cfg.Steps, PayloadBytes: cfg.PayloadSize,
-		StepDurationMS: float64(cfg.StepDuration) / 1e6, Concurrency: cfg.Concurrency,
-		NotifyConcurrency: cfg.NotifyConcurrency,
-	}
-	steady := cfg.Scenario == ScenarioSteady
-	if steady {
-		res.OfferedRunsPerS = cfg.Rate
-	} else {
-		res.Submitters = cfg.Submitters
-	}
+	res = newThroughput(cfg)
 	cl.Members = cfg.Cluster
 	exe, err := os.Executable()
 	if err != nil {

@@ -318,19 +318,26 @@ func (s *submitter) openLoop(ctx context.Context, n int, rate float64, start int
 	}
 }
 
-// runLoad runs saturate or steady.
-func runLoad(ctx context.Context, cfg Config, storeURL, nonce string, pr *progress) (res Throughput, err error) {
-	res = Throughput{
+// newThroughput is the result of a saturate or steady run of cfg before
+// it ran: the workload's description.
+func newThroughput(cfg Config) Throughput {
+	res := Throughput{
 		Runs: cfg.Runs, StepsPerRun: cfg.Steps, PayloadBytes: cfg.PayloadSize,
 		StepDurationMS: float64(cfg.StepDuration) / 1e6, Concurrency: cfg.Concurrency,
 		NotifyConcurrency: cfg.NotifyConcurrency,
 	}
-	steady := cfg.Scenario == ScenarioSteady
-	if steady {
+	if cfg.Scenario == ScenarioSteady {
 		res.OfferedRunsPerS = cfg.Rate
 	} else {
 		res.Submitters = cfg.Submitters
 	}
+	return res
+}
+
+// runLoad runs saturate or steady.
+func runLoad(ctx context.Context, cfg Config, storeURL, nonce string, pr *progress) (res Throughput, err error) {
+	res = newThroughput(cfg)
+	steady := cfg.Scenario == ScenarioSteady
 	q, err := openStore(ctx, storeURL)
 	if err != nil {
 		return res, err
