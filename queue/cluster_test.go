@@ -14,7 +14,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/cluster"
 	"github.com/stepwell/stepwell/internal/engine"
-	"github.com/stepwell/stepwell/internal/objstore"
+	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -41,6 +41,17 @@ func openMember(t *testing.T, url string, opts ...Option) *Queue {
 	q := &Queue{url: url, opts: o, be: c, sh: &shared{be: c, refs: 1}}
 	t.Cleanup(func() { _ = q.Close(context.Background()) })
 	return q
+}
+
+// advertised reads the owner object of w's store, in which w, the writer,
+// advertises its address and its epoch's secret.
+func advertised(t *testing.T, w *Queue) *format.Owner {
+	t.Helper()
+	own, err := engine.ReadOwner(context.Background(), w.be.(*clustered).bucket)
+	if err != nil || own == nil || own.Addr == "" || len(own.Secret) == 0 {
+		t.Fatalf("owner = %+v, %v", own, err)
+	}
+	return own
 }
 
 func clusterStores(t *testing.T) map[string]func(testing.TB) string {
@@ -241,15 +252,7 @@ func TestClusterRefusesBadCalls(t *testing.T) {
 	url := "file://" + t.TempDir()
 	ctx := context.Background()
 	w := openMember(t, url)
-	b, err := objstore.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	own, err := engine.ReadOwner(ctx, b)
-	if err != nil || own == nil || own.Addr == "" {
-		t.Fatalf("owner = %+v, %v", own, err)
-	}
+	own := advertised(t, w)
 	put := &commitReq{Member: "intruder", Txns: [][]txnOp{{{Kind: opPut, Key: []byte("evil"), Value: []byte("x")}}}}
 	for name, cfg := range map[string]cluster.Config{
 		"wrong secret": {Epoch: own.Epoch, Secret: []byte("not the secret")},
@@ -558,15 +561,7 @@ func TestClusterRefusesUnauthenticatedCall(t *testing.T) {
 	url := "file://" + t.TempDir()
 	ctx := context.Background()
 	w := openMember(t, url)
-	b, err := objstore.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	own, err := engine.ReadOwner(ctx, b)
-	if err != nil || own == nil {
-		t.Fatalf("owner = %+v, %v", own, err)
-	}
+	own := advertised(t, w)
 	conn, err := grpc.NewClient(own.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(cluster.CodecName)))
 	if err != nil {
