@@ -83,6 +83,22 @@ type fixture struct {
 	stuckJob string // order-4's dead step job
 }
 
+// deadEmail puts job email-1 of queue emails, payload "hello", in the
+// dead letters ("smtp: 550 mailbox unavailable").
+func deadEmail(ctx context.Context, t *testing.T, q *queue.Queue, headers map[string]string) {
+	t.Helper()
+	if _, err := q.Enqueue(ctx, "emails", []byte("hello"), queue.EnqueueOptions{JobID: "email-1", MaxAttempts: 1, Headers: headers}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := q.Claim(ctx, "emails")
+	if err != nil || j == nil {
+		t.Fatalf("claim email-1: %v, %v", err, j)
+	}
+	if err := q.DeadLetter(ctx, j, "smtp: 550 mailbox unavailable"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -181,18 +197,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	submit(rt, runtime.RunSpec{RunID: "order-3", Input: []byte("order three"), Headers: map[string]string{"tenant": "globex"}})
 
-	if _, err := q.Enqueue(ctx, "emails", []byte("hello"), queue.EnqueueOptions{
-		JobID: "email-1", MaxAttempts: 1, Headers: map[string]string{"to": "ops@example.com"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ej, err := q.Claim(ctx, "emails")
-	if err != nil || ej == nil {
-		t.Fatalf("claim email-1: %v, %v", err, ej)
-	}
-	if err := q.DeadLetter(ctx, ej, "smtp: 550 mailbox unavailable"); err != nil {
-		t.Fatal(err)
-	}
+	deadEmail(ctx, t, q, map[string]string{"to": "ops@example.com"})
 	if err := q.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -288,16 +288,7 @@ func newClusterFixture(t *testing.T, url string) *fixture {
 			t.Fatal(err)
 		}
 	}
-	if _, err := q.Enqueue(ctx, "emails", []byte("hello"), queue.EnqueueOptions{JobID: "email-1", MaxAttempts: 1}); err != nil {
-		t.Fatal(err)
-	}
-	j, err := q.Claim(ctx, "emails")
-	if err != nil || j == nil {
-		t.Fatalf("claim email-1: %v, %v", err, j)
-	}
-	if err := q.DeadLetter(ctx, j, "smtp: 550 mailbox unavailable"); err != nil {
-		t.Fatal(err)
-	}
+	deadEmail(ctx, t, q, nil)
 	if err := q.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
