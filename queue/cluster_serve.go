@@ -11,9 +11,10 @@ import (
 // memberSet is the writer's view of the cluster's members: for each, the
 // events (cancels, losses) of its claims that it has not collected yet.
 type memberSet struct {
-	mu      sync.Mutex
-	m       map[string]*memberState
-	closing chan struct{} // closed when the writer starts closing
+	mu        sync.Mutex
+	m         map[string]*memberState // guarded by mu
+	closing   chan struct{}           // closed when the writer starts closing; made by openLocal
+	closeOnce sync.Once
 }
 
 type memberState struct {
@@ -51,9 +52,6 @@ func (s *memberSet) notify(id string, ev claimEvent) {
 func (s *memberSet) take(id string, now time.Time) ([]claimEvent, chan struct{}, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing == nil {
-		s.closing = make(chan struct{})
-	}
 	for other, ms := range s.m {
 		if other != id && now.Sub(ms.seen) > time.Minute {
 			delete(s.m, other)
@@ -67,27 +65,7 @@ func (s *memberSet) take(id string, now time.Time) ([]claimEvent, chan struct{},
 }
 
 // close tells every waiting member that the writer is closing.
-func (s *memberSet) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing == nil {
-		s.closing = make(chan struct{})
-	}
-	select {
-	case <-s.closing:
-	default:
-		close(s.closing)
-	}
-}
-
-func (s *memberSet) closingCh() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing == nil {
-		s.closing = make(chan struct{})
-	}
-	return s.closing
-}
+func (s *memberSet) close() { s.closeOnce.Do(func() { close(s.closing) }) }
 
 // maxWait bounds how long the writer holds a long-poll call.
 const maxWait = 20 * time.Second
@@ -134,7 +112,7 @@ func (l *local) methods() map[string]cluster.Handler {
 				stop := context.AfterFunc(ctx, cancel)
 				go func() {
 					select {
-					case <-l.members.closingCh():
+					case <-l.members.closing:
 						cancel()
 					case <-wctx.Done():
 					}

@@ -73,7 +73,7 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 	}
 	counting := objstore.NewCounting(bucket)
 	l := &local{counting: counting, opts: o, now: o.now, ix: newJobIndex(o.now),
-		leases: map[string]*lease{}, stop: make(chan struct{})}
+		leases: map[string]*lease{}, members: memberSet{closing: make(chan struct{})}, stop: make(chan struct{})}
 	l.nextToken.Store(uint64(time.Now().UnixNano()))
 	heartbeat := o.heartbeat
 	if u.Scheme == "mem" {
