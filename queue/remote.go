@@ -392,18 +392,20 @@ func (r *remote) removeSlots(*slots) {}
 func (r *remote) renew(id string, token uint64, o options) error {
 	r.cmu.Lock()
 	c := r.claims[id]
+	var renewed time.Time
+	if c != nil {
+		renewed = c.renewed
+	}
 	r.cmu.Unlock()
 	if c == nil || c.token != token {
 		return &ClaimLostError{JobID: id}
 	}
+	lease := o.config(c.queue).Lease
 	// A lease the writer granted or renewed a moment ago has most of its
 	// time left: no call (a step chained by its predecessor's settlement
 	// is admitted to its slot with a Renew). Its loss or cancel would
 	// have come as an event.
-	r.cmu.Lock()
-	fresh := time.Since(c.renewed) < o.config(c.queue).Lease/4
-	r.cmu.Unlock()
-	if fresh {
+	if time.Since(renewed) < lease/4 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
@@ -414,7 +416,7 @@ func (r *remote) renew(id string, token uint64, o options) error {
 		// as last confirmed, has run out: by then the writer has given
 		// the job to another worker (or will, once it can).
 		r.cmu.Lock()
-		expired := time.Since(c.renewed) > o.config(c.queue).Lease
+		expired := time.Since(c.renewed) > lease
 		r.cmu.Unlock()
 		if expired {
 			r.dropClaim(id, token, &ClaimLostError{JobID: id})
