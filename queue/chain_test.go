@@ -142,7 +142,8 @@ func TestRelease(t *testing.T) {
 }
 
 // A handler that chains a job to itself runs it next in the same slot,
-// ahead of older jobs, and a stopping worker releases a handed-off job.
+// ahead of older jobs, with what its handler carried along, and a stopping
+// worker releases a handed-off job.
 func TestWorkHandoff(t *testing.T) {
 	q := openT(t, memURL(t))
 	for i := range 3 {
@@ -156,7 +157,7 @@ func TestWorkHandoff(t *testing.T) {
 	go func() {
 		errc <- q.Work(ctx, "w", func(jctx context.Context, j *Job) error {
 			mu.Lock()
-			order = append(order, fmt.Sprintf("%s/%d", j.Payload, j.Attempt))
+			order = append(order, fmt.Sprintf("%s/%d/%v", j.Payload, j.Attempt, handoff.Carried[*Job](jctx)))
 			mu.Unlock()
 			p := string(j.Payload)
 			if !strings.HasPrefix(p, "old0") || len(p) > len("old0+") {
@@ -166,10 +167,10 @@ func TestWorkHandoff(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if c := r.Enqueued[0].Claimed; c == nil || !handoff.Give(jctx, "w", c) {
+			if c := r.Enqueued[0].Claimed; c == nil || !handoff.Give(jctx, "w", c, "from "+p) {
 				t.Errorf("chained job not handed off: %+v", r.Enqueued[0])
 			}
-			if handoff.Give(jctx, "w", r.Enqueued[0].Claimed) {
+			if handoff.Give(jctx, "w", r.Enqueued[0].Claimed, nil) {
 				t.Error("a second Handoff was accepted")
 			}
 			return nil
@@ -181,10 +182,10 @@ func TestWorkHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := strings.Join(order, " ")
-	if got != "old0/1 old0+/1 old0++/1 old1/1 old2/1" {
+	if got != "old0/1/<nil> old0+/1/from old0 old0++/1/from old0+ old1/1/<nil> old2/1/<nil>" {
 		t.Fatalf("run order %q, want the chain first", got)
 	}
-	if handoff.Give(t0ctx, "w", &Job{Queue: "w"}) {
+	if handoff.Give(t0ctx, "w", &Job{Queue: "w"}, nil) {
 		t.Fatal("Handoff outside a worker was accepted")
 	}
 }
@@ -203,7 +204,7 @@ func TestWorkStoppingReleasesHandoff(t *testing.T) {
 				return err
 			}
 			cancel() // the worker stops before it would run the handoff
-			handoff.Give(jctx, "w", r.Enqueued[0].Claimed)
+			handoff.Give(jctx, "w", r.Enqueued[0].Claimed, nil)
 			return nil
 		}, WorkOptions{Concurrency: 1, ManualSettle: true})
 	}()
@@ -244,7 +245,7 @@ func TestWorkHandoffLostWhileWaiting(t *testing.T) {
 			return nil
 		}
 		r, err := q.Enqueue(jctx, "w", []byte("next"), EnqueueOptions{Claim: true})
-		if err != nil || r.Claimed == nil || !handoff.Give(jctx, "w", r.Claimed) {
+		if err != nil || r.Claimed == nil || !handoff.Give(jctx, "w", r.Claimed, nil) {
 			t.Errorf("Enqueue with Claim = %+v, %v, or Handoff refused", r, err)
 			return nil
 		}

@@ -1645,7 +1645,7 @@ func (r *modelRun) doWork() {
 				if e.Claimed == nil {
 					continue
 				}
-				ok := handoff.Give(c.ctx, e.Claimed.Queue, e.Claimed)
+				ok := handoff.Give(c.ctx, e.Claimed.Queue, e.Claimed, nil)
 				switch {
 				case o.req.Queue != qn && ok:
 					r.fail("Handoff of job %s of queue %s to a worker of %s = true, want false", e.JobID, o.req.Queue, qn)
@@ -1653,7 +1653,7 @@ func (r *modelRun) doWork() {
 					r.fail("Handoff of job %s = false, want true", e.JobID)
 				case ok:
 					handedOff = e.Claimed
-					if handoff.Give(c.ctx, e.Claimed.Queue, e.Claimed) {
+					if handoff.Give(c.ctx, e.Claimed.Queue, e.Claimed, nil) {
 						r.fail("a second Handoff of one call = true, want false")
 					}
 					r.stats["handoffs"]++

@@ -225,13 +225,14 @@ func (s *slots) close() {
 // none or the worker is stopping. A job the worker did not claim just now
 // (waited: dispatched to the slot, or handed off) is admitted first.
 func (q *Queue) runSlot(stopping func() bool, base context.Context, j *Job, h Handler, manual, waited bool) {
+	var carried any
 	for ; j != nil; waited = true {
 		if waited && !q.admit(stopping(), base, j) {
 			return
 		}
-		ho := &handoff.Slot[*Job]{Queue: j.Queue}
+		ho := &handoff.Slot[*Job]{Queue: j.Queue, Carried: carried}
 		q.runJob(handoff.With(base, ho), j, h, manual)
-		j, _ = ho.Next()
+		j, carried, _ = ho.Next()
 	}
 }
 

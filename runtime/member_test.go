@@ -17,6 +17,8 @@ import (
 
 	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/runtime"
+	"github.com/stepwell/stepwell/terminal"
 )
 
 // Member mode: STEPWELL_RUNTIME_STORE=member (file:// stores) or
@@ -283,5 +285,42 @@ func memberStoreDir() string {
 func removeMemberStores() {
 	if base, err := memberBase(); err == nil {
 		_ = os.RemoveAll(base)
+	}
+}
+
+// A step chained to its slot by its predecessor's settlement starts with
+// the run record that settlement wrote: in a member, each step of a run
+// costs one call to the writer (its settlement), not two (a read of the
+// run record, then the settlement).
+func TestChainedStepsCostOneCallEach(t *testing.T) {
+	url := fileURL(t)
+	startMemberWriter(t, url)
+	ctx := context.Background()
+	m, err := queue.Open(ctx, url, append(fastQueueOpts(), clusterOpt())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(ctx) }) // after Run stops
+	if m.Role() != queue.RoleMember {
+		t.Fatalf("Open beside a writer process is %v, want a member", m.Role())
+	}
+	const steps = 30
+	hook := &hookRecorder{}
+	rt := newRuntime(t, m, chainRunner(nil, steps-1), hook, runtime.WithMaxConcurrentSteps(1))
+	startRun(t, rt)
+	// A first run settles what Run does at its start.
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "warm-up"})
+	hook.wait(t, "warm-up")
+	before := m.StorageStats().ClusterCalls
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "long", Input: []byte("p")})
+	if o := hook.wait(t, "long"); o.Status != terminal.Succeeded {
+		t.Fatalf("outcome %+v", o)
+	}
+	// Besides the settlements: the submit, the claims of step 0 and of the
+	// notification, its ack, and the long-polls that ended meanwhile.
+	calls := m.StorageStats().ClusterCalls - before
+	t.Logf("%d calls for %d steps", calls, steps)
+	if calls > steps+steps/3 {
+		t.Fatalf("%d calls to the writer for a run of %d steps, want about one per step", calls, steps)
 	}
 }

@@ -161,6 +161,23 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 	}
 }
 
+// stepRun returns the run record of step job: as its predecessor's
+// settlement wrote it, if that settlement chained the job to this slot and
+// carried the record along (no read: a member saves a call to the writer
+// per step), else as read from the store. A carried record is stale when a
+// Cancel, Pause or signal committed since; the step's settlement then
+// fails its compare-and-put and reads the record again, as it does when
+// the record changes while the step runs. A cancel that reached the claim
+// already is read at once, so that the step does not start.
+func (rt *Runtime) stepRun(claimCtx context.Context, runID string, job *queue.Job) (*kvrecord.Run, []byte, error) {
+	if b, ok := handoff.Carried[*queue.Job](claimCtx).([]byte); ok && !errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled) {
+		if rec, err := kvrecord.DecodeRun(b); err == nil && rec.RunID == runID && rec.CurrentJob == job.ID {
+			return rec, b, nil
+		}
+	}
+	return rt.loadRun(context.WithoutCancel(claimCtx), runID)
+}
+
 // stepContext maps the claim context's causes onto steprunner's. Its values
 // are those of values: claimCtx's, and the step's span.
 func stepContext(claimCtx, values context.Context) (context.Context, context.CancelFunc) {
@@ -185,7 +202,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	settleCtx := context.WithoutCancel(claimCtx)
 	runID := job.Headers[HeaderRunID]
 	n64, perr := strconv.ParseUint(job.Headers[HeaderStep], 10, 32)
-	rec, old, err := rt.loadRun(settleCtx, runID)
+	rec, old, err := rt.stepRun(claimCtx, runID, job)
 	if perr != nil || errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
 		// Not a live step of a live run (its run ended or expired, and the
 		// job was requeued by hand): refuse it, visibly.
@@ -265,7 +282,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 				return err
 			}
 		}
-		txn := rt.settlement(rec, old, job, n, outcome, stepErr, mail)
+		txn, carry := rt.settlement(rec, old, job, n, outcome, stepErr, mail)
 		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue
@@ -282,17 +299,18 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			if stepErr != nil {
 				rt.reportStepError(settleCtx, stepError(step, stepErr))
 			}
-			rt.chain(claimCtx, res)
+			rt.chain(claimCtx, res, carry)
 		}
 		return err
 	}
 }
 
 // chain hands the next step, claimed by its settlement, to the worker slot
-// that ran this one: it runs at once, without a claim of its own.
-func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult) {
+// that ran this one: it runs at once, without a claim of its own, and with
+// carry, the run record the settlement wrote (see stepRun).
+func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []byte) {
 	for _, e := range res.Enqueued {
-		if e.Claimed == nil || handoff.Give(claimCtx, e.Claimed.Queue, e.Claimed) {
+		if e.Claimed == nil || handoff.Give(claimCtx, e.Claimed.Queue, e.Claimed, carry) {
 			continue
 		}
 		// Not run from a worker (cannot happen in handleStep): give it back.
@@ -302,11 +320,12 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult) {
 	}
 }
 
-// settlement builds the one transaction that settles step n. mail is the
-// oldest signal in the mailbox that an AwaitSignal outcome consumes (nil:
-// none).
-func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV) *queue.Txn {
-	txn := new(queue.Txn)
+// settlement builds the one transaction that settles step n, and returns
+// with it the run record it writes when the run goes on (nil otherwise).
+// mail is the oldest signal in the mailbox that an AwaitSignal outcome
+// consumes (nil: none).
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV) (txn *queue.Txn, next []byte) {
+	txn = new(queue.Txn)
 	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
 	// A retry (Nack) keeps the job, and with it its headers.
 	switch {
@@ -333,7 +352,9 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			} else {
 				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true, tp)
 			}
-			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
+			b := kvrecord.EncodeRun(&next)
+			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, b)
+			return txn, b
 		case steprunner.KindSucceed:
 			txn.Ack(job)
 			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt, traceParent: tp})
@@ -347,7 +368,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp})
 		}
 	}
-	return txn
+	return txn, nil
 }
 
 func (rt *Runtime) callRunner(ctx context.Context, s *steprunner.Step) (out steprunner.Outcome, err error) {

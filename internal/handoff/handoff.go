@@ -1,18 +1,25 @@
 // Package handoff lets a Work handler give the job its transaction just
 // claimed (queue.EnqueueOptions.Claim) to the worker slot running it, to
-// run next in the same slot. The queue package puts a Slot in each
-// handler's context; the runtime chains a run's steps with Give. It is
-// internal: the queue's public API need not carry the runtime's plumbing.
+// run next in the same slot, with a value of its choosing carried along.
+// The queue package puts a Slot in each handler's context; the runtime
+// chains a run's steps with Give, carrying the run record its settlement
+// wrote so that the next step need not read it back. It is internal: the
+// queue's public API need not carry the runtime's plumbing.
 package handoff
 
 import "context"
 
-// Slot is the handoff point of one handler run: the job handed to it.
+// Slot is the handoff point of one handler run: the job handed to it, and
+// what came with the job this run handles.
 type Slot[J any] struct {
 	// Queue is the queue the slot's worker serves: only its jobs are taken.
 	Queue string
-	next  J
-	taken bool
+	// Carried is what the handler that handed over this run's job gave
+	// with it (nil for a job the worker claimed or was dispatched).
+	Carried any
+	next    J
+	carry   any
+	taken   bool
 }
 
 type key[J any] struct{}
@@ -23,16 +30,26 @@ func With[J any](ctx context.Context, s *Slot[J]) context.Context {
 }
 
 // Give hands job (of queue) to the slot of the handler whose context is
-// ctx. It reports false, leaving the job to the caller, when ctx carries
-// no slot, the slot serves another queue, or it holds a job already.
-func Give[J any](ctx context.Context, queue string, job J) bool {
+// ctx, with carried for the handler that runs it. It reports false,
+// leaving the job to the caller, when ctx carries no slot, the slot serves
+// another queue, or it holds a job already.
+func Give[J any](ctx context.Context, queue string, job J, carried any) bool {
 	s, _ := ctx.Value(key[J]{}).(*Slot[J])
 	if s == nil || s.taken || queue != s.Queue {
 		return false
 	}
-	s.next, s.taken = job, true
+	s.next, s.carry, s.taken = job, carried, true
 	return true
 }
 
-// Next returns the job handed to s, if any.
-func (s *Slot[J]) Next() (J, bool) { return s.next, s.taken }
+// Next returns the job handed to s, if any, and what came with it.
+func (s *Slot[J]) Next() (job J, carried any, ok bool) { return s.next, s.carry, s.taken }
+
+// Carried returns what came with the job of the handler whose context is
+// ctx (nil: nothing, or no slot).
+func Carried[J any](ctx context.Context) any {
+	if s, _ := ctx.Value(key[J]{}).(*Slot[J]); s != nil {
+		return s.Carried
+	}
+	return nil
+}

@@ -9,22 +9,35 @@ func TestGive(t *testing.T) {
 	s := &Slot[*int]{Queue: "q"}
 	ctx := With(context.Background(), s)
 	one, two := 1, 2
-	if Give(context.Background(), "q", &one) {
+	if Give(context.Background(), "q", &one, nil) {
 		t.Fatal("Give without a slot in the context succeeded")
 	}
-	if Give(ctx, "other", &one) {
+	if Give(ctx, "other", &one, nil) {
 		t.Fatal("Give of another queue's job succeeded")
 	}
-	if Give(ctx, "q", "a string") {
+	if Give(ctx, "q", "a string", nil) {
 		t.Fatal("Give of another job type succeeded")
 	}
-	if !Give(ctx, "q", &one) {
+	if !Give(ctx, "q", &one, "rec") {
 		t.Fatal("Give failed")
 	}
-	if Give(ctx, "q", &two) {
+	if Give(ctx, "q", &two, nil) {
 		t.Fatal("a second Give succeeded")
 	}
-	if j, ok := s.Next(); !ok || j != &one {
-		t.Fatalf("Next = %v, %v", j, ok)
+	if j, c, ok := s.Next(); !ok || j != &one || c != "rec" {
+		t.Fatalf("Next = %v, %v, %v", j, c, ok)
+	}
+}
+
+func TestCarried(t *testing.T) {
+	if c := Carried[*int](context.Background()); c != nil {
+		t.Fatalf("Carried without a slot = %v", c)
+	}
+	ctx := With(context.Background(), &Slot[*int]{Queue: "q", Carried: 7})
+	if c := Carried[*int](ctx); c != 7 {
+		t.Fatalf("Carried = %v, want 7", c)
+	}
+	if c := Carried[string](ctx); c != nil {
+		t.Fatalf("Carried of another job type = %v", c)
 	}
 }
