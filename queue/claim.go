@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/engine"
@@ -228,33 +229,62 @@ func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s
 	}
 }
 
-func (l *local) addSlots(s *slots) {
-	l.smu.Lock()
-	defer l.smu.Unlock()
-	if l.slots == nil {
-		l.slots = map[string][]*slots{}
-	}
-	l.slots[s.queue] = append(l.slots[s.queue], s)
+// slotTable holds a process's Work loops by queue: where a dispatched
+// job can start (EnqueueOptions.Dispatch). A writer takes a slot for its
+// own commits; a member takes one before it sends a commit to the writer,
+// which claims the job for it in the transaction.
+type slotTable struct {
+	smu   sync.Mutex
+	slots map[string][]*slots // guarded by smu
 }
 
-func (l *local) removeSlots(s *slots) {
-	l.smu.Lock()
-	defer l.smu.Unlock()
+func (t *slotTable) addSlots(s *slots) {
+	t.smu.Lock()
+	defer t.smu.Unlock()
+	if t.slots == nil {
+		t.slots = map[string][]*slots{}
+	}
+	t.slots[s.queue] = append(t.slots[s.queue], s)
+}
+
+func (t *slotTable) removeSlots(s *slots) {
+	t.smu.Lock()
+	defer t.smu.Unlock()
 	s.close()
-	l.slots[s.queue] = slices.DeleteFunc(l.slots[s.queue], func(x *slots) bool { return x == s })
-	if len(l.slots[s.queue]) == 0 {
-		delete(l.slots, s.queue)
+	t.slots[s.queue] = slices.DeleteFunc(t.slots[s.queue], func(x *slots) bool { return x == s })
+	if len(t.slots[s.queue]) == 0 {
+		delete(t.slots, s.queue)
 	}
 }
 
 // takeSlot takes an idle slot of a Work loop serving queue, or returns nil.
-func (l *local) takeSlot(queue string) *slots {
-	l.smu.Lock()
-	defer l.smu.Unlock()
-	for _, s := range l.slots[queue] {
+func (t *slotTable) takeSlot(queue string) *slots {
+	t.smu.Lock()
+	defer t.smu.Unlock()
+	for _, s := range t.slots[queue] {
 		if s.take() {
 			return s
 		}
 	}
 	return nil
+}
+
+// takeSlots takes an idle slot for each dispatched enqueue of ops, before
+// the commit, so that the claim granted in the transaction has somewhere
+// to run. It returns them by op index (nil: none taken).
+func (t *slotTable) takeSlots(ops []txnOp, now time.Time) map[int]*slots {
+	var slotFor map[int]*slots
+	for i := range ops {
+		op := &ops[i]
+		// A job not due at commit time cannot be granted: take no slot.
+		if op.Kind == opEnqueue && op.Dispatch && resolveTime(op.RunAt, now) <= now.UnixNano() {
+			if s := t.takeSlot(op.Queue); s != nil {
+				if slotFor == nil {
+					slotFor = map[int]*slots{}
+				}
+				slotFor[i] = s
+			}
+		}
+	}
+	return slotFor
 }

@@ -648,7 +648,6 @@ func (c *clustered) removeSlots(s *slots) {
 		}
 	}
 	c.cur.removeSlots(s)
-	s.close() // a remote's removeSlots does not
 }
 
 func (c *clustered) renew(id string, token uint64, o options) error {

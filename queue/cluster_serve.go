@@ -79,24 +79,22 @@ func (l *local) methods() map[string]cluster.Handler {
 				return nil, err
 			}
 			o := req.Opts.apply(l.opts, req.Member)
-			reply := &commitReply{Results: make([]wireTxnResult, len(req.Txns))}
-			var wg sync.WaitGroup
-			for i, ops := range req.Txns {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+			if !req.Dispatch {
+				for _, ops := range req.Txns {
 					for k := range ops {
-						ops[k].Dispatch = false // a member's slots are not here
+						ops[k].Dispatch = false
 					}
-					res, err := l.commit(ctx, ops, o)
-					w := wireTxnResult{Cancelled: res.Cancelled, Err: toWireErr(err)}
-					for _, e := range res.Enqueued {
-						w.Enqueued = append(w.Enqueued, wireEnqueued{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: toWireJob(e.Claimed)})
-					}
-					reply.Results[i] = w
-				}()
+				}
 			}
-			wg.Wait()
+			results, errs := l.commitAll(ctx, req.Txns, o)
+			reply := &commitReply{Results: make([]wireTxnResult, len(req.Txns))}
+			for i, res := range results {
+				w := wireTxnResult{Cancelled: res.Cancelled, Err: toWireErr(errs[i])}
+				for _, e := range res.Enqueued {
+					w.Enqueued = append(w.Enqueued, wireEnqueued{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: toWireJob(e.Claimed)})
+				}
+				reply.Results[i] = w
+			}
 			return reply, nil
 		},
 		rpcClaim: func(ctx context.Context, dec func(any) error) (any, error) {

@@ -740,3 +740,64 @@ func TestClusterMemberTakesOverFailedWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An enqueue with Dispatch from a member starts in an idle slot of the
+// member's own Work loop, claimed for it by the writer in the same
+// transaction: no claim call. With no idle slot there, it waits in the
+// queue like any job, and another worker (here the writer's) claims it.
+func TestClusterMemberDispatch(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	m := openMember(t, url)
+	if w.Role() != RoleWriter || m.Role() != RoleMember {
+		t.Fatalf("roles: %v, %v", w.Role(), m.Role())
+	}
+	onMember, onWriter := make(chan *Job, 2), make(chan *Job, 2)
+	release := make(chan struct{})
+	startWork(t, m, "w", func(ctx context.Context, j *Job) error {
+		onMember <- j
+		<-release
+		return nil
+	}, WorkOptions{Concurrency: 1})
+	waitFor(t, func() bool { return m.idleSlots("w") == 1 })
+
+	before := m.StorageStats().ClusterCalls
+	r := mustEnqueue(t, m, "w", "first", EnqueueOptions{Dispatch: true})
+	if !r.Dispatched || r.Claimed != nil {
+		t.Fatalf("result %+v, want Dispatched", r)
+	}
+	select {
+	case j := <-onMember:
+		if j.ID != r.JobID || j.Attempt != 1 || string(j.Payload) != "first" {
+			t.Fatalf("member ran %+v, want the dispatched job", j)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dispatched job did not start in the member's slot")
+	}
+	if calls := m.StorageStats().ClusterCalls - before; calls != 1 {
+		t.Fatalf("%d calls to the writer for a dispatched job, want 1 (the commit)", calls)
+	}
+
+	// The member's only slot is busy: the next job is not dispatched, and
+	// the writer's own Work loop claims it.
+	startWork(t, w, "w", func(ctx context.Context, j *Job) error {
+		onWriter <- j
+		return nil
+	}, WorkOptions{Concurrency: 1})
+	r2 := mustEnqueue(t, m, "w", "second", EnqueueOptions{Dispatch: true})
+	if r2.Dispatched {
+		t.Fatalf("result %+v: dispatched with no idle slot in the member", r2)
+	}
+	select {
+	case j := <-onWriter:
+		if j.ID != r2.JobID {
+			t.Fatalf("writer ran %s, want %s", j.ID, r2.JobID)
+		}
+	case j := <-onMember:
+		t.Fatalf("the member's busy slot ran %s", j.ID)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer did not claim the job that was not dispatched")
+	}
+	close(release)
+	waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+}

@@ -93,6 +93,11 @@ type commitReq struct {
 	Member string
 	Opts   wireOpts
 	Txns   [][]txnOp
+	// Dispatch says that the member took one of its own Work slots for
+	// each enqueue with Dispatch set: the writer claims those jobs for it
+	// when dispatch would start them (a member that does not say so gets
+	// no job dispatched).
+	Dispatch bool
 }
 
 type wireEnqueued struct {

@@ -12,14 +12,44 @@ import (
 
 // commit applies a transaction on the local engine, in four stages:
 // stage its values (stageValues), take Work slots for dispatched enqueues
-// (takeSlots), apply its operations in one engine transaction (applyOps),
+// (slotTable.takeSlots), apply its operations in one engine transaction (applyOps),
 // and once the outcome is known, do what follows it (committed).
 func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
-	c := &commitState{ops: ops, o: o, now: l.now()}
-	if err := l.stageValues(ctx, c); err != nil {
+	c, wait, err := l.apply(ctx, ops, o)
+	if err != nil {
 		return TxnResult{}, err
 	}
-	l.takeSlots(c)
+	return l.await(ctx, c, wait)
+}
+
+// commitAll commits independent transactions, as many calls of commit at
+// once would, but from one goroutine: it applies them all, then waits for
+// their outcomes (which come with the same WAL writes). A cluster writer
+// commits each call of a member this way.
+func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options) ([]TxnResult, []error) {
+	res, errs := make([]TxnResult, len(txns)), make([]error, len(txns))
+	cs, waits := make([]*commitState, len(txns)), make([]func(context.Context) error, len(txns))
+	for i, ops := range txns {
+		cs[i], waits[i], errs[i] = l.apply(ctx, ops, o)
+	}
+	for i, c := range cs {
+		if errs[i] == nil {
+			res[i], errs[i] = l.await(ctx, c, waits[i])
+		}
+	}
+	return res, errs
+}
+
+// apply runs commit's first three stages: the transaction is applied and
+// on its way to a WAL write, or failed and changed nothing.
+func (l *local) apply(ctx context.Context, ops []txnOp, o options) (*commitState, func(context.Context) error, error) {
+	c := &commitState{ops: ops, o: o, now: l.now()}
+	if err := l.stageValues(ctx, c); err != nil {
+		return nil, nil, err
+	}
+	if o.member == "" {
+		c.slotFor = l.takeSlots(ops, c.now)
+	} // else a member's enqueues with Dispatch have a slot there
 	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error { return l.applyOps(tx, c) })
 	if err != nil {
 		var cfe *ConditionFailedError
@@ -30,8 +60,14 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 		for _, s := range c.slotFor {
 			s.put()
 		}
-		return TxnResult{}, err
+		return nil, nil, err
 	}
+	return c, wait, nil
+}
+
+// await waits for the outcome of a transaction that apply applied, and
+// does what follows it.
+func (l *local) await(ctx context.Context, c *commitState, wait func(context.Context) error) (TxnResult, error) {
 	if err := wait(ctx); err != nil {
 		if errors.Is(err, engine.ErrOutcomeUnknown) {
 			// The caller stops waiting; what follows the commit still
@@ -108,24 +144,6 @@ func (l *local) stageValues(ctx context.Context, c *commitState) error {
 	return nil
 }
 
-// takeSlots takes an idle Work slot for each dispatched enqueue, before
-// the commit, so that the claim granted in the transaction has somewhere
-// to run.
-func (l *local) takeSlots(c *commitState) {
-	for i := range c.ops {
-		op := &c.ops[i]
-		// A job not due at commit time cannot be granted: take no slot.
-		if op.Kind == opEnqueue && op.Dispatch && resolveTime(op.RunAt, c.now) <= c.now.UnixNano() {
-			if s := l.takeSlot(op.Queue); s != nil {
-				if c.slotFor == nil {
-					c.slotFor = map[int]*slots{}
-				}
-				c.slotFor[i] = s
-			}
-		}
-	}
-}
-
 // applyOps applies c's operations in tx; an error rolls them all back.
 //
 // REQUIRES: inside the engine transaction of c (it may run more than once).
@@ -160,7 +178,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 					return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
 				}
 			}
-			r := l.enqueueTx(tx, op, c.ids[i], c.encs[i], o, now, c.slotFor[i] != nil)
+			r := l.enqueueTx(tx, op, c.ids[i], c.encs[i], o, now, c.slotFor[i] != nil || o.member != "" && op.Dispatch)
 			if r.Duplicate && len(op.Value) > l.opts.largeValue {
 				c.unused = append(c.unused, c.encs[i])
 			}

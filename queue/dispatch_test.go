@@ -16,11 +16,21 @@ import (
 
 // idleSlots is how many slots the Work loops of queue have idle.
 func (q *Queue) idleSlots(queue string) int {
-	l := q.be.(*local)
-	l.smu.Lock()
-	defer l.smu.Unlock()
+	be := q.be
+	if c, ok := be.(*clustered); ok {
+		be, _ = c.current()
+	}
+	var t *slotTable
+	switch b := be.(type) {
+	case *local:
+		t = &b.slotTable
+	case *remote:
+		t = &b.slotTable
+	}
+	t.smu.Lock()
+	defer t.smu.Unlock()
 	n := 0
-	for _, s := range l.slots[queue] {
+	for _, s := range t.slots[queue] {
 		n += s.idle()
 	}
 	return n

@@ -27,7 +27,7 @@ import (
 //	registry (Open, Close)
 //	clustered.mu (the role: which backend is current)
 //	the engine's lock (inside Apply, Update, View: the index, ix)
-//	local.smu (the Work loops' slots), then slots.mu
+//	slotTable.smu (the Work loops' slots), then slots.mu
 //	local.lmu (leases)
 //	memberSet.mu (members' pending events)
 //	remote.bmu, remote.gmu (commits, reads waiting for a call), remote.cmu (a member's claims)
@@ -46,8 +46,7 @@ type local struct {
 	lmu    sync.Mutex
 	leases map[string]*lease // guarded by lmu
 
-	smu   sync.Mutex
-	slots map[string][]*slots // Work loops by queue, guarded by smu
+	slotTable // the Work loops' slots
 
 	members memberSet // cluster members holding claims (cluster mode)
 

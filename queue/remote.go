@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,11 @@ type remote struct {
 
 	cmu    sync.Mutex
 	claims map[string]*rclaim // this member's claims, guarded by cmu
+
+	// slotTable holds this member's Work loops: a dispatched enqueue
+	// (EnqueueOptions.Dispatch) takes one of their idle slots before its
+	// commit is sent, and the writer claims the job for it.
+	slotTable
 
 	gmu     sync.Mutex
 	gets    []*pendingGet // reads waiting for a call, guarded by gmu
@@ -162,6 +168,42 @@ func (r *remote) setHealth(h healthReply) {
 }
 
 func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
+	slotFor := r.takeSlots(ops, time.Now())
+	res, err := r.send(ctx, dispatchOnly(ops, slotFor), o)
+	if err != nil {
+		for _, s := range slotFor {
+			s.put()
+		}
+		return res, err
+	}
+	if slotFor != nil {
+		startDispatched(ops, slotFor, res.Enqueued)
+	}
+	return res, nil
+}
+
+// dispatchOnly returns ops with Dispatch set on the enqueues that have a
+// slot in slotFor only: the writer claims the job of each of those for
+// this member, and never one the member has no slot for.
+func dispatchOnly(ops []txnOp, slotFor map[int]*slots) []txnOp {
+	var out []txnOp
+	for i := range ops {
+		if ops[i].Kind == opEnqueue && ops[i].Dispatch && slotFor[i] == nil {
+			if out == nil {
+				out = slices.Clone(ops) // the caller's ops may be sent again
+			}
+			out[i].Dispatch = false
+		}
+	}
+	if out == nil {
+		return ops
+	}
+	return out
+}
+
+// send commits ops through a commit call, shared with the transactions
+// that wait meanwhile (see kickLocked).
+func (r *remote) send(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
 	p := &pendingCommit{ops: ops, opts: toWireOpts(o), done: make(chan struct{})}
 	r.bmu.Lock()
 	r.pending = append(r.pending, p)
@@ -247,7 +289,7 @@ func sameOpts(a, b wireOpts) bool {
 
 // flush sends one commit call for batch.
 func (r *remote) flush(batch []*pendingCommit) {
-	req := commitReq{Member: r.member, Opts: batch[0].opts, Txns: make([][]txnOp, len(batch))}
+	req := commitReq{Member: r.member, Opts: batch[0].opts, Txns: make([][]txnOp, len(batch)), Dispatch: true}
 	for i, p := range batch {
 		req.Txns[i] = p.ops
 	}
@@ -383,11 +425,6 @@ func (r *remote) claimWait(ctx context.Context, queue string, n int, o options, 
 		}
 	}
 }
-
-// A member's Work loops run what they claim; the writer dispatches nothing
-// to them (EnqueueOptions.Dispatch starts jobs in the writer's own slots).
-func (r *remote) addSlots(*slots)    {}
-func (r *remote) removeSlots(*slots) {}
 
 func (r *remote) renew(id string, token uint64, o options) error {
 	r.cmu.Lock()

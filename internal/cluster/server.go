@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net"
+	goruntime "runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -87,6 +88,11 @@ func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
+		// Calls run on long-lived goroutines whose stacks have grown
+		// already, not on a new goroutine each (the stack copies cost a
+		// busy writer a tenth of its CPU). A call that finds every worker
+		// busy (long-polls hold theirs) gets a goroutine of its own.
+		grpc.NumStreamWorkers(uint32(max(4, 2*goruntime.GOMAXPROCS(0)))),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
