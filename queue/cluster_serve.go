@@ -126,7 +126,12 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			reply := &claimReply{Err: toWireErr(err)}
 			for _, j := range jobs {
-				reply.Jobs = append(reply.Jobs, toWireJob(j))
+				w := toWireJob(j)
+				if p := req.Prefetch; p.Header != "" {
+					// Absent, or unreadable now: the member reads it itself.
+					w.Prefetched, _ = l.get(ctx, kvSpace+p.Prefix+j.Headers[p.Header])
+				}
+				reply.Jobs = append(reply.Jobs, w)
 			}
 			return reply, nil
 		},

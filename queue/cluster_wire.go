@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/handoff"
 )
 
 // The wire form of cluster calls: plain structs, encoded by the cluster
@@ -70,8 +71,9 @@ func (w wireOpts) apply(o options, member string) options {
 
 // wireJob is a Job with its claim token.
 type wireJob struct {
-	Job   *Job
-	Token uint64
+	Job        *Job
+	Token      uint64
+	Prefetched []byte `msgpack:",omitempty"` // see claimReq.Prefetch
 }
 
 func toWireJob(j *Job) *wireJob {
@@ -85,7 +87,7 @@ func (w *wireJob) job() *Job {
 	if w == nil || w.Job == nil {
 		return nil
 	}
-	w.Job.token = w.Token
+	w.Job.token, w.Job.prefetched = w.Token, w.Prefetched
 	return w.Job
 }
 
@@ -122,6 +124,9 @@ type claimReq struct {
 	Queue  string
 	N      int
 	Wait   time.Duration // 0: do not wait for a job
+	// Prefetch names a value to read with each job (see
+	// handoff.Prefetch; zero: none): it comes in wireJob.Prefetched.
+	Prefetch handoff.Prefetch
 }
 
 type claimReply struct {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/handoff"
 )
 
 // commit applies a transaction on the local engine, in four stages:
@@ -72,13 +73,13 @@ func (l *local) await(ctx context.Context, c *commitState, wait func(context.Con
 		if errors.Is(err, engine.ErrOutcomeUnknown) {
 			// The caller stops waiting; what follows the commit still
 			// has to happen once the outcome is known.
-			go func() { l.committed(c, wait(context.Background()), true) }()
+			go func() { l.committed(context.WithoutCancel(ctx), c, wait(context.Background()), true) }()
 		} else {
-			l.committed(c, err, false)
+			l.committed(ctx, c, err, false)
 		}
 		return TxnResult{}, err
 	}
-	l.committed(c, nil, false)
+	l.committed(ctx, c, nil, false)
 	return c.res, nil
 }
 
@@ -234,7 +235,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 // waiting (ErrOutcomeUnknown) and will not see the result: the jobs
 // claimed for it (EnqueueOptions.Claim) are then released, their attempt
 // not counted.
-func (l *local) committed(c *commitState, err error, abandoned bool) {
+func (l *local) committed(ctx context.Context, c *commitState, err error, abandoned bool) {
 	ops, slotFor, res, unused, signals, o := c.ops, c.slotFor, c.res, c.unused, c.signals, c.o
 	for _, signal := range signals {
 		signal()
@@ -256,7 +257,7 @@ func (l *local) committed(c *commitState, err error, abandoned bool) {
 	}
 	l.startLeases(claimed, o)
 	if slotFor != nil {
-		startDispatched(ops, slotFor, res.Enqueued)
+		startDispatched(ctx, ops, slotFor, res.Enqueued)
 	}
 	if abandoned {
 		var unrun []*Job
@@ -272,10 +273,11 @@ func (l *local) committed(c *commitState, err error, abandoned bool) {
 }
 
 // startDispatched starts each dispatched job that the transaction claimed
-// in the slot taken for it, and gives back the slots of the others (not
+// in the slot taken for it, with what ctx carries for it (see
+// handoff.WithDispatched), and gives back the slots of the others (not
 // granted: those jobs wait in the queue). enqueued holds one result per
 // enqueue of ops, in order.
-func startDispatched(ops []txnOp, slotFor map[int]*slots, enqueued []EnqueueResult) {
+func startDispatched(ctx context.Context, ops []txnOp, slotFor map[int]*slots, enqueued []EnqueueResult) {
 	k := 0 // index in enqueued of the next enqueue
 	for i := range ops {
 		if ops[i].Kind != opEnqueue {
@@ -291,7 +293,7 @@ func startDispatched(ops []txnOp, slotFor map[int]*slots, enqueued []EnqueueResu
 		default:
 			j := r.Claimed
 			r.Claimed, r.Dispatched = nil, true
-			s.start(j)
+			s.start(j, handoff.DispatchedCarry(ctx, j.ID))
 		}
 	}
 }

@@ -342,7 +342,17 @@ type Job struct {
 	CancelRequested bool
 	History         []Attempt // failed attempts, oldest first (bounded)
 
-	token uint64 // claim token; 0 when not claimed by this process
+	token      uint64 // claim token; 0 when not claimed by this process
+	prefetched []byte // read with the claim (see handoff.Prefetch); nil: none
+}
+
+// carried is what the handler of j finds with handoff.Carried when a Work
+// loop claimed it: its prefetched value, if any.
+func (j *Job) carried() any {
+	if j.prefetched == nil {
+		return nil
+	}
+	return j.prefetched
 }
 
 func unixNano(ns int64) time.Time {

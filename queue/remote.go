@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/cluster"
+	"github.com/stepwell/stepwell/internal/handoff"
 )
 
 // remote is the member backend: every operation is a call to the writer of
@@ -74,8 +75,10 @@ type pendingCommit struct {
 
 // maxCommitsInFlight bounds the commit calls a member has in flight: the
 // transactions that arrive meanwhile wait and share the next call, as
-// transactions share a WAL write on the writer.
-const maxCommitsInFlight = 2
+// transactions share a WAL write on the writer. One, like the writer's
+// one WAL write in flight: with two, a saturated member made 40% more
+// calls for the same throughput.
+const maxCommitsInFlight = 1
 
 // maxCommitBatch and maxCommitBytes bound the transactions of one commit
 // call (a larger transaction goes alone).
@@ -177,7 +180,7 @@ func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult,
 		return res, err
 	}
 	if slotFor != nil {
-		startDispatched(ops, slotFor, res.Enqueued)
+		startDispatched(ctx, ops, slotFor, res.Enqueued)
 	}
 	return res, nil
 }
@@ -369,8 +372,10 @@ func (r *remote) claimCall(ctx context.Context, queue string, n int, o options, 
 			return nil, nil
 		}
 	}
+	req := &claimReq{Member: r.member, Opts: toWireOpts(o), Queue: queue, N: n, Wait: wait}
+	req.Prefetch, _ = handoff.PrefetchOf(ctx)
 	var reply claimReply
-	if err := r.call(ctx, rpcClaim, &claimReq{Member: r.member, Opts: toWireOpts(o), Queue: queue, N: n, Wait: wait}, &reply); err != nil {
+	if err := r.call(ctx, rpcClaim, req, &reply); err != nil {
 		return nil, err
 	}
 	if err := errFromWire(reply.Err); err != nil {

@@ -88,10 +88,10 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 	n := max(opts.Concurrency, 1)
 	s := &slots{queue: queue, free: n, total: n, freed: make(chan struct{}, 1), done: ctx.Done()}
 	stopping := func() bool { return ctx.Err() != nil || s.isClosed() }
-	s.run = func(j *Job, dispatched bool) {
+	s.run = func(j *Job, dispatched bool, carried any) {
 		go func() {
 			defer s.put()
-			q.runSlot(stopping, jobBase, j, h, opts.ManualSettle, dispatched)
+			q.runSlot(stopping, jobBase, j, carried, h, opts.ManualSettle, dispatched)
 		}()
 	}
 	q.be.addSlots(s)
@@ -121,7 +121,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 		}
 		failures = 0
 		for _, j := range jobs {
-			s.run(j, false)
+			s.run(j, false, j.carried())
 		}
 	}
 	q.be.removeSlots(s)
@@ -147,11 +147,11 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 // never run more than the loop's Concurrency jobs at once.
 type slots struct {
 	queue string
-	total int                           // Concurrency
-	run   func(j *Job, dispatched bool) // runs j in a taken slot, then puts it back
-	freed chan struct{}                 // signalled (capacity 1) when a slot is put back
-	done  <-chan struct{}               // the loop's ctx.Done(): no more takes
-	wg    sync.WaitGroup                // one per taken slot
+	total int                                        // Concurrency
+	run   func(j *Job, dispatched bool, carried any) // runs j in a taken slot, then puts it back
+	freed chan struct{}                              // signalled (capacity 1) when a slot is put back
+	done  <-chan struct{}                            // the loop's ctx.Done(): no more takes
+	wg    sync.WaitGroup                             // one per taken slot
 
 	mu     sync.Mutex
 	free   int
@@ -187,8 +187,9 @@ func (s *slots) put() {
 	}
 }
 
-// start runs a dispatched job in the slot taken for it.
-func (s *slots) start(j *Job) { s.run(j, true) }
+// start runs a dispatched job in the slot taken for it, with what the
+// commit's context carried for it (see handoff.WithDispatched).
+func (s *slots) start(j *Job, carried any) { s.run(j, true, carried) }
 
 // waitIdle returns once s has an idle slot (every slot may run a job: one
 // must come back first), or with ctx's error. A nil s has no limit.
@@ -221,11 +222,11 @@ func (s *slots) close() {
 	s.mu.Unlock()
 }
 
-// runSlot runs j and then every job its handlers hand off, until there is
-// none or the worker is stopping. A job the worker did not claim just now
-// (waited: dispatched to the slot, or handed off) is admitted first.
-func (q *Queue) runSlot(stopping func() bool, base context.Context, j *Job, h Handler, manual, waited bool) {
-	var carried any
+// runSlot runs j (its handler finds carried with handoff.Carried) and then
+// every job its handlers hand off, until there is none or the worker is
+// stopping. A job the worker did not claim just now (waited: dispatched to
+// the slot, or handed off) is admitted first.
+func (q *Queue) runSlot(stopping func() bool, base context.Context, j *Job, carried any, h Handler, manual, waited bool) {
 	for ; j != nil; waited = true {
 		if waited && !q.admit(stopping(), base, j) {
 			return

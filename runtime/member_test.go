@@ -18,6 +18,7 @@ import (
 	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
+	"github.com/stepwell/stepwell/steprunner"
 	"github.com/stepwell/stepwell/terminal"
 )
 
@@ -288,11 +289,11 @@ func removeMemberStores() {
 	}
 }
 
-// A step chained to its slot by its predecessor's settlement starts with
-// the run record that settlement wrote: in a member, each step of a run
-// costs one call to the writer (its settlement), not two (a read of the
-// run record, then the settlement).
-func TestChainedStepsCostOneCallEach(t *testing.T) {
+// memberRuntime opens a new file:// store as a member beside a writer
+// process, and runs on it a Runtime of runner with one step slot; a first
+// run ("warm-up") settles what Run does at its start.
+func memberRuntime(t *testing.T, runner steprunner.Runner) (*queue.Queue, *runtime.Runtime, *hookRecorder) {
+	t.Helper()
 	url := fileURL(t)
 	startMemberWriter(t, url)
 	ctx := context.Background()
@@ -304,23 +305,78 @@ func TestChainedStepsCostOneCallEach(t *testing.T) {
 	if m.Role() != queue.RoleMember {
 		t.Fatalf("Open beside a writer process is %v, want a member", m.Role())
 	}
-	const steps = 30
 	hook := &hookRecorder{}
-	rt := newRuntime(t, m, chainRunner(nil, steps-1), hook, runtime.WithMaxConcurrentSteps(1))
+	rt := newRuntime(t, m, runner, hook, runtime.WithMaxConcurrentSteps(1))
 	startRun(t, rt)
-	// A first run settles what Run does at its start.
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "warm-up"})
 	hook.wait(t, "warm-up")
+	return m, rt, hook
+}
+
+// A step chained to its slot by its predecessor's settlement starts with
+// the run record that settlement wrote: in a member, each step of a run
+// costs one call to the writer (its settlement), not two (a read of the
+// run record, then the settlement).
+func TestChainedStepsCostOneCallEach(t *testing.T) {
+	const steps = 30
+	m, rt, hook := memberRuntime(t, chainRunner(nil, steps-1))
 	before := m.StorageStats().ClusterCalls
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "long", Input: []byte("p")})
 	if o := hook.wait(t, "long"); o.Status != terminal.Succeeded {
 		t.Fatalf("outcome %+v", o)
 	}
-	// Besides the settlements: the submit, the claims of step 0 and of the
-	// notification, its ack, and the long-polls that ended meanwhile.
+	// Besides the settlements: the submit, the ack of the notification,
+	// and the long-polls that ended meanwhile.
 	calls := m.StorageStats().ClusterCalls - before
 	t.Logf("%d calls for %d steps", calls, steps)
 	if calls > steps+steps/3 {
 		t.Fatalf("%d calls to the writer for a run of %d steps, want about one per step", calls, steps)
+	}
+}
+
+// A run submitted in a member whose step slot is idle starts there,
+// dispatched by its submit with the run record the submit wrote, and its
+// notification starts in an idle hook slot: a one-step run costs three
+// calls to the writer (its submit, its settlement, the notification's
+// ack), without a claim or a read.
+func TestDispatchedRunCostsThreeCalls(t *testing.T) {
+	m, rt, hook := memberRuntime(t, succeedRunner(nil))
+	const runs = 20
+	before := m.StorageStats().ClusterCalls
+	for i := range runs {
+		id := fmt.Sprint("run-", i)
+		mustSubmit(t, rt, runtime.RunSpec{RunID: id})
+		hook.wait(t, id)
+	}
+	calls := m.StorageStats().ClusterCalls - before
+	t.Logf("%d calls for %d one-step runs", calls, runs)
+	// Slack for the long-polls (claims, events) that ended meanwhile.
+	if calls > 3*runs+runs/4 {
+		t.Fatalf("%d calls to the writer for %d one-step runs, want 3 each", calls, runs)
+	}
+}
+
+// A step a member claims (here: due later, so not dispatched by its
+// submit) comes with its run record, read by the writer with the claim: a
+// one-step run costs four calls (its submit, the claim, its settlement,
+// the notification's ack), without a read of its own.
+func TestClaimedStepComesWithItsRecord(t *testing.T) {
+	m, rt, hook := memberRuntime(t, succeedRunner(nil))
+	const runs = 20
+	before := m.StorageStats().ClusterCalls
+	start := time.Now().Add(300 * time.Millisecond)
+	for i := range runs {
+		mustSubmit(t, rt, runtime.RunSpec{RunID: fmt.Sprint("run-", i), StartAt: start})
+	}
+	for i := range runs {
+		if o := hook.wait(t, fmt.Sprint("run-", i)); o.Status != terminal.Succeeded {
+			t.Fatalf("outcome %+v", o)
+		}
+	}
+	calls := m.StorageStats().ClusterCalls - before
+	t.Logf("%d calls for %d one-step runs", calls, runs)
+	// Slack for the long-polls (claims, events) that ended meanwhile.
+	if calls > 4*runs+runs/4 {
+		t.Fatalf("%d calls to the writer for %d one-step runs, want 4 each", calls, runs)
 	}
 }

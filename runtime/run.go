@@ -41,7 +41,9 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	defer unobserve()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return rt.q.Work(gctx, rt.opts.queueName, rt.handleStep, queue.WorkOptions{
+		// A member's claims bring each step's run record (see stepRun).
+		pf := handoff.WithPrefetch(gctx, handoff.Prefetch{Header: HeaderRunID, Prefix: kvrecord.RunPrefix})
+		return rt.q.Work(pf, rt.opts.queueName, rt.handleStep, queue.WorkOptions{
 			Concurrency: rt.opts.maxConcurrent, DrainTimeout: rt.opts.drainTimeout,
 			ManualSettle: true, PollInterval: rt.opts.pollInterval,
 		})
@@ -161,10 +163,12 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 	}
 }
 
-// stepRun returns the run record of step job: as its predecessor's
-// settlement wrote it, if that settlement chained the job to this slot and
-// carried the record along (no read: a member saves a call to the writer
-// per step), else as read from the store. A carried record is stale when a
+// stepRun returns the run record of step job: as the transaction that
+// started the job wrote it, if that transaction carried the record along
+// (a settlement that chained the job to this slot, a Submit that
+// dispatched step 0 to it), or as the writer read it with the claim (a
+// member's claim prefetches it: see Run), else as read from the store. A
+// member saves a call to the writer per step. A carried record is stale when a
 // Cancel, Pause or signal committed since; the step's settlement then
 // fails its compare-and-put and reads the record again, as it does when
 // the record changes while the step runs. A cancel that reached the claim

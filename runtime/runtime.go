@@ -12,6 +12,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/stepwell/stepwell/internal/handoff"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -225,11 +226,13 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		opts := rt.stepOptions(rec, 0, jobID, traceParent)
 		opts.RunAt = spec.StartAt // zero or past: at once
 		opts.Dispatch = true      // starts at once if a local Run has a slot idle
+		b := kvrecord.EncodeRun(rec)
 		txn := new(queue.Txn).
-			CompareAndPut(kvrecord.RunKey(id), nil, kvrecord.EncodeRun(rec)).
+			CompareAndPut(kvrecord.RunKey(id), nil, b).
 			Put(kvrecord.SubmittedKey(now, id), []byte{}).
 			Enqueue(rt.opts.queueName, spec.Input, opts)
-		_, err := rt.q.Commit(ctx, txn)
+		// Dispatched, step 0 starts with the record (see stepRun).
+		_, err := rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
 		if err == nil {
 			return SubmitOutcome{RunID: id, NewlySubmitted: true}, nil
 		}

@@ -53,3 +53,54 @@ func Carried[J any](ctx context.Context) any {
 	}
 	return nil
 }
+
+type dispatchKey struct{}
+
+// dispatched is what a context carries for a dispatched job.
+type dispatched struct {
+	jobID string
+	v     any
+	next  *dispatched
+}
+
+// WithDispatched returns ctx carrying v for the job jobID, should a commit
+// under ctx dispatch it (queue.EnqueueOptions.Dispatch) into a slot: the
+// handler that runs it there finds v with Carried. The runtime's Submit
+// carries the record of the run it creates to the run's first step.
+func WithDispatched(ctx context.Context, jobID string, v any) context.Context {
+	prev, _ := ctx.Value(dispatchKey{}).(*dispatched)
+	return context.WithValue(ctx, dispatchKey{}, &dispatched{jobID: jobID, v: v, next: prev})
+}
+
+// DispatchedCarry returns what ctx carries for the job jobID (nil:
+// nothing).
+func DispatchedCarry(ctx context.Context, jobID string) any {
+	for d, _ := ctx.Value(dispatchKey{}).(*dispatched); d != nil; d = d.next {
+		if d.jobID == jobID {
+			return d.v
+		}
+	}
+	return nil
+}
+
+type prefetchKey struct{}
+
+// Prefetch names a value to read with each job a Work loop claims from a
+// cluster's writer: the key Prefix followed by the job's header Header.
+// The value comes with the job in the claim's reply, and the handler
+// finds it with Carried (nil when the key is absent). The runtime's step
+// loop prefetches each step's run record this way.
+type Prefetch struct {
+	Header, Prefix string
+}
+
+// WithPrefetch returns ctx carrying p, for the Work loop run with it.
+func WithPrefetch(ctx context.Context, p Prefetch) context.Context {
+	return context.WithValue(ctx, prefetchKey{}, p)
+}
+
+// PrefetchOf returns the Prefetch that ctx carries (ok false: none).
+func PrefetchOf(ctx context.Context) (p Prefetch, ok bool) {
+	p, ok = ctx.Value(prefetchKey{}).(Prefetch)
+	return p, ok
+}

@@ -41,3 +41,26 @@ func TestCarried(t *testing.T) {
 		t.Fatalf("Carried of another job type = %v", c)
 	}
 }
+
+func TestDispatchedCarry(t *testing.T) {
+	ctx := WithDispatched(context.Background(), "a", 1)
+	ctx = WithDispatched(ctx, "b", 2)
+	for id, want := range map[string]any{"a": 1, "b": 2, "c": nil} {
+		if got := DispatchedCarry(ctx, id); got != want {
+			t.Errorf("DispatchedCarry(%q) = %v, want %v", id, got, want)
+		}
+	}
+	if got := DispatchedCarry(context.Background(), "a"); got != nil {
+		t.Errorf("DispatchedCarry without a carry = %v", got)
+	}
+}
+
+func TestPrefetchOf(t *testing.T) {
+	if _, ok := PrefetchOf(context.Background()); ok {
+		t.Fatal("PrefetchOf without one reported one")
+	}
+	want := Prefetch{Header: "h", Prefix: "p/"}
+	if p, ok := PrefetchOf(WithPrefetch(context.Background(), want)); !ok || p != want {
+		t.Fatalf("PrefetchOf = %+v, %v", p, ok)
+	}
+}
