@@ -243,11 +243,18 @@
 // trip on top of the writer's own work (a commit still waits for the
 // writer's WAL write). Calls are batched and long-polled, so that a member
 // is not bound by round trips: transactions from concurrent goroutines
-// share a commit call (two calls in flight at most, each with up to 512
+// share a commit call (one call in flight, each with up to 512
 // transactions or 16 MiB), as transactions share a WAL write on the
-// writer; a claim waits on
-// the writer for a job (a long-poll of up to 10s) instead of polling; one
-// standing long-poll brings the cancels and losses of the member's claims.
+// writer; the writer applies a call's transactions from one goroutine. A
+// claim waits on the writer for a job (a long-poll of up to 10s) instead
+// of polling; one standing long-poll brings the cancels and losses of the
+// member's claims. EnqueueOptions.Dispatch works in a member too: the
+// member takes an idle slot of its own Work loop before it sends the
+// commit, and the writer claims the job for it in the transaction (no
+// claim call). The runtime's steps bring their run record with them (the
+// transaction that started a step wrote it, or the writer reads it with
+// the claim), so a member's step costs one call, its settlement: about
+// 0.18 calls per step transition at saturation (docs/BENCHMARKS.md).
 // A lease renewal is one call, and none while the writer confirmed the
 // lease less than a quarter lease ago. A member makes no object-store
 // requests for its operations and holds no state. To watch the writer, a

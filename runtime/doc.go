@@ -130,7 +130,11 @@
 // the job for it and it starts as soon as that transaction is durable, with
 // no claim commit and no wake-up in between. A 3-step run alone thus costs
 // four durable writes from Submit to the hook: submit, two chained
-// settlements, and the last settlement.
+// settlements, and the last settlement. This holds in a cluster member too
+// (the member's own Run gets the job). A step started this way begins
+// with the run record that the transaction wrote, and a step a member
+// claims brings the record the writer read with the claim: in a member, a
+// step costs one call to the writer, its settlement.
 //
 // # Policies
 //
