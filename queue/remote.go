@@ -174,6 +174,9 @@ func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult,
 	slotFor := r.takeSlots(ops, time.Now())
 	res, err := r.send(ctx, dispatchOnly(ops, slotFor), o)
 	if err != nil {
+		// Failed, or its outcome is unknown (ErrOutcomeUnknown): a job the
+		// writer did claim for this member then runs again once its lease
+		// expires, as any job of a worker that vanished.
 		for _, s := range slotFor {
 			s.put()
 		}
