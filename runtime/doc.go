@@ -242,7 +242,9 @@
 // the transactions per WAL write), stepwell.store.wal_write_time (seconds
 // spent writing WAL batches, start to durability: divided by the batches,
 // the mean commit latency) and stepwell.store.requests (by kind: put, get,
-// list, delete, head).
+// list, delete, head). A cluster member writes no WAL: its store counters
+// stay at zero, and stepwell.cluster.calls counts its calls to the writer
+// (queue.StorageStats.ClusterCalls).
 //
 // # Guarantees
 //

@@ -240,6 +240,11 @@ func (t *telemetry) observe(q *queue.Queue, stepQueue string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	calls, err := m.Int64ObservableCounter("stepwell.cluster.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls this process made to its cluster's writer as a member (queue.WithCluster; 0 otherwise); divided by step transitions, what a member costs."))
+	if err != nil {
+		return nil, err
+	}
 	queueAttr := attribute.String("queue", stepQueue)
 	state := func(s string) metric.ObserveOption {
 		return metric.WithAttributeSet(attribute.NewSet(queueAttr, attribute.String(attrState, s)))
@@ -265,8 +270,9 @@ func (t *telemetry) observe(q *queue.Queue, stepQueue string) (func(), error) {
 		o.ObserveInt64(requests, ss.Lists, list)
 		o.ObserveInt64(requests, ss.Deletes, del)
 		o.ObserveInt64(requests, ss.Heads, head)
+		o.ObserveInt64(calls, ss.ClusterCalls)
 		return nil
-	}, depth, walBatches, txns, writeTime, requests)
+	}, depth, walBatches, txns, writeTime, requests, calls)
 	if err != nil {
 		return nil, err
 	}

@@ -145,7 +145,7 @@ func TestOTelTraceOneRun(t *testing.T) {
 	if counts["continue"] != 2 || counts["succeed"] != 1 || len(counts) != 2 {
 		t.Errorf("outcome counter = %v, want continue 2, succeed 1", counts)
 	}
-	for _, name := range []string{"stepwell.queue.depth", "stepwell.store.transactions", "stepwell.store.wal_batches", "stepwell.store.wal_write_time", "stepwell.store.requests"} {
+	for _, name := range []string{"stepwell.queue.depth", "stepwell.store.transactions", "stepwell.store.wal_batches", "stepwell.store.wal_write_time", "stepwell.store.requests", "stepwell.cluster.calls"} {
 		if got[name] == nil {
 			t.Errorf("no %s metric", name)
 		}
@@ -156,6 +156,9 @@ func TestOTelTraceOneRun(t *testing.T) {
 	if memberMode() {
 		if ss := q.StorageStats(); ss.ClusterCalls == 0 || ss.WALBatches != 0 {
 			t.Errorf("member's StorageStats = %+v, want cluster calls and no WAL batches", ss)
+		}
+		if c, ok := got["stepwell.cluster.calls"].(metricdata.Sum[int64]); !ok || len(c.DataPoints) != 1 || c.DataPoints[0].Value <= 0 {
+			t.Errorf("stepwell.cluster.calls = %+v, want one positive sum in a member", got["stepwell.cluster.calls"])
 		}
 	} else if wt, ok := got["stepwell.store.wal_write_time"].(metricdata.Sum[float64]); !ok || len(wt.DataPoints) != 1 || wt.DataPoints[0].Value <= 0 {
 		t.Errorf("stepwell.store.wal_write_time = %+v, want one positive sum", got["stepwell.store.wal_write_time"])
