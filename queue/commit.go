@@ -11,10 +11,11 @@ import (
 	"github.com/stepwell/stepwell/internal/handoff"
 )
 
-// commit applies a transaction on the local engine, in four stages:
-// stage its values (stageValues), take Work slots for dispatched enqueues
-// (slotTable.takeSlots), apply its operations in one engine transaction (applyOps),
-// and once the outcome is known, do what follows it (committed).
+// commit applies a transaction on the local engine, in four stages: stage
+// its values (stageValues), take Work slots for dispatched enqueues
+// (slotTable.takeSlots), apply its operations in one engine transaction
+// (applyOps), and once the outcome is known, do what follows it
+// (committed).
 func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
 	c, wait, err := l.apply(ctx, ops, o)
 	if err != nil {

@@ -168,11 +168,11 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 // (a settlement that chained the job to this slot, a Submit that
 // dispatched step 0 to it), or as the writer read it with the claim (a
 // member's claim prefetches it: see Run), else as read from the store. A
-// member saves a call to the writer per step. A carried record is stale when a
-// Cancel, Pause or signal committed since; the step's settlement then
-// fails its compare-and-put and reads the record again, as it does when
-// the record changes while the step runs. A cancel that reached the claim
-// already is read at once, so that the step does not start.
+// member saves a call to the writer per step. A carried record is stale
+// when a Cancel, Pause or signal committed since; the step's settlement
+// then fails its compare-and-put and reads the record again, as it does
+// when the record changes while the step runs. A cancel that reached the
+// claim already is read at once, so that the step does not start.
 func (rt *Runtime) stepRun(claimCtx context.Context, runID string, job *queue.Job) (*kvrecord.Run, []byte, error) {
 	if b, ok := handoff.Carried[*queue.Job](claimCtx).([]byte); ok && !errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled) {
 		if rec, err := kvrecord.DecodeRun(b); err == nil && rec.RunID == runID && rec.CurrentJob == job.ID {
