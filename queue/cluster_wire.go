@@ -10,8 +10,9 @@ import (
 )
 
 // The wire form of cluster calls: plain structs, encoded by the cluster
-// transport's msgpack codec (as maps of field names, so a field added on
-// one side is ignored by the other). Each method of the writer takes one
+// transport's msgpack codec (as maps of field names, or of field numbers
+// for the hot types of cluster_codec.go, so a field added on one side is
+// ignored by the other). Each method of the writer takes one
 // request type and returns one reply type; every reply that can fail
 // carries a wireErr, which the member turns back into this package's typed
 // errors.
