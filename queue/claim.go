@@ -65,24 +65,51 @@ func (q *Queue) checkClaim(queue string, n int) error {
 // claim takes up to n claimable jobs from the queue, highest priority first,
 // FIFO within a priority. The attempt count rises at claim.
 func (l *local) claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
+	c, err := l.claimApply(ctx, queue, n, o, s)
+	if err != nil {
+		return nil, err
+	}
+	return l.claimAwait(ctx, c)
+}
+
+// claimState is a claim between its stages: applied (claimApply), then
+// durable (claimAwait). A member's commit call applies its claims with its
+// transactions, so that they share a WAL write.
+type claimState struct {
+	o     options
+	s     *slots
+	jobs  []*Job
+	encs  [][]byte // payload values not in the records (see payloadValue)
+	wait  func(context.Context) error
+	taken int // slots of s taken
+}
+
+// putTaken gives back the slots the claim took.
+func (c *claimState) putTaken() {
+	for ; c.taken > 0; c.taken-- {
+		c.s.put()
+	}
+}
+
+// claimApply applies a claim of up to n jobs: claimed in the engine, on
+// their way to a WAL write.
+func (l *local) claimApply(ctx context.Context, queue string, n int, o options, s *slots) (*claimState, error) {
 	cfg := o.config(queue)
 	// A stalled store claims nothing: a claim now would only wait for the
 	// store, holding jobs another process could run once it is back.
 	if err := l.eng.WaitHealthy(ctx); err != nil {
 		return nil, err
 	}
-	var jobs []*Job
-	var encs [][]byte
+	c := &claimState{o: o, s: s}
 	now := l.now()
-	taken := 0 // slots of s taken
 	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
-		jobs, encs = nil, nil
+		c.jobs, c.encs = nil, nil
 		qi := l.ix.queues[queue]
 		if qi == nil {
 			return nil
 		}
 		qi.promote(now.UnixNano())
-		for len(jobs) < n {
+		for len(c.jobs) < n {
 			it, ok := qi.ready.Min()
 			if !ok {
 				break
@@ -97,7 +124,7 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 				if !s.take() {
 					break
 				}
-				taken++
+				c.taken++
 			}
 			rec, err := decodeJob(v)
 			if err != nil {
@@ -111,44 +138,49 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 			j := rec.toJob(id, now)
 			j.Payload = bytes.Clone(rec.Payload)
 			j.token = rec.Claim
-			jobs = append(jobs, j)
-			encs = append(encs, l.payloadValue(&tx.Reader, id, rec))
+			c.jobs = append(c.jobs, j)
+			c.encs = append(c.encs, l.payloadValue(&tx.Reader, id, rec))
 		}
-		l.grantLeases(jobs, cfg, now, o.member)
+		l.grantLeases(c.jobs, cfg, now, o.member)
 		return nil
 	})
-	putTaken := func() {
-		for ; taken > 0; taken-- {
-			s.put()
-		}
+	if err != nil {
+		c.putTaken()
+		return nil, err
 	}
-	if err == nil {
-		err = wait(ctx)
-	}
+	c.wait = wait
+	return c, nil
+}
+
+// claimAwait waits until the claim claimApply applied is durable, and
+// returns its jobs with their payloads.
+func (l *local) claimAwait(ctx context.Context, c *claimState) ([]*Job, error) {
+	jobs, o := c.jobs, c.o
+	err := c.wait(ctx)
 	if errors.Is(err, engine.ErrOutcomeUnknown) {
 		// ctx ended before the claim was durable. Nobody will run the
 		// jobs: once it is, release them (the attempt does not count).
 		go func() {
-			if wait(context.Background()) == nil {
+			if c.wait(context.Background()) == nil {
 				l.releaseUnrun(jobs, o)
 			}
-			putTaken()
+			c.putTaken()
 		}()
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		putTaken()
+		c.putTaken()
 		return nil, err
 	}
 	l.startLeases(jobs, o)
 	for i, j := range jobs {
-		if encs[i] == nil {
+		if c.encs[i] == nil {
 			continue
 		}
-		if j.Payload, err = l.resolve(ctx, encs[i]); err != nil {
+		if j.Payload, err = l.resolve(ctx, c.encs[i]); err != nil {
 			// The jobs are not run: release them, and free their slots.
 			go l.releaseUnrun(jobs, o)
-			putTaken()
+			c.putTaken()
 			return nil, err
 		}
 	}

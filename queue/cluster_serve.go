@@ -3,9 +3,11 @@ package queue
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/cluster"
+	"github.com/stepwell/stepwell/internal/handoff"
 )
 
 // memberSet is the writer's view of the cluster's members: for each, the
@@ -70,6 +72,25 @@ func (s *memberSet) close() { s.closeOnce.Do(func() { close(s.closing) }) }
 // maxWait bounds how long the writer holds a long-poll call.
 const maxWait = 20 * time.Second
 
+// testHookServe, when set by a test, sees each Commit and Claim call the
+// writer serves, decoded, before it is served.
+var testHookServe atomic.Pointer[func(method string, req any)]
+
+// wireJobs returns claimed jobs as they go to the member, each with the
+// value prefetch names (see handoff.Prefetch; zero: none).
+func (l *local) wireJobs(ctx context.Context, jobs []*Job, prefetch handoff.Prefetch) []*wireJob {
+	var out []*wireJob
+	for _, j := range jobs {
+		w := toWireJob(j)
+		if prefetch.Header != "" {
+			// Absent, or unreadable now: the member reads it itself.
+			w.Prefetched, _ = l.get(ctx, kvSpace+prefetch.Prefix+j.Headers[prefetch.Header])
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
 // methods returns the writer's cluster methods, served to members.
 func (l *local) methods() map[string]cluster.Handler {
 	return map[string]cluster.Handler{
@@ -77,6 +98,9 @@ func (l *local) methods() map[string]cluster.Handler {
 			var req commitReq
 			if err := dec(&req); err != nil {
 				return nil, err
+			}
+			if h := testHookServe.Load(); h != nil {
+				(*h)(rpcCommit, &req)
 			}
 			o := req.Opts.apply(l.opts, req.Member)
 			if !req.Dispatch {
@@ -86,7 +110,7 @@ func (l *local) methods() map[string]cluster.Handler {
 					}
 				}
 			}
-			results, errs := l.commitAll(ctx, req.Txns, o)
+			results, errs, claims := l.commitAll(ctx, req.Txns, o, req.Claims)
 			reply := &commitReply{Results: make([]wireTxnResult, len(req.Txns))}
 			for i, res := range results {
 				w := wireTxnResult{Cancelled: res.Cancelled, Err: toWireErr(errs[i])}
@@ -95,12 +119,18 @@ func (l *local) methods() map[string]cluster.Handler {
 				}
 				reply.Results[i] = w
 			}
+			for i, c := range claims {
+				reply.Claims = append(reply.Claims, claimReply{Jobs: l.wireJobs(ctx, c.jobs, req.Claims[i].Prefetch), Err: toWireErr(c.err)})
+			}
 			return reply, nil
 		},
 		rpcClaim: func(ctx context.Context, dec func(any) error) (any, error) {
 			var req claimReq
 			if err := dec(&req); err != nil {
 				return nil, err
+			}
+			if h := testHookServe.Load(); h != nil {
+				(*h)(rpcClaim, &req)
 			}
 			o := req.Opts.apply(l.opts, req.Member)
 			var jobs []*Job
@@ -124,16 +154,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			} else {
 				jobs, err = l.claim(ctx, req.Queue, req.N, o, nil)
 			}
-			reply := &claimReply{Err: toWireErr(err)}
-			for _, j := range jobs {
-				w := toWireJob(j)
-				if p := req.Prefetch; p.Header != "" {
-					// Absent, or unreadable now: the member reads it itself.
-					w.Prefetched, _ = l.get(ctx, kvSpace+p.Prefix+j.Headers[p.Header])
-				}
-				reply.Jobs = append(reply.Jobs, w)
-			}
-			return reply, nil
+			return &claimReply{Jobs: l.wireJobs(ctx, jobs, req.Prefetch), Err: toWireErr(err)}, nil
 		},
 		rpcRenew: func(ctx context.Context, dec func(any) error) (any, error) {
 			var req renewReq

@@ -801,3 +801,103 @@ func TestClusterMemberDispatch(t *testing.T) {
 	close(release)
 	waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 }
+
+// TestClusterClaimsRideCommitCalls: a member's Work loop that wants a job
+// while a commit call is in flight claims it with the next commit call
+// instead of a claim call of its own; a ride that finds nothing is
+// followed by a waiting claim call, and so is a ride that a writer
+// without riding claims ignores.
+func TestClusterClaimsRideCommitCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		enqueue     bool // a job is claimable when the ride arrives
+		oldWriter   bool // the writer drops the riding claims
+		claimCalls  int32
+		rideClaimed bool
+	}{
+		{name: "claimed", enqueue: true, claimCalls: 0, rideClaimed: true},
+		{name: "nothing", enqueue: false, claimCalls: 1},
+		{name: "old-writer", enqueue: true, oldWriter: true, claimCalls: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := "file://" + t.TempDir()
+			w := openMember(t, url)
+			m := openMember(t, url)
+			if w.Role() != RoleWriter || m.Role() != RoleMember {
+				t.Fatalf("roles: %v, %v", w.Role(), m.Role())
+			}
+			entered, unblock := make(chan struct{}), make(chan struct{})
+			var unblockOnce sync.Once
+			release := func() { unblockOnce.Do(func() { close(unblock) }) }
+			var claimCalls, rides atomic.Int32
+			hook := func(method string, req any) {
+				switch r := req.(type) {
+				case *claimReq:
+					if r.Queue == "w" {
+						claimCalls.Add(1)
+					}
+				case *commitReq:
+					if len(r.Txns) == 1 && len(r.Txns[0]) == 1 && string(r.Txns[0][0].Key) == "slow" {
+						close(entered)
+						<-unblock
+					}
+					for _, c := range r.Claims {
+						if c.Queue == "w" {
+							rides.Add(1)
+						}
+					}
+					if tc.oldWriter {
+						r.Claims = nil
+					}
+				}
+			}
+			testHookServe.Store(&hook)
+			t.Cleanup(func() { testHookServe.Store(nil) })
+			t.Cleanup(release) // before the queues close, if the test failed
+
+			// A commit call in flight, held on the writer.
+			slow := make(chan error, 1)
+			go func() {
+				_, err := m.Commit(t0ctx, new(Txn).Put([]byte("slow"), []byte("v")))
+				slow <- err
+			}()
+			<-entered
+			ran := make(chan *Job, 1)
+			startWork(t, m, "w", func(ctx context.Context, j *Job) error {
+				ran <- j
+				return nil
+			}, WorkOptions{Concurrency: 1})
+			// The loop's claim waits for the next call.
+			r := m.be.(*clustered).rem
+			waitFor(t, func() bool { r.bmu.Lock(); defer r.bmu.Unlock(); return len(r.riders) == 1 })
+			var id string
+			if tc.enqueue {
+				id = mustEnqueue(t, w, "w", "job", EnqueueOptions{}).JobID
+			}
+			release()
+			if err := <-slow; err != nil {
+				t.Fatal(err)
+			}
+			if !tc.enqueue {
+				// The ride found nothing; the loop waits on the writer.
+				waitFor(t, func() bool { return claimCalls.Load() == 1 })
+				id = mustEnqueue(t, w, "w", "job", EnqueueOptions{}).JobID
+			}
+			select {
+			case j := <-ran:
+				if j.ID != id || string(j.Payload) != "job" || j.Attempt != 1 {
+					t.Fatalf("ran %+v, want job %s", j, id)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the job did not run in the member")
+			}
+			if got := claimCalls.Load(); got != tc.claimCalls {
+				t.Fatalf("%d claim calls, want %d", got, tc.claimCalls)
+			}
+			if rides.Load() == 0 {
+				t.Fatal("no claim rode a commit call")
+			}
+			waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+		})
+	}
+}

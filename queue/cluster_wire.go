@@ -101,6 +101,18 @@ type commitReq struct {
 	// when dispatch would start them (a member that does not say so gets
 	// no job dispatched).
 	Dispatch bool
+	// Claims ride the call (see remote.claimRide): the writer claims for
+	// the member after the transactions, in the same WAL write, without
+	// waiting for a job. A writer that does not know the field ignores
+	// it, and its reply has no Claims.
+	Claims []claimWant `msgpack:",omitempty"`
+}
+
+// claimWant is a claim riding a commit call: up to N jobs of Queue.
+type claimWant struct {
+	Queue    string
+	N        int
+	Prefetch handoff.Prefetch // as claimReq.Prefetch
 }
 
 type wireEnqueued struct {
@@ -117,6 +129,7 @@ type wireTxnResult struct {
 
 type commitReply struct {
 	Results []wireTxnResult
+	Claims  []claimReply `msgpack:",omitempty"` // per commitReq.Claims
 }
 
 type claimReq struct {

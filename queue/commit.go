@@ -27,19 +27,41 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 // commitAll commits independent transactions, as many calls of commit at
 // once would, but from one goroutine: it applies them all, then waits for
 // their outcomes (which come with the same WAL writes). A cluster writer
-// commits each call of a member this way.
-func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options) ([]TxnResult, []error) {
+// commits each call of a member this way. The claims in wants are applied
+// after the transactions (they see the jobs those enqueued), and share
+// their WAL writes too.
+func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants []claimWant) ([]TxnResult, []error, []claimOutcome) {
 	res, errs := make([]TxnResult, len(txns)), make([]error, len(txns))
 	cs, waits := make([]*commitState, len(txns)), make([]func(context.Context) error, len(txns))
 	for i, ops := range txns {
 		cs[i], waits[i], errs[i] = l.apply(ctx, ops, o)
+	}
+	claims := make([]claimOutcome, len(wants))
+	states := make([]*claimState, len(wants))
+	for i, w := range wants {
+		if w.N < 1 || w.Queue == "" {
+			claims[i].err = invalid("claim of %d jobs of queue %q", w.N, w.Queue)
+			continue
+		}
+		states[i], claims[i].err = l.claimApply(ctx, w.Queue, w.N, o, nil)
 	}
 	for i, c := range cs {
 		if errs[i] == nil {
 			res[i], errs[i] = l.await(ctx, c, waits[i])
 		}
 	}
-	return res, errs
+	for i, c := range states {
+		if claims[i].err == nil {
+			claims[i].jobs, claims[i].err = l.claimAwait(ctx, c)
+		}
+	}
+	return res, errs, claims
+}
+
+// claimOutcome is the outcome of one claim of commitAll.
+type claimOutcome struct {
+	jobs []*Job
+	err  error
 }
 
 // apply runs commit's first three stages: the transaction is applied and

@@ -41,11 +41,12 @@ type remote struct {
 
 	bmu      sync.Mutex
 	pending  []*pendingCommit // guarded by bmu
+	riders   []*pendingClaim  // claims waiting to ride a commit call, guarded by bmu
 	inflight int              // commit calls in flight, guarded by bmu
 	// batches takes each commit call to a flusher goroutine (see
 	// flushLoop); after close, flushed is set (guarded by bmu) and calls
 	// go on goroutines of their own, which fail at once.
-	batches chan []*pendingCommit
+	batches chan commitBatch
 	flushed bool
 
 	hlth   atomic.Pointer[Health] // the writer's, as last reported
@@ -78,6 +79,23 @@ type pendingCommit struct {
 	err  error
 }
 
+// pendingClaim is a claim waiting for, or riding, a commit call (see
+// claimRide).
+type pendingClaim struct {
+	want  claimWant
+	opts  wireOpts
+	sent  bool // guarded by remote.bmu
+	done  chan struct{}
+	reply claimReply
+	err   error
+}
+
+// commitBatch is what one commit call carries.
+type commitBatch struct {
+	txns   []*pendingCommit
+	claims []*pendingClaim
+}
+
 // maxCommitsInFlight bounds the commit calls a member has in flight: the
 // transactions that arrive meanwhile wait and share the next call, as
 // transactions share a WAL write on the writer. One, like the writer's
@@ -104,7 +122,7 @@ func txnSize(ops []txnOp) int {
 func newRemote(c *cluster.Client, epoch uint64, member string, o options) *remote {
 	ctx, stop := context.WithCancel(context.Background())
 	r := &remote{c: c, epoch: epoch, member: member, opts: o, claims: map[string]*rclaim{},
-		gone: make(chan struct{}), ctx: ctx, stop: stop, batches: make(chan []*pendingCommit, maxCommitsInFlight)}
+		gone: make(chan struct{}), ctx: ctx, stop: stop, batches: make(chan commitBatch, maxCommitsInFlight)}
 	r.hlth.Store(&Health{Healthy: true, Since: time.Now()})
 	return r
 }
@@ -131,7 +149,7 @@ func (r *remote) flushLoop() {
 		case <-r.ctx.Done():
 			r.bmu.Lock()
 			r.flushed = true
-			var left [][]*pendingCommit
+			var left []commitBatch
 			for len(r.batches) > 0 {
 				left = append(left, <-r.batches)
 			}
@@ -294,35 +312,51 @@ func (r *remote) send(ctx context.Context, ops []txnOp, o options) (TxnResult, e
 	return res, err
 }
 
-// kickLocked starts a commit call if one may start and transactions wait.
+// kickLocked starts a commit call if one may start and transactions or
+// claims wait.
 //
 // REQUIRES: r.bmu held.
 func (r *remote) kickLocked() {
-	if r.inflight >= maxCommitsInFlight || len(r.pending) == 0 {
+	if r.inflight >= maxCommitsInFlight || len(r.pending) == 0 && len(r.riders) == 0 {
 		return
 	}
 	// One call carries one set of queue settings: take the waiting
-	// transactions that share the first one's.
-	first := r.pending[0].opts
-	var batch []*pendingCommit
+	// transactions and claims that share the first one's.
+	var first wireOpts
+	if len(r.pending) > 0 {
+		first = r.pending[0].opts
+	} else {
+		first = r.riders[0].opts
+	}
+	var b commitBatch
 	rest := r.pending[:0]
 	size := 0
 	for _, p := range r.pending {
 		n := txnSize(p.ops)
-		if len(batch) == 0 || len(batch) < maxCommitBatch && size+n <= maxCommitBytes && sameOpts(p.opts, first) {
+		if len(b.txns) == 0 || len(b.txns) < maxCommitBatch && size+n <= maxCommitBytes && sameOpts(p.opts, first) {
 			p.sent = true
 			size += n
-			batch = append(batch, p)
+			b.txns = append(b.txns, p)
 		} else {
 			rest = append(rest, p)
 		}
 	}
 	r.pending = rest
+	riders := r.riders[:0]
+	for _, c := range r.riders {
+		if sameOpts(c.opts, first) {
+			c.sent = true
+			b.claims = append(b.claims, c)
+		} else {
+			riders = append(riders, c)
+		}
+	}
+	r.riders = riders
 	r.inflight++
 	if r.flushed {
-		go r.flush(batch)
+		go r.flush(b)
 	} else {
-		r.batches <- batch // never blocks: inflight < maxCommitsInFlight
+		r.batches <- b // never blocks: inflight < maxCommitsInFlight
 	}
 }
 
@@ -331,27 +365,44 @@ func sameOpts(a, b wireOpts) bool {
 		a.BackoffMax == b.BackoffMax && reflect.ValueOf(a.Queues).UnsafePointer() == reflect.ValueOf(b.Queues).UnsafePointer()
 }
 
-// flush sends one commit call for batch.
-func (r *remote) flush(batch []*pendingCommit) {
-	req := commitReq{Member: r.member, Opts: batch[0].opts, Txns: make([][]txnOp, len(batch)), Dispatch: true}
-	for i, p := range batch {
+// flush sends one commit call for b.
+func (r *remote) flush(b commitBatch) {
+	req := commitReq{Member: r.member, Txns: make([][]txnOp, len(b.txns)), Dispatch: true}
+	for i, p := range b.txns {
 		req.Txns[i] = p.ops
+	}
+	for _, c := range b.claims {
+		req.Claims = append(req.Claims, c.want)
+	}
+	if len(b.txns) > 0 {
+		req.Opts = b.txns[0].opts
+	} else {
+		req.Opts = b.claims[0].opts
 	}
 	var reply commitReply
 	err := r.call(r.ctx, rpcCommit, &req, &reply)
-	if err == nil && len(reply.Results) != len(batch) {
-		err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d transactions", len(reply.Results), len(batch))}
+	if err == nil && len(reply.Results) != len(b.txns) {
+		err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d transactions", len(reply.Results), len(b.txns))}
 	}
 	if errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrClosed)
 	}
-	for i, p := range batch {
+	for i, p := range b.txns {
 		if err != nil {
 			p.err = err
 		} else {
 			p.res = reply.Results[i]
 		}
 		close(p.done)
+	}
+	for i, c := range b.claims {
+		switch {
+		case err != nil:
+			c.err = err
+		case i < len(reply.Claims):
+			c.reply = reply.Claims[i]
+		} // else a writer that does not take riding claims: none claimed
+		close(c.done)
 	}
 	r.bmu.Lock()
 	r.inflight--
@@ -419,6 +470,12 @@ func (r *remote) claimCall(ctx context.Context, queue string, n int, o options, 
 	if err := r.call(ctx, rpcClaim, req, &reply); err != nil {
 		return nil, err
 	}
+	return r.claimed(reply, o, s)
+}
+
+// claimed takes the jobs of a claim's reply: this member's claims, each
+// in a slot of s (if s is set). What finds no slot is given back.
+func (r *remote) claimed(reply claimReply, o options, s *slots) ([]*Job, error) {
 	if err := errFromWire(reply.Err); err != nil {
 		return nil, err
 	}
@@ -439,6 +496,58 @@ func (r *remote) claimCall(ctx context.Context, queue string, n int, o options, 
 	return jobs, nil
 }
 
+// claimRide claims up to n jobs (as many as s has idle slots for) with the
+// next commit call, if a commit call is in flight: a busy member's claims
+// then cost no call of their own, and a Work loop whose slot a run's last
+// step freed finds its next job with the settlements of the other slots.
+// The writer does not wait for a job: rode reports whether the claim
+// rode, and a claim that rode and got nothing is followed by a waiting
+// claim call.
+func (r *remote) claimRide(ctx context.Context, queue string, n int, o options, s *slots) (jobs []*Job, rode bool, err error) {
+	if s != nil {
+		n = min(n, s.idle())
+	}
+	if n == 0 {
+		return nil, true, nil
+	}
+	c := &pendingClaim{want: claimWant{Queue: queue, N: n}, opts: toWireOpts(o), done: make(chan struct{})}
+	c.want.Prefetch, _ = handoff.PrefetchOf(ctx)
+	r.bmu.Lock()
+	if r.inflight == 0 {
+		r.bmu.Unlock()
+		return nil, false, nil
+	}
+	r.riders = append(r.riders, c)
+	r.bmu.Unlock()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		r.bmu.Lock()
+		sent := c.sent
+		if !sent {
+			r.riders = slices.DeleteFunc(r.riders, func(q *pendingClaim) bool { return q == c })
+		}
+		r.bmu.Unlock()
+		if !sent {
+			return nil, true, ctx.Err()
+		}
+		// The call is on its way, bounded by its own context: the jobs it
+		// claims for this loop are given back.
+		<-c.done
+		if c.err == nil {
+			if jobs, _ := r.claimed(c.reply, o, nil); len(jobs) > 0 {
+				go r.releaseUnrun(jobs, o)
+			}
+		}
+		return nil, true, ctx.Err()
+	}
+	if c.err != nil {
+		return nil, true, c.err
+	}
+	jobs, err = r.claimed(c.reply, o, s)
+	return jobs, true, err
+}
+
 // releaseUnrun gives back jobs claimed for a Work loop that stopped.
 func (r *remote) releaseUnrun(jobs []*Job, o options) {
 	for _, j := range jobs {
@@ -457,7 +566,17 @@ func (r *remote) claimWait(ctx context.Context, queue string, n int, o options, 
 		if err := s.waitIdle(ctx); err != nil {
 			return nil, err
 		}
-		jobs, err := r.claimCall(ctx, queue, n, o, s, claimPoll)
+		jobs, rode, err := r.claimRide(ctx, queue, n, o, s)
+		if err != nil || len(jobs) > 0 {
+			return jobs, err
+		}
+		if rode {
+			// Nothing was claimable a moment ago: wait on the writer.
+			if err := s.waitIdle(ctx); err != nil {
+				return nil, err
+			}
+		}
+		jobs, err = r.claimCall(ctx, queue, n, o, s, claimPoll)
 		if err != nil || len(jobs) > 0 {
 			return jobs, err
 		}
