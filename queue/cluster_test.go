@@ -901,3 +901,66 @@ func TestClusterClaimsRideCommitCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterSecondCommitCallOnlyForFullBatch: while one commit call is in
+// flight, a member's transactions wait for it, unless a full batch
+// (fullCommitBatch) waits: that goes in a second call at once.
+func TestClusterSecondCommitCallOnlyForFullBatch(t *testing.T) {
+	url := "file://" + t.TempDir()
+	openMember(t, url) // the writer
+	m := openMember(t, url)
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(unblock) }) }
+	hook := func(method string, req any) {
+		if r, ok := req.(*commitReq); ok && len(r.Txns) == 1 && string(r.Txns[0][0].Key) == "slow" {
+			close(entered)
+			<-unblock
+		}
+	}
+	testHookServe.Store(&hook)
+	t.Cleanup(func() { testHookServe.Store(nil) })
+	t.Cleanup(release)
+
+	put := func(key string, done chan<- error) {
+		_, err := m.Commit(t0ctx, new(Txn).Put([]byte(key), []byte("v")))
+		done <- err
+	}
+	slow := make(chan error, 1)
+	go put("slow", slow)
+	<-entered
+	r := m.be.(*clustered).rem
+	state := func() (pending, inflight int) {
+		r.bmu.Lock()
+		defer r.bmu.Unlock()
+		return len(r.pending), r.inflight
+	}
+	done := make(chan error, fullCommitBatch)
+	for i := range fullCommitBatch - 1 {
+		go put(fmt.Sprint("k", i), done)
+	}
+	waitFor(t, func() bool { p, _ := state(); return p == fullCommitBatch-1 })
+	if p, n := state(); n != 1 {
+		t.Fatalf("%d calls in flight with %d transactions waiting, want 1", n, p)
+	}
+	go put("last", done)
+	for range fullCommitBatch {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a full batch waited for the call in flight")
+		}
+	}
+	select {
+	case <-slow:
+		t.Fatal("the held call returned")
+	default:
+	}
+	release()
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+}
