@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +32,7 @@ import (
 const (
 	serveEnv     = "STEPWELL_CLI_TEST_SERVE"
 	advertiseEnv = "STEPWELL_CLI_TEST_ADVERTISE" // the service's ClusterConfig.Advertise
+	tlsEnv       = "STEPWELL_CLI_TEST_TLS"       // "CA,CERT,KEY" files: the service uses mutual TLS
 	cliEnv       = "STEPWELL_CLI_TEST_MAIN"
 )
 
@@ -40,9 +44,19 @@ const (
 // when a slow step starts ("running ID") and stops ("stopped ID: CAUSE").
 func serveStore(url string) {
 	ctx, stop := context.WithCancel(context.Background())
-	q, err := queue.Open(ctx, url, queue.WithCluster(queue.ClusterConfig{
-		Listen: "127.0.0.1:0", Advertise: os.Getenv(advertiseEnv),
-	}))
+	cfg := queue.ClusterConfig{Listen: "127.0.0.1:0", Advertise: os.Getenv(advertiseEnv)}
+	if files := strings.Split(os.Getenv(tlsEnv), ","); len(files) == 3 {
+		cert, err := tls.LoadX509KeyPair(files[1], files[2])
+		ca, _ := os.ReadFile(files[0])
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(ca) {
+			fmt.Fprintln(os.Stderr, "serve: TLS files:", err)
+			os.Exit(1)
+		}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
+			ClientAuth: tls.RequireAndVerifyClientCert}
+	}
+	q, err := queue.Open(ctx, url, queue.WithCluster(cfg))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve: open:", err)
 		os.Exit(1)
@@ -97,14 +111,14 @@ type service struct {
 
 // startService starts a service on the store at url and waits until it
 // is ready. advertise, if set, is the address it advertises to members.
-func startService(t *testing.T, url, advertise string) *service {
+func startService(t *testing.T, url, advertise string, env ...string) *service {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), serveEnv+"="+url, advertiseEnv+"="+advertise)
+	cmd.Env = append(append(os.Environ(), serveEnv+"="+url, advertiseEnv+"="+advertise), env...)
 	cmd.Stderr = os.Stderr
 	s := &service{cmd: cmd, lines: make(chan string, 64)}
 	if s.stdin, err = cmd.StdinPipe(); err != nil {
@@ -376,4 +390,56 @@ func testWriteCommandsJoinCluster(t *testing.T, url string) {
 	if r1.State != "cancelled" {
 		t.Errorf("slow-1 after the refused retry = %+v", r1)
 	}
+}
+
+// TestWriteCommandsJoinTLSCluster: a write command joins a service whose
+// cluster uses mutual TLS when given the cluster's --tls files; without
+// them, or with a certificate another CA issued, it cannot join, exits 3
+// after --wait and changes nothing. Bad --tls flags are usage errors.
+func TestWriteCommandsJoinTLSCluster(t *testing.T) {
+	f := newClusterFixture(t, "file://"+t.TempDir())
+	dir := t.TempDir()
+	ca, cert, key := testenv.NewCA(t).WriteFiles(t, dir, "127.0.0.1")
+	svc := startService(t, f.url, "", tlsEnv+"="+ca+","+cert+","+key)
+	svc.expect(t, "running slow-1")
+
+	other := t.TempDir()
+	_, otherCert, otherKey := testenv.NewCA(t).WriteFiles(t, other, "127.0.0.1")
+	for name, args := range map[string][]string{
+		"plaintext":     nil,
+		"untrusted":     {"--tls-ca", ca, "--tls-cert", otherCert, "--tls-key", otherKey},
+		"no-client-key": {"--tls-ca", ca},
+	} {
+		r := f.cliProcess(t, append([]string{"cancel", "slow-1", "--wait", "2s"}, args...)...)
+		if r.code != exitLocked || r.stdout != "" || !strings.Contains(r.stderr, "--tls") {
+			t.Errorf("%s: cancel exit %d, stdout %q, stderr %q; want exit 3 naming the --tls flags", name, r.code, r.stdout, r.stderr)
+		}
+	}
+	var run runJSON
+	f.okJSON(t, &run, "run", "slow-1")
+	if run.State != "running" {
+		t.Fatalf("slow-1 after the refused cancels = %+v", run)
+	}
+
+	var c cancelJSON
+	f.cliProcessJSON(t, &c, "cancel", "slow-1", "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key, "--tls-mutual")
+	if !c.Cancelled {
+		t.Errorf("cancel with the cluster's TLS files = %+v", c)
+	}
+	if line := svc.expect(t, "stopped slow-1"); !strings.Contains(line, steprunner.ErrRunCancelled.Error()) {
+		t.Errorf("the service's step stopped with %q, want the run's cancel", line)
+	}
+
+	for _, args := range [][]string{
+		{"--tls-cert", cert},
+		{"--tls-mutual", "--tls-ca", ca},
+		{"--tls-ca", filepath.Join(dir, "missing.pem")},
+		{"--tls-ca", key},
+	} {
+		r := f.cliProcess(t, append([]string{"cancel", "slow-2"}, args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--tls") {
+			t.Errorf("cancel %v: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		}
+	}
+	svc.stop(t)
 }

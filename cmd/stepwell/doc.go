@@ -78,8 +78,13 @@
 // example an admin endpoint calling Runtime.Cancel), after it stops, or
 // run the service in cluster mode. --wait (default 20s) bounds all this:
 // a writer in cluster mode that does not answer (an address this host
-// cannot reach; this command does not join a cluster that uses TLS), and
-// does not look dead, is exit 3 too, with the address it advertises.
+// cannot reach, or TLS flags that do not match the cluster's), and does
+// not look dead, is exit 3 too, with the address it advertises. For a
+// cluster that uses TLS (queue.ClusterConfig.TLS), give the command the
+// cluster's files: --tls-ca (the CA certificates, PEM; default the
+// system's roots), --tls-cert and --tls-key (its certificate, which a
+// writer with mutual TLS requires, and which it serves if it becomes the
+// writer), and --tls-mutual to require members' certificates meanwhile.
 // mem:// stores cannot be shared: the command opens them as their writer.
 //
 // On bucket stores (s3://, gs://, azblob://) --takeover makes the command

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -86,6 +88,8 @@ Write commands and the live writer:
   service (e.g. Runtime.Cancel behind an admin endpoint), after it stops,
   or enable cluster mode. --wait (default 20s) bounds the search for a
   writer in cluster mode; one that does not answer in time is exit 3 too.
+  A cluster that uses TLS takes the same files from the command:
+  --tls-ca CA.pem --tls-cert CERT.pem --tls-key KEY.pem [--tls-mutual].
   On bucket stores, --takeover writes anyway by FENCING such a writer: its
   next write fails with queue.ErrFenced and it must be restarted. Nothing
   it acknowledged is lost. file:// stores cannot be taken over.
@@ -376,6 +380,9 @@ type writeFlags struct {
 	takeover bool
 	listen   string
 	wait     time.Duration
+	// TLS of a cluster whose calls use it (queue.ClusterConfig.TLS).
+	tlsCA, tlsCert, tlsKey string
+	tlsMutual              bool
 }
 
 // defaultWait is --wait's default: enough to find a writer that answers,
@@ -393,6 +400,53 @@ func (w *writeFlags) register(fs *flag.FlagSet) {
 			"(it is when the service's writer died or closed; queue.ClusterConfig.Listen)")
 	fs.DurationVar(&w.wait, "wait", defaultWait,
 		"how long (duration `D`) to look for the writer of a store in cluster mode, or to take its place if it died")
+	fs.StringVar(&w.tlsCA, "tls-ca", "",
+		"for a cluster that uses TLS: PEM `FILE` of the CA certificates that issued the writer's certificate\n"+
+			"(default: the system's roots), and the members' with --tls-mutual")
+	fs.StringVar(&w.tlsCert, "tls-cert", "",
+		"for a cluster that uses TLS: this command's certificate, PEM `FILE` (with --tls-key), shown to a writer\n"+
+			"that requires one, and served to members while this command is the writer")
+	fs.StringVar(&w.tlsKey, "tls-key", "", "the private key of --tls-cert, PEM `FILE`")
+	fs.BoolVar(&w.tlsMutual, "tls-mutual", false,
+		"while this command is the writer, require members' certificates issued by --tls-ca (mutual TLS)")
+}
+
+// tlsConfig returns the cluster TLS config the --tls flags describe, or
+// nil if none is set. A process serves with it while it is the writer
+// and dials with it as a member (see queue.ClusterConfig.TLS).
+func (w *writeFlags) tlsConfig() (*tls.Config, error) {
+	if w.tlsCA == "" && w.tlsCert == "" && w.tlsKey == "" && !w.tlsMutual {
+		return nil, nil
+	}
+	if (w.tlsCert == "") != (w.tlsKey == "") {
+		return nil, usageError("--tls-cert and --tls-key go together")
+	}
+	if w.tlsMutual && (w.tlsCert == "" || w.tlsCA == "") {
+		return nil, usageError("--tls-mutual needs --tls-cert, --tls-key and --tls-ca")
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if w.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(w.tlsCert, w.tlsKey)
+		if err != nil {
+			return nil, usageError("--tls-cert, --tls-key: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if w.tlsCA != "" {
+		pem, err := os.ReadFile(w.tlsCA)
+		if err != nil {
+			return nil, usageError("--tls-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usageError("--tls-ca: no PEM certificate in %s", w.tlsCA)
+		}
+		cfg.RootCAs, cfg.ClientCAs = pool, pool
+	}
+	if w.tlsMutual {
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }
 
 // openWrite opens the store for a write command, in cluster mode
@@ -411,12 +465,16 @@ func (c *cli) openWrite(ctx context.Context, w writeFlags) (*queue.Queue, error)
 	if w.wait <= 0 {
 		return nil, usageError("--wait must be positive")
 	}
+	tlsCfg, err := w.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	if u, err := url.Parse(raw); err == nil && u.Scheme == "mem" {
 		return c.open(ctx, w.takeover)
 	}
 	wctx, cancel := context.WithTimeout(ctx, w.wait)
 	defer cancel()
-	q, err := c.open(wctx, w.takeover, queue.WithCluster(queue.ClusterConfig{Listen: w.listen}))
+	q, err := c.open(wctx, w.takeover, queue.WithCluster(queue.ClusterConfig{Listen: w.listen, TLS: tlsCfg}))
 	if err == nil || ctx.Err() != nil {
 		return q, err
 	}
@@ -508,8 +566,8 @@ func unreachableError(raw, addr string, wait time.Duration, takeover bool) error
 	var b strings.Builder
 	fmt.Fprintf(&b, "the store %s is in use by a live writer in cluster mode at %s\n", where, addr)
 	fmt.Fprintf(&b, "that did not answer within %v, and the store does not say it is dead. Check that this host\n", wait)
-	b.WriteString("can reach that address (the writer's queue.ClusterConfig Listen and Advertise; this command\n")
-	b.WriteString("does not join a cluster that uses TLS), or retry with a longer --wait.")
+	b.WriteString("can reach that address (the writer's queue.ClusterConfig Listen and Advertise), that the --tls\n")
+	b.WriteString("flags match the cluster's TLS (none: plaintext), or retry with a longer --wait.")
 	lastResort(&b, scheme, takeover)
 	return &exitError{code: exitLocked, msg: b.String()}
 }

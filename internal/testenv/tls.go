@@ -7,8 +7,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,4 +85,25 @@ func (ca *CA) MutualTLS(t testing.TB) *tls.Config {
 		Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")},
 		RootCAs:      ca.Pool, ClientCAs: ca.Pool, ClientAuth: tls.RequireAndVerifyClientCert,
 	}
+}
+
+// WriteFiles writes, as PEM files in dir, the CA's certificate and a
+// certificate it issues for name with its key: the files of the stepwell
+// command's --tls flags.
+func (ca *CA) WriteFiles(t testing.TB, dir, name string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	cert := ca.Issue(t, name)
+	keyDER, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(file, kind string, der []byte) string {
+		path := filepath.Join(dir, file)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	return write("ca.pem", "CERTIFICATE", ca.cert.Raw), write(name+".pem", "CERTIFICATE", cert.Certificate[0]),
+		write(name+"-key.pem", "EC PRIVATE KEY", keyDER)
 }
