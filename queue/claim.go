@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/cluster"
+
 	"github.com/stepwell/stepwell/internal/engine"
 )
 
@@ -91,6 +93,12 @@ func (c *claimState) putTaken() {
 	}
 }
 
+// maxMemberClaimBytes bounds the payload bytes of the jobs one claim of a
+// member takes, as its reply carries them: a claim takes fewer jobs (at
+// least one) rather than fail in the transport with its jobs claimed. A
+// variable for tests.
+var maxMemberClaimBytes = int64(cluster.MaxMessage / 4)
+
 // claimApply applies a claim of up to n jobs: claimed in the engine, on
 // their way to a WAL write.
 func (l *local) claimApply(ctx context.Context, queue string, n int, o options, s *slots) (*claimState, error) {
@@ -102,8 +110,9 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 	}
 	c := &claimState{o: o, s: s}
 	now := l.now()
+	var size int64 // payload bytes claimed
 	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
-		c.jobs, c.encs = nil, nil
+		c.jobs, c.encs, size = nil, nil, 0
 		qi := l.ix.queues[queue]
 		if qi == nil {
 			return nil
@@ -120,16 +129,20 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 				qi.ready.Delete(it) // cannot happen: the index follows the tree
 				continue
 			}
+			rec, err := decodeJob(v)
+			if err != nil {
+				return err
+			}
+			if o.member != "" && len(c.jobs) > 0 && size+rec.Size > maxMemberClaimBytes {
+				break // the reply carries the payloads
+			}
 			if s != nil {
 				if !s.take() {
 					break
 				}
 				c.taken++
 			}
-			rec, err := decodeJob(v)
-			if err != nil {
-				return err
-			}
+			size += rec.Size
 			rec.State = stateClaimed
 			rec.Attempts++
 			rec.UpdatedAt = now.UnixNano()

@@ -964,3 +964,64 @@ func TestClusterSecondCommitCallOnlyForFullBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterOversizeTransactionRefused: a member's transaction that would
+// not fit in a call is a *TooLargeError before anything is sent; the
+// member stays a member and goes on.
+func TestClusterOversizeTransactionRefused(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	m := openMember(t, url)
+	old := maxCallTxn
+	maxCallTxn = 4096
+	t.Cleanup(func() { maxCallTxn = old })
+	before := m.StorageStats().ClusterCalls
+	_, err := m.Commit(t0ctx, new(Txn).Put([]byte("big"), make([]byte, 8192)))
+	var tl *TooLargeError
+	if !errors.As(err, &tl) || !errors.Is(err, ErrTooLarge) || tl.Max != 4096 || tl.Size < 8192 {
+		t.Fatalf("Commit = %v, want a *TooLargeError of the call's limit", err)
+	}
+	if calls := m.StorageStats().ClusterCalls - before; calls != 0 {
+		t.Fatalf("%d calls for a refused transaction", calls)
+	}
+	if _, err := w.Get(t0ctx, []byte("big")); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("Get = %v: the refused transaction changed the store", err)
+	}
+	if err := m.Put(t0ctx, []byte("small"), []byte("v")); err != nil || m.Role() != RoleMember {
+		t.Fatalf("after the refusal: Put = %v, role %v", err, m.Role())
+	}
+}
+
+// TestClusterMemberClaimBoundedBySize: a member's claim takes no more
+// payload bytes than its reply may carry (at least one job).
+func TestClusterMemberClaimBoundedBySize(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	m := openMember(t, url)
+	old := maxMemberClaimBytes
+	maxMemberClaimBytes = 2500
+	t.Cleanup(func() { maxMemberClaimBytes = old })
+	for range 4 {
+		if _, err := w.Enqueue(t0ctx, "q", make([]byte, 1000), EnqueueOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []int
+	for range 3 {
+		jobs, err := m.ClaimBatch(t0ctx, "q", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, len(jobs))
+	}
+	if fmt.Sprint(got) != "[2 2 0]" {
+		t.Fatalf("claims of 10 took %v jobs, want [2 2 0] (2500 bytes a claim)", got)
+	}
+	// The writer's own claims are not bounded.
+	for range 3 {
+		mustEnqueue(t, w, "r", strings.Repeat("x", 1000), EnqueueOptions{})
+	}
+	if jobs, err := w.ClaimBatch(t0ctx, "r", 10); err != nil || len(jobs) != 3 {
+		t.Fatalf("the writer's claim took %d jobs, %v", len(jobs), err)
+	}
+}

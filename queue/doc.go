@@ -306,6 +306,13 @@
 // acknowledged is lost: every acknowledgement is a writer's, after its
 // commit was durable.
 //
+// Sizes: a call is at most 512 MiB and carries a transaction's values,
+// large ones too (which a writer stores outside its WAL, so that in one
+// process they do not count towards MaxTxnInlineBytes): a member's
+// transaction that would not fit is refused before it is sent, with a
+// *TooLargeError. A member's claim takes fewer jobs rather than carry more
+// than 128 MiB of payloads in its reply (always at least one job).
+//
 // Ports and TLS: members dial the writer; the writer never dials a member.
 // Every process's Listen port must be reachable from the others, as any of
 // them may become the writer. Without ClusterConfig.TLS, calls are

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stepwell/stepwell/internal/cluster"
 	"github.com/stepwell/stepwell/internal/handoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // remote is the member backend: every operation is a call to the writer of
@@ -111,6 +113,11 @@ const (
 	fullCommitBatch    = 12
 )
 
+// maxCallTxn is the largest transaction a member sends (txnSize): a call
+// carries its values, large ones too, and must fit in a cluster message
+// with room for its framing. A variable for tests.
+var maxCallTxn = cluster.MaxMessage - 1<<20
+
 // maxCommitBatch and maxCommitBytes bound the transactions of one commit
 // call (a larger transaction goes alone).
 const (
@@ -188,6 +195,11 @@ func (r *remote) call(ctx context.Context, method string, req, reply any) error 
 	case errors.Is(err, cluster.ErrStaleEpoch), errors.Is(err, cluster.ErrUnauthenticated):
 		r.markGone()
 		return fmt.Errorf("%w: %v", errWriterGone, err)
+	case status.Code(err) == codes.ResourceExhausted:
+		// A message over the transport's limit (a reply: requests are
+		// bounded before they are sent). The writer is fine; the call
+		// may have been done.
+		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 	}
 	r.markGone()
 	return &outcomeLostError{err: err}
@@ -231,6 +243,11 @@ func (r *remote) setHealth(h healthReply) {
 }
 
 func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
+	if n := txnSize(ops); n > maxCallTxn {
+		// It would not fit in a call: refused here, before anything is
+		// sent (the limit is the transport's; see maxCallTxn).
+		return TxnResult{}, &TooLargeError{What: "transaction (with the values a member sends its writer)", Size: n, Max: maxCallTxn}
+	}
 	slotFor := r.takeSlots(ops, time.Now())
 	res, err := r.send(ctx, dispatchOnly(ops, slotFor), o)
 	if err != nil {

@@ -58,12 +58,12 @@ const (
 	keepaliveTimeout = 5 * time.Second
 )
 
-// maxMsg bounds a call's request and reply: a transaction carries values
+// MaxMessage bounds a call's request and reply: a transaction carries values
 // up to the queue's largest (64 MiB by default), and a member batches
 // several transactions in one call. Calls are authenticated from their
 // headers before their message is read (see tap), so only a member can
 // make the writer read a large one.
-const maxMsg = 512 << 20
+const MaxMessage = 512 << 20
 
 // Server serves a writer's methods to the store's members.
 type Server struct {
@@ -86,7 +86,7 @@ func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
-		grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg),
+		grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 		// Calls run on long-lived goroutines whose stacks have grown
 		// already, not on a new goroutine each (the stack copies cost a
