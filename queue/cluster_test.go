@@ -965,6 +965,13 @@ func TestClusterSecondCommitCallOnlyForFullBatch(t *testing.T) {
 	}
 }
 
+// setForTest sets *p to v until the test ends.
+func setForTest[T any](t *testing.T, p *T, v T) {
+	old := *p
+	*p = v
+	t.Cleanup(func() { *p = old })
+}
+
 // TestClusterOversizeTransactionRefused: a member's transaction that would
 // not fit in a call is a *TooLargeError before anything is sent; the
 // member stays a member and goes on.
@@ -972,9 +979,7 @@ func TestClusterOversizeTransactionRefused(t *testing.T) {
 	url := "file://" + t.TempDir()
 	w := openMember(t, url)
 	m := openMember(t, url)
-	old := maxCallTxn
-	maxCallTxn = 4096
-	t.Cleanup(func() { maxCallTxn = old })
+	setForTest(t, &maxCallTxn, 4096)
 	before := m.StorageStats().ClusterCalls
 	_, err := m.Commit(t0ctx, new(Txn).Put([]byte("big"), make([]byte, 8192)))
 	var tl *TooLargeError
@@ -998,9 +1003,7 @@ func TestClusterMemberClaimBoundedBySize(t *testing.T) {
 	url := "file://" + t.TempDir()
 	w := openMember(t, url)
 	m := openMember(t, url)
-	old := maxMemberClaimBytes
-	maxMemberClaimBytes = 2500
-	t.Cleanup(func() { maxMemberClaimBytes = old })
+	setForTest(t, &maxMemberClaimBytes, 2500)
 	for range 4 {
 		if _, err := w.Enqueue(t0ctx, "q", make([]byte, 1000), EnqueueOptions{}); err != nil {
 			t.Fatal(err)
@@ -1023,5 +1026,76 @@ func TestClusterMemberClaimBoundedBySize(t *testing.T) {
 	}
 	if jobs, err := w.ClaimBatch(t0ctx, "r", 10); err != nil || len(jobs) != 3 {
 		t.Fatalf("the writer's claim took %d jobs, %v", len(jobs), err)
+	}
+}
+
+// TestClusterRenewalsShareCalls: a member's concurrent lease renewals
+// share calls to the writer, and each extends its own lease there; a
+// renewal of a lease the writer lost reports the loss, alone.
+func TestClusterRenewalsShareCalls(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url, WithLease(time.Minute))
+	m := openMember(t, url, WithLease(time.Minute))
+	for range 21 {
+		mustEnqueue(t, w, "q", "x", EnqueueOptions{})
+	}
+	jobs, err := m.ClaimBatch(t0ctx, "q", 21)
+	if err != nil || len(jobs) != 21 {
+		t.Fatalf("ClaimBatch: %d jobs, %v", len(jobs), err)
+	}
+	loc := w.be.(*clustered).loc
+	expiry := func(id string) time.Time {
+		loc.lmu.Lock()
+		defer loc.lmu.Unlock()
+		return loc.leases[id].expires
+	}
+	before := map[string]time.Time{}
+	for _, j := range jobs {
+		before[j.ID] = expiry(j.ID)
+	}
+	// One lease the writer no longer has (as after its expiry).
+	lostJob := jobs[20]
+	loc.lmu.Lock()
+	loc.leases[lostJob.ID].token++
+	loc.lmu.Unlock()
+	// The member renews a lease confirmed less than a quarter lease ago
+	// without a call: age its confirmations.
+	r := m.be.(*clustered).rem
+	r.cmu.Lock()
+	for _, c := range r.claims {
+		c.renewed = c.renewed.Add(-time.Minute)
+	}
+	r.cmu.Unlock()
+
+	calls := m.StorageStats().ClusterCalls
+	errs := make(chan error, len(jobs))
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.Renew(j); err != nil && j != lostJob {
+				errs <- fmt.Errorf("Renew %s: %w", j.ID, err)
+			} else if err == nil && j == lostJob {
+				errs <- fmt.Errorf("Renew of the lost lease %s = nil", j.ID)
+			} else if j == lostJob && !IsClaimLost(err) {
+				errs <- fmt.Errorf("Renew of the lost lease = %v, want a ClaimLostError", err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// 21 renewals: the first goes alone, the others wait and share one
+	// or two calls (the events long-poll may add one).
+	if n := m.StorageStats().ClusterCalls - calls; n > 4 {
+		t.Errorf("%d calls for 21 concurrent renewals", n)
+	}
+	for _, j := range jobs[:20] {
+		if !expiry(j.ID).After(before[j.ID]) {
+			t.Errorf("the lease of %s was not extended on the writer", j.ID)
+		}
 	}
 }

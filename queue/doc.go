@@ -255,8 +255,8 @@
 // transaction that started a step wrote it, or the writer reads it with
 // the claim), so a member's step costs one call, its settlement: about
 // 0.18 calls per step transition at saturation (docs/BENCHMARKS.md).
-// A lease renewal is one call, and none while the writer confirmed the
-// lease less than a quarter lease ago. A member makes no object-store
+// Lease renewals share calls too (as do reads), and a renewal makes none
+// while the writer confirmed the lease less than a quarter lease ago. A member makes no object-store
 // requests for its operations and holds no state. To watch the writer, a
 // member reads the owner object every quarter heartbeat interval on bucket
 // stores (two GETs a second with the default heartbeat); on file:// it

@@ -30,7 +30,7 @@ import (
 //	slotTable.smu (the Work loops' slots), then slots.mu
 //	local.lmu (leases)
 //	memberSet.mu (members' pending events)
-//	remote.bmu, remote.gmu (commits, reads waiting for a call), remote.cmu (a member's claims)
+//	remote.bmu, batcher.mu (commits, reads and renewals waiting for a call), remote.cmu (a member's claims)
 //
 // Nothing calls into the engine, or blocks on I/O, while holding lmu,
 // smu or a memberSet's, remote's or slots' lock.

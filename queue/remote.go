@@ -37,9 +37,9 @@ type remote struct {
 	// commit is sent, and the writer claims the job for it.
 	slotTable
 
-	gmu     sync.Mutex
-	gets    []*pendingGet // reads waiting for a call, guarded by gmu
-	getting bool          // a get call is in flight, guarded by gmu
+	// Reads and lease renewals from concurrent goroutines share calls.
+	gets    batcher[string, getResult]
+	renewer batcher[renewItem, bool]
 
 	bmu      sync.Mutex
 	pending  []*pendingCommit // guarded by bmu
@@ -138,6 +138,8 @@ func newRemote(c *cluster.Client, epoch uint64, member string, o options) *remot
 	ctx, stop := context.WithCancel(context.Background())
 	r := &remote{c: c, epoch: epoch, member: member, opts: o, claims: map[string]*rclaim{},
 		gone: make(chan struct{}), ctx: ctx, stop: stop, batches: make(chan commitBatch, maxCommitsInFlight)}
+	r.gets = batcher[string, getResult]{max: maxGetBatch, call: r.getCall}
+	r.renewer = batcher[renewItem, bool]{max: maxRenewBatch, call: r.renewCall}
 	r.hlth.Store(&Health{Healthy: true, Since: time.Now()})
 	return r
 }
@@ -636,10 +638,8 @@ func (r *remote) renew(id string, token uint64, o options) error {
 	if time.Since(renewed) < lease/4 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
-	defer cancel()
-	var reply renewReply
-	if err := r.call(ctx, rpcRenew, &renewReq{Member: r.member, Opts: toWireOpts(o), Claims: []claimRef{{ID: id, Token: token}}}, &reply); err != nil {
+	lost, err := r.renewer.do(r.ctx, renewItem{ref: claimRef{ID: id, Token: token}, opts: toWireOpts(o)})
+	if err != nil {
 		// The writer cannot be asked. The claim stands until its lease,
 		// as last confirmed, has run out: by then the writer has given
 		// the job to another worker (or will, once it can).
@@ -652,7 +652,7 @@ func (r *remote) renew(id string, token uint64, o options) error {
 		}
 		return nil
 	}
-	if len(reply.Lost) == 1 && reply.Lost[0] {
+	if lost {
 		r.dropClaim(id, token, &ClaimLostError{JobID: id})
 		return &ClaimLostError{JobID: id}
 	}
@@ -727,66 +727,83 @@ func (r *remote) eventsLoop() {
 // get reads a key. Reads from many goroutines share calls, as commits do:
 // one call in flight, the reads that arrive meanwhile go in the next.
 func (r *remote) get(ctx context.Context, key string) ([]byte, error) {
-	p := &pendingGet{key: key, done: make(chan struct{})}
-	r.gmu.Lock()
-	r.gets = append(r.gets, p)
-	r.kickGetsLocked()
-	r.gmu.Unlock()
-	select {
-	case <-p.done:
-		return p.val, p.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	res, err := r.gets.do(ctx, key)
+	if err != nil {
+		return nil, err
 	}
+	return res.val, res.err
 }
 
-// pendingGet is one read waiting for, or in, a get call.
-type pendingGet struct {
-	key  string
-	done chan struct{}
-	val  []byte
-	err  error
+type getResult struct {
+	val []byte
+	err error
 }
 
-// maxGetBatch bounds the reads of one get call.
-const maxGetBatch = 512
+// maxGetBatch bounds the reads of one get call, maxRenewBatch the claims
+// of one renew call.
+const (
+	maxGetBatch   = 512
+	maxRenewBatch = 512
+)
 
-// kickGetsLocked starts a get call if none is in flight and reads wait.
-//
-// REQUIRES: r.gmu held.
-func (r *remote) kickGetsLocked() {
-	if r.getting || len(r.gets) == 0 {
-		return
-	}
-	n := min(len(r.gets), maxGetBatch)
-	batch := r.gets[:n:n]
-	r.gets = r.gets[n:]
-	r.getting = true
-	go r.flushGets(batch)
-}
-
-func (r *remote) flushGets(batch []*pendingGet) {
-	req := getReq{Keys: make([]string, len(batch))}
-	for i, p := range batch {
-		req.Keys[i] = p.key
-	}
+// getCall reads keys in one call.
+func (r *remote) getCall(keys []string) ([]getResult, error) {
 	var reply getReply
-	err := r.call(r.ctx, rpcGet, &req, &reply)
-	if err == nil && len(reply.Values) != len(batch) {
-		err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d reads", len(reply.Values), len(batch))}
+	err := r.call(r.ctx, rpcGet, &getReq{Keys: keys}, &reply)
+	if err == nil && (len(reply.Values) != len(keys) || len(reply.Errs) != len(keys)) {
+		err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d reads", len(reply.Values), len(keys))}
 	}
-	for i, p := range batch {
-		if err != nil {
-			p.err = err
-		} else {
-			p.val, p.err = reply.Values[i], errFromWire(reply.Errs[i])
+	if err != nil {
+		return nil, err
+	}
+	res := make([]getResult, len(keys))
+	for i := range keys {
+		res[i] = getResult{val: reply.Values[i], err: errFromWire(reply.Errs[i])}
+	}
+	return res, nil
+}
+
+// renewItem is one claim to renew, with the queue settings of its Queue.
+type renewItem struct {
+	ref  claimRef
+	opts wireOpts
+}
+
+// renewCall renews claims in one call: for each, whether its lease is
+// lost. The writer renews with one set of queue settings per call: those
+// of the first item, which the others share in practice (one Queue per
+// process); an item with others is renewed alone.
+func (r *remote) renewCall(items []renewItem) ([]bool, error) {
+	lost := make([]bool, len(items))
+	done := make([]bool, len(items))
+	for first := range items {
+		if done[first] {
+			continue
 		}
-		close(p.done)
+		req := &renewReq{Member: r.member, Opts: items[first].opts}
+		var idx []int
+		for i := first; i < len(items); i++ {
+			if !done[i] && sameOpts(items[i].opts, items[first].opts) {
+				req.Claims = append(req.Claims, items[i].ref)
+				idx = append(idx, i)
+				done[i] = true
+			}
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		var reply renewReply
+		err := r.call(ctx, rpcRenew, req, &reply)
+		cancel()
+		if err == nil && len(reply.Lost) != len(idx) {
+			err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d renewals", len(reply.Lost), len(idx))}
+		}
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range idx {
+			lost[i] = reply.Lost[k]
+		}
 	}
-	r.gmu.Lock()
-	r.getting = false
-	r.kickGetsLocked()
-	r.gmu.Unlock()
+	return lost, nil
 }
 
 func (r *remote) scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error) {
