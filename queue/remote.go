@@ -724,7 +724,7 @@ func (r *remote) eventsLoop() {
 	}
 }
 
-// get reads a key. Reads from many goroutines share calls, as commits do:
+// get reads a key. Reads from many goroutines share calls (see batcher):
 // one call in flight, the reads that arrive meanwhile go in the next.
 func (r *remote) get(ctx context.Context, key string) ([]byte, error) {
 	res, err := r.gets.do(ctx, key)
