@@ -15,6 +15,7 @@ import (
 	"github.com/stepwell/stepwell/internal/cluster"
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/handoff"
 	"github.com/stepwell/stepwell/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -1097,5 +1098,91 @@ func TestClusterRenewalsShareCalls(t *testing.T) {
 		if !expiry(j.ID).After(before[j.ID]) {
 			t.Errorf("the lease of %s was not extended on the writer", j.ID)
 		}
+	}
+}
+
+// TestClusterSettlementRefillsSlot: in a member, the settlement that frees
+// a Work slot (its transaction claims no next job) also claims the slot's
+// next job, in the same call: the job runs there with no claim of its own.
+// A settlement that chains (EnqueueOptions.Claim) refills nothing, and nor
+// does one whose transaction fails.
+func TestClusterSettlementRefillsSlot(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	m := openMember(t, url)
+	var claimCalls, refills atomic.Int32
+	hook := func(method string, req any) {
+		switch r := req.(type) {
+		case *claimReq:
+			if r.Queue == "w" {
+				claimCalls.Add(1)
+			}
+		case *commitReq:
+			for _, c := range r.Claims {
+				if c.IfTxn > 0 {
+					refills.Add(1)
+				}
+			}
+		}
+	}
+	testHookServe.Store(&hook)
+	t.Cleanup(func() { testHookServe.Store(nil) })
+
+	a := mustEnqueue(t, w, "w", "a", EnqueueOptions{}).JobID
+	b := mustEnqueue(t, w, "w", "b", EnqueueOptions{}).JobID
+	ran := make(chan string, 4)
+	var claimsBeforeB atomic.Int32
+	startWork(t, m, "w", func(ctx context.Context, j *Job) error {
+		if string(j.Payload) == "b" {
+			claimsBeforeB.Store(claimCalls.Load())
+		}
+		ran <- string(j.Payload)
+		return nil
+	}, WorkOptions{Concurrency: 1})
+	for _, want := range []string{"a", "b"} {
+		select {
+		case got := <-ran:
+			if got != want {
+				t.Fatalf("ran %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("job %q did not run", want)
+		}
+	}
+	waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	// One claim for a (the loop's first), none for b: a's Ack claimed it.
+	if n := claimsBeforeB.Load(); n != 1 {
+		t.Errorf("%d claim calls before b ran, want 1 (b comes with a's settlement)", n)
+	}
+	if refills.Load() == 0 {
+		t.Error("no settlement carried a refill")
+	}
+	for _, id := range []string{a, b} {
+		if j, err := w.GetJob(t0ctx, id); err == nil && j.State != JobDone {
+			t.Errorf("job %s is %v", id, j.State)
+		}
+	}
+
+	// No refill for a settlement that chains, or that fails (queue v: no
+	// Work loop there).
+	refills.Store(0)
+	ctx := handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v"})
+	c := mustEnqueue(t, w, "v", "c", EnqueueOptions{}).JobID
+	jc, err := m.Claim(t0ctx, "v")
+	if err != nil || jc == nil || jc.ID != c {
+		t.Fatalf("Claim = %v, %v", jc, err)
+	}
+	mustEnqueue(t, w, "v", "waiting", EnqueueOptions{})
+	if _, err := m.Commit(ctx, new(Txn).Ack(jc).Enqueue("v", []byte("next"), EnqueueOptions{Claim: true})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Commit(ctx, new(Txn).Ack(jc)); !IsClaimLost(err) {
+		t.Fatalf("a second Ack = %v, want a ClaimLostError", err)
+	}
+	if n := refills.Load(); n != 1 {
+		t.Fatalf("%d refills sent, want 1 (the failed settlement's)", n)
+	}
+	if s, _ := w.Stats(t0ctx, "v"); s.Claimed != 1 || s.Pending != 1 {
+		t.Fatalf("stats %+v: want the chained job claimed, the other pending", s)
 	}
 }

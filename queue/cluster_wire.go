@@ -113,6 +113,10 @@ type claimWant struct {
 	Queue    string
 	N        int
 	Prefetch handoff.Prefetch // as claimReq.Prefetch
+	// IfTxn, if positive, makes the claim depend on the call's
+	// transaction IfTxn-1: it is made only if that one applies (a
+	// settlement's refill, see refillFor).
+	IfTxn int `msgpack:",omitempty"`
 }
 
 type wireEnqueued struct {

@@ -39,6 +39,9 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 	claims := make([]claimOutcome, len(wants))
 	states := make([]*claimState, len(wants))
 	for i, w := range wants {
+		if w.IfTxn > 0 && (w.IfTxn > len(txns) || errs[w.IfTxn-1] != nil) {
+			continue // its transaction failed: no claim, no jobs
+		}
 		if w.N < 1 || w.Queue == "" {
 			claims[i].err = invalid("claim of %d jobs of queue %q", w.N, w.Queue)
 			continue
@@ -51,7 +54,7 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 		}
 	}
 	for i, c := range states {
-		if claims[i].err == nil {
+		if c != nil && claims[i].err == nil {
 			claims[i].jobs, claims[i].err = l.claimAwait(ctx, c)
 		}
 	}

@@ -73,12 +73,14 @@ type rclaim struct {
 
 // pendingCommit is one transaction waiting for, or in, a commit call.
 type pendingCommit struct {
-	ops  []txnOp
-	opts wireOpts
-	sent bool // guarded by remote.bmu
-	done chan struct{}
-	res  wireTxnResult
-	err  error
+	ops      []txnOp
+	opts     wireOpts
+	refill   *claimWant // see refillFor; nil: none
+	sent     bool       // guarded by remote.bmu
+	done     chan struct{}
+	res      wireTxnResult
+	refilled claimReply
+	err      error
 }
 
 // pendingClaim is a claim waiting for, or riding, a commit call (see
@@ -251,7 +253,11 @@ func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult,
 		return TxnResult{}, &TooLargeError{What: "transaction (with the values a member sends its writer)", Size: n, Max: maxCallTxn}
 	}
 	slotFor := r.takeSlots(ops, time.Now())
-	res, err := r.send(ctx, dispatchOnly(ops, slotFor), o)
+	refill := refillFor(ctx, ops)
+	res, refilled, err := r.send(ctx, dispatchOnly(ops, slotFor), o, refill)
+	if refill != nil {
+		r.refill(ctx, refill.Queue, refilled, o)
+	}
 	if err != nil {
 		// Failed, or its outcome is unknown (ErrOutcomeUnknown): a job the
 		// writer did claim for this member then runs again once its lease
@@ -286,10 +292,58 @@ func dispatchOnly(ops []txnOp, slotFor map[int]*slots) []txnOp {
 	return out
 }
 
+// refillFor returns the claim that refills the Work slot running the
+// caller when ops settle a job of its queue without claiming the next one
+// (EnqueueOptions.Claim): the slot is about to be free, and the claim
+// rides the settlement's call, so that its next job comes without a call
+// or a round trip of its own. Nil: ops do not free a slot.
+func refillFor(ctx context.Context, ops []txnOp) *claimWant {
+	queue, ok := handoff.Open[*Job](ctx)
+	if !ok {
+		return nil
+	}
+	settles := false
+	for i := range ops {
+		switch op := &ops[i]; op.Kind {
+		case opAck, opNack, opDeadLetter:
+			settles = settles || op.Queue == queue
+		case opEnqueue:
+			if op.Claim && op.Queue == queue {
+				return nil // the slot runs the claimed job next
+			}
+		}
+	}
+	if !settles {
+		return nil
+	}
+	w := &claimWant{Queue: queue, N: 1}
+	w.Prefetch, _ = handoff.PrefetchOf(ctx)
+	return w
+}
+
+// refill hands the job a settlement's refill claimed to the caller's slot,
+// to run next; one the slot cannot take is given back.
+func (r *remote) refill(ctx context.Context, queue string, reply claimReply, o options) {
+	jobs, err := r.claimed(reply, o, nil)
+	if err != nil {
+		return
+	}
+	var unrun []*Job
+	for _, j := range jobs {
+		if !handoff.Give(ctx, queue, j, j.carried()) {
+			unrun = append(unrun, j)
+		}
+	}
+	if len(unrun) > 0 {
+		go r.releaseUnrun(unrun, o)
+	}
+}
+
 // send commits ops through a commit call, shared with the transactions
-// that wait meanwhile (see kickLocked).
-func (r *remote) send(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
-	p := &pendingCommit{ops: ops, opts: toWireOpts(o), done: make(chan struct{})}
+// that wait meanwhile (see kickLocked), with refill (nil: none) claimed
+// after them if they apply.
+func (r *remote) send(ctx context.Context, ops []txnOp, o options, refill *claimWant) (TxnResult, claimReply, error) {
+	p := &pendingCommit{ops: ops, opts: toWireOpts(o), refill: refill, done: make(chan struct{})}
 	r.bmu.Lock()
 	r.pending = append(r.pending, p)
 	r.kickLocked()
@@ -309,12 +363,12 @@ func (r *remote) send(ctx context.Context, ops []txnOp, o options) (TxnResult, e
 		}
 		r.bmu.Unlock()
 		if !sent {
-			return TxnResult{}, ctx.Err()
+			return TxnResult{}, claimReply{}, ctx.Err()
 		}
-		return TxnResult{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		return TxnResult{}, claimReply{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	}
 	if p.err != nil {
-		return TxnResult{}, p.err
+		return TxnResult{}, claimReply{}, p.err
 	}
 	res := TxnResult{Cancelled: p.res.Cancelled}
 	for _, e := range p.res.Enqueued {
@@ -336,7 +390,7 @@ func (r *remote) send(ctx context.Context, ops []txnOp, o options) (TxnResult, e
 			}
 		}
 	}
-	return res, err
+	return res, p.refilled, err
 }
 
 // kickLocked starts a commit call if one may start and transactions or
@@ -402,6 +456,15 @@ func (r *remote) flush(b commitBatch) {
 	for _, c := range b.claims {
 		req.Claims = append(req.Claims, c.want)
 	}
+	refills := make([]int, len(b.txns)) // index in req.Claims + 1; 0: none
+	for i, p := range b.txns {
+		if p.refill != nil {
+			w := *p.refill
+			w.IfTxn = i + 1
+			req.Claims = append(req.Claims, w)
+			refills[i] = len(req.Claims)
+		}
+	}
 	if len(b.txns) > 0 {
 		req.Opts = b.txns[0].opts
 	} else {
@@ -420,6 +483,9 @@ func (r *remote) flush(b commitBatch) {
 			p.err = err
 		} else {
 			p.res = reply.Results[i]
+			if k := refills[i]; k > 0 && k <= len(reply.Claims) {
+				p.refilled = reply.Claims[k-1]
+			}
 		}
 		close(p.done)
 	}

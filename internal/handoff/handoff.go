@@ -104,3 +104,14 @@ func PrefetchOf(ctx context.Context) (p Prefetch, ok bool) {
 	p, ok = ctx.Value(prefetchKey{}).(Prefetch)
 	return p, ok
 }
+
+// Open returns the queue of the slot of the handler whose context is ctx,
+// if it has had no job handed to it yet (ok false: no slot, or one that
+// holds a job).
+func Open[J any](ctx context.Context) (queue string, ok bool) {
+	s, _ := ctx.Value(key[J]{}).(*Slot[J])
+	if s == nil || s.taken {
+		return "", false
+	}
+	return s.Queue, true
+}
