@@ -248,25 +248,27 @@
 // one is in flight only for a full batch (12 transactions). The writer
 // applies a call's transactions from one goroutine. A Work loop that wants
 // a job while a commit call is in flight adds its claim to the next one
-// (the writer claims after the call's transactions, without waiting);
-// otherwise a claim waits on the writer for a job (a long-poll of up to
-// 10s) instead of polling. One standing long-poll brings the cancels and
-// losses of the member's claims. EnqueueOptions.Dispatch works in a member
-// too: the member takes an idle slot of its own Work loop before it sends
-// the commit, and the writer claims the job for it in the transaction (no
-// claim call). The runtime's steps bring their run record with them (the
-// transaction that started a step wrote it, or the writer reads it with the
-// claim), so a member's step costs one call, its settlement: about 0.15
-// calls per step transition at saturation (docs/BENCHMARKS.md). Lease
-// renewals share calls too (as do reads), and a renewal makes none while
-// the writer confirmed the lease less than a quarter lease ago. A member
-// makes no object-store requests for its operations and holds no state. To
-// watch the writer, a member reads the owner object every quarter heartbeat
-// interval on bucket stores (two GETs a second with the default heartbeat);
-// on file:// it tries to take the lock every 2s, and as soon as its
-// connection to the writer breaks. The writer does the work of every
-// member: its commits, memory and object-store requests are those of one
-// process doing all of it.
+// (the writer claims after the call's transactions, without waiting), and a
+// settlement made in a Work handler that frees its slot (it claims no next
+// job) claims the slot's next job in the same call; otherwise a claim waits
+// on the writer for a job (a long-poll of up to 10s) instead of polling.
+// One standing long-poll brings the cancels and losses of the member's
+// claims. EnqueueOptions.Dispatch works in a member too: the member takes
+// an idle slot of its own Work loop before it sends the commit, and the
+// writer claims the job for it in the transaction (no claim call). The
+// runtime's steps bring their run record with them (the transaction that
+// started a step wrote it, or the writer reads it with the claim), so a
+// member's step costs one call, its settlement: about 0.12 calls per step
+// transition at saturation (docs/BENCHMARKS.md). Lease renewals share calls
+// too (as do reads), and a renewal makes none while the writer confirmed
+// the lease less than a quarter lease ago. A member makes no object-store
+// requests for its operations and holds no state. To watch the writer, a
+// member reads the owner object every quarter heartbeat interval on bucket
+// stores (two GETs a second with the default heartbeat); on file:// it
+// tries to take the lock every 2s, and as soon as its connection to the
+// writer breaks. The writer does the work of every member: its commits,
+// memory and object-store requests are those of one process doing all of
+// it.
 //
 // Failover: a member takes over only when the store says the writer is
 // gone, and opens the store as a new writer does (fencing, claim 2):
