@@ -270,6 +270,15 @@
 // memory and object-store requests are those of one process doing all of
 // it.
 //
+// Options: a member's calls carry its queue settings (WithLease,
+// WithMaxAttempts, WithRetryBackoff, WithQueueConfig), and the writer
+// applies each call with them, as the member's own process would. A
+// transaction's limits (WithMaxValueSize, MaxTxnInlineBytes) are checked
+// by the process that commits it, before any call. How the store is
+// written is the writer's alone (WithLargeValueThreshold,
+// WithSnapshotThreshold, WithHeartbeat, WithWriteRetry). Give every
+// process of a store the same options: any of them may become the writer.
+//
 // Failover: a member takes over only when the store says the writer is
 // gone, and opens the store as a new writer does (fencing, claim 2):
 //
