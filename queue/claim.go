@@ -67,7 +67,7 @@ func (q *Queue) checkClaim(queue string, n int) error {
 // claim takes up to n claimable jobs from the queue, highest priority first,
 // FIFO within a priority. The attempt count rises at claim.
 func (l *local) claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error) {
-	c, err := l.claimApply(ctx, queue, n, o, s)
+	c, err := l.claimApply(ctx, queue, n, o, s, new(int64))
 	if err != nil {
 		return nil, err
 	}
@@ -93,15 +93,17 @@ func (c *claimState) putTaken() {
 	}
 }
 
-// maxMemberClaimBytes bounds the payload bytes of the jobs one claim of a
-// member takes, as its reply carries them: a claim takes fewer jobs (at
-// least one) rather than fail in the transport with its jobs claimed. A
-// variable for tests.
+// maxMemberClaimBytes bounds the payload bytes of the jobs a member's call
+// claims (a claim call, or all the claims of a commit call), as its reply
+// carries them: the claims take fewer jobs (the first at least one)
+// rather than fail in the transport with their jobs claimed. A variable
+// for tests.
 var maxMemberClaimBytes = int64(cluster.MaxMessage / 4)
 
 // claimApply applies a claim of up to n jobs: claimed in the engine, on
-// their way to a WAL write.
-func (l *local) claimApply(ctx context.Context, queue string, n int, o options, s *slots) (*claimState, error) {
+// their way to a WAL write. For a member, *used counts the payload bytes
+// its call's claims took (see maxMemberClaimBytes).
+func (l *local) claimApply(ctx context.Context, queue string, n int, o options, s *slots, used *int64) (*claimState, error) {
 	cfg := o.config(queue)
 	// A stalled store claims nothing: a claim now would only wait for the
 	// store, holding jobs another process could run once it is back.
@@ -133,7 +135,7 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 			if err != nil {
 				return err
 			}
-			if o.member != "" && len(c.jobs) > 0 && size+rec.Size > maxMemberClaimBytes {
+			if o.member != "" && *used+size > 0 && *used+size+rec.Size > maxMemberClaimBytes {
 				break // the reply carries the payloads
 			}
 			if s != nil {
@@ -161,6 +163,7 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 		c.putTaken()
 		return nil, err
 	}
+	*used += size
 	c.wait = wait
 	return c, nil
 }

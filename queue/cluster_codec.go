@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -70,7 +71,7 @@ func (op *txnOp) DecodeMsgpack(d *msgpack.Decoder) error {
 	return decodeFields(d, "txnOp", func(r *fieldReader, f uint64) {
 		switch f {
 		case fopKind:
-			op.Kind = uint8(r.uint())
+			op.Kind = uint8(r.uintN(math.MaxUint8))
 		case fopKey:
 			op.Key = r.bytes()
 		case fopValue:
@@ -86,11 +87,11 @@ func (op *txnOp) DecodeMsgpack(d *msgpack.Decoder) error {
 		case fopToken:
 			op.Token = r.uint()
 		case fopPriority:
-			op.Priority = int32(r.int())
+			op.Priority = int32(r.intN(math.MinInt32, math.MaxInt32))
 		case fopRunAt:
 			op.RunAt = r.int()
 		case fopMaxAttempts:
-			op.MaxAttempts = uint32(r.uint())
+			op.MaxAttempts = uint32(r.uintN(math.MaxUint32))
 		case fopHeaders:
 			op.Headers = r.headers()
 		case fopDedupKey:
@@ -98,7 +99,7 @@ func (op *txnOp) DecodeMsgpack(d *msgpack.Decoder) error {
 		case fopError:
 			op.Error = r.string()
 		case fopStates:
-			op.States = uint32(r.uint())
+			op.States = uint32(r.uintN(math.MaxUint32))
 		case fopDeadNotify:
 			op.DeadNotify = r.string()
 		case fopClaim:
@@ -178,15 +179,15 @@ func (w *wireJob) DecodeMsgpack(d *msgpack.Decoder) error {
 		case fjHeaders:
 			j.Headers = r.headers()
 		case fjPriority:
-			j.Priority = int32(r.int())
+			j.Priority = int32(r.intN(math.MinInt32, math.MaxInt32))
 		case fjDedupKey:
 			j.DedupKey = r.string()
 		case fjState:
-			j.State = State(r.uint())
+			j.State = State(r.uintN(math.MaxUint8))
 		case fjAttempt:
-			j.Attempt = uint32(r.uint())
+			j.Attempt = uint32(r.uintN(math.MaxUint32))
 		case fjMaxAttempts:
-			j.MaxAttempts = uint32(r.uint())
+			j.MaxAttempts = uint32(r.uintN(math.MaxUint32))
 		case fjEnqueuedAt:
 			j.EnqueuedAt = unixNano(r.int())
 		case fjRunAt:
@@ -195,6 +196,9 @@ func (w *wireJob) DecodeMsgpack(d *msgpack.Decoder) error {
 			j.CancelRequested = r.bool()
 		case fjHistory:
 			n := r.arrayLen()
+			if n%2 != 0 {
+				r.keep(fmt.Errorf("a history of %d values: want pairs", n))
+			}
 			for i := 0; i+1 < n && r.err == nil; i += 2 {
 				j.History = append(j.History, Attempt{At: unixNano(r.int()), Error: r.string()})
 			}
@@ -376,6 +380,26 @@ func (r *fieldReader) uint() uint64 {
 	}
 	v, err := r.d.DecodeUint64()
 	r.keep(err)
+	return v
+}
+
+// uintN reads an unsigned integer of at most max.
+func (r *fieldReader) uintN(max uint64) uint64 {
+	v := r.uint()
+	if v > max {
+		r.keep(fmt.Errorf("%d is out of range (at most %d)", v, max))
+		return 0
+	}
+	return v
+}
+
+// intN reads an integer in [min, max].
+func (r *fieldReader) intN(min, max int64) int64 {
+	v := r.int()
+	if v < min || v > max {
+		r.keep(fmt.Errorf("%d is out of range [%d, %d]", v, min, max))
+		return 0
+	}
 	return v
 }
 

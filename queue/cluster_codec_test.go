@@ -153,6 +153,28 @@ func TestClusterWireRejectsCorrupt(t *testing.T) {
 	if err := msgpack.Unmarshal([]byte(b.String()), &got); err == nil || !strings.Contains(err.Error(), "wireJob") {
 		t.Fatalf("a mistyped field: %v", err)
 	}
+	// A value out of its field's range, and a history that is not pairs
+	// (which would throw the rest of the map out of step).
+	for name, fields := range map[string][]any{
+		"kind 257":     {uint64(fopKind), uint64(257)},
+		"priority":     {uint64(fopPriority), int64(1) << 40},
+		"odd history":  {uint64(fjHistory), []any{int64(1), "e", int64(2)}, uint64(fjToken), uint64(99)},
+		"max attempts": {uint64(fopMaxAttempts), uint64(1) << 33},
+	} {
+		var b strings.Builder
+		e := msgpack.NewEncoder(&b)
+		_ = e.EncodeMapLen(len(fields) / 2)
+		for _, f := range fields {
+			_ = e.Encode(f)
+		}
+		var op txnOp
+		var job wireJob
+		errOp := msgpack.Unmarshal([]byte(b.String()), &op)
+		errJob := msgpack.Unmarshal([]byte(b.String()), &job)
+		if name == "odd history" && errJob == nil || name != "odd history" && errOp == nil {
+			t.Errorf("%s: decoded without an error (txnOp %v, wireJob %v)", name, errOp, errJob)
+		}
+	}
 }
 
 // settlementCall is a commit call as a busy member sends it: 17

@@ -1021,6 +1021,20 @@ func TestClusterMemberClaimBoundedBySize(t *testing.T) {
 	if fmt.Sprint(got) != "[2 2 0]" {
 		t.Fatalf("claims of 10 took %v jobs, want [2 2 0] (2500 bytes a claim)", got)
 	}
+	// The bound is per call: the claims riding one commit call share it.
+	for _, q := range []string{"q1", "q2"} {
+		for range 2 {
+			mustEnqueue(t, w, q, strings.Repeat("x", 1000), EnqueueOptions{})
+		}
+	}
+	loc := w.be.(*clustered).loc
+	o := loc.opts
+	o.member = "m"
+	_, _, claims := loc.commitAll(t0ctx, nil, o, []claimWant{{Queue: "q1", N: 10}, {Queue: "q2", N: 10}})
+	if len(claims[0].jobs) != 2 || len(claims[1].jobs) != 0 || claims[0].err != nil || claims[1].err != nil {
+		t.Fatalf("two claims of one call took %d and %d jobs (%v, %v), want 2 and 0",
+			len(claims[0].jobs), len(claims[1].jobs), claims[0].err, claims[1].err)
+	}
 	// The writer's own claims are not bounded.
 	for range 3 {
 		mustEnqueue(t, w, "r", strings.Repeat("x", 1000), EnqueueOptions{})
@@ -1163,15 +1177,27 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 		}
 	}
 
-	// No refill for a settlement that chains, or that fails (queue v: no
-	// Work loop there).
+	// No refill for a settlement that chains, or that fails, or that
+	// settles a job the slot does not run, or in a stopping worker (queue
+	// v: no Work loop there).
 	refills.Store(0)
-	ctx := handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v"})
 	c := mustEnqueue(t, w, "v", "c", EnqueueOptions{}).JobID
 	jc, err := m.Claim(t0ctx, "v")
 	if err != nil || jc == nil || jc.ID != c {
 		t.Fatalf("Claim = %v, %v", jc, err)
 	}
+	stopping := func() bool { return true }
+	for _, slot := range []*handoff.Slot[*Job]{{Queue: "v", JobID: "another"}, {Queue: "v", JobID: jc.ID, Stopping: stopping}} {
+		jo := *jc
+		jo.token++ // a settlement that fails: nothing changes
+		if _, err := m.Commit(handoff.With(t0ctx, slot), new(Txn).Ack(&jo)); !IsClaimLost(err) {
+			t.Fatalf("Ack with a wrong token = %v", err)
+		}
+	}
+	if n := refills.Load(); n != 0 {
+		t.Fatalf("%d refills for settlements of another job or in a stopping worker", n)
+	}
+	ctx := handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v", JobID: jc.ID})
 	mustEnqueue(t, w, "v", "waiting", EnqueueOptions{})
 	if _, err := m.Commit(ctx, new(Txn).Ack(jc).Enqueue("v", []byte("next"), EnqueueOptions{Claim: true})); err != nil {
 		t.Fatal(err)

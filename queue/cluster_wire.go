@@ -101,9 +101,10 @@ type commitReq struct {
 	// when dispatch would start them (a member that does not say so gets
 	// no job dispatched).
 	Dispatch bool
-	// Claims ride the call (see remote.claimRide): the writer claims for
-	// the member after the transactions, in the same WAL write, without
-	// waiting for a job. A writer that does not know the field ignores
+	// Claims ride the call (see remote.claimRide, refillFor): the writer
+	// claims for the member after the transactions, before it waits for
+	// their WAL write (which the claims usually share), without waiting
+	// for a job. A writer that does not know the field ignores
 	// it, and its reply has no Claims.
 	Claims []claimWant `msgpack:",omitempty"`
 }

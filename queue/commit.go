@@ -28,8 +28,8 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 // once would, but from one goroutine: it applies them all, then waits for
 // their outcomes (which come with the same WAL writes). A cluster writer
 // commits each call of a member this way. The claims in wants are applied
-// after the transactions (they see the jobs those enqueued), and share
-// their WAL writes too.
+// after the transactions (they see the jobs those enqueued), before it
+// waits: they usually share its WAL write.
 func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants []claimWant) ([]TxnResult, []error, []claimOutcome) {
 	res, errs := make([]TxnResult, len(txns)), make([]error, len(txns))
 	cs, waits := make([]*commitState, len(txns)), make([]func(context.Context) error, len(txns))
@@ -38,6 +38,7 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 	}
 	claims := make([]claimOutcome, len(wants))
 	states := make([]*claimState, len(wants))
+	var used int64 // payload bytes the call's claims took
 	for i, w := range wants {
 		if w.IfTxn > 0 && (w.IfTxn > len(txns) || errs[w.IfTxn-1] != nil) {
 			continue // its transaction failed: no claim, no jobs
@@ -46,7 +47,7 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 			claims[i].err = invalid("claim of %d jobs of queue %q", w.N, w.Queue)
 			continue
 		}
-		states[i], claims[i].err = l.claimApply(ctx, w.Queue, w.N, o, nil)
+		states[i], claims[i].err = l.claimApply(ctx, w.Queue, w.N, o, nil, &used)
 	}
 	for i, c := range cs {
 		if errs[i] == nil {

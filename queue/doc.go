@@ -324,8 +324,9 @@
 // large ones too (which a writer stores outside its WAL, so that in one
 // process they do not count towards MaxTxnInlineBytes): a member's
 // transaction that would not fit is refused before it is sent, with a
-// *TooLargeError. A member's claim takes fewer jobs rather than carry more
-// than 128 MiB of payloads in its reply (always at least one job).
+// *TooLargeError. A member's claims take fewer jobs rather than carry more
+// than 128 MiB of payloads in the reply of one call (the first claim takes
+// at least one job).
 //
 // Ports and TLS: members dial the writer; the writer never dials a member.
 // Every process's Listen port must be reachable from the others, as any of

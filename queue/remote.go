@@ -169,8 +169,14 @@ func (r *remote) flushLoop() {
 			r.bmu.Lock()
 			r.flushed = true
 			var left []commitBatch
-			for len(r.batches) > 0 {
-				left = append(left, <-r.batches)
+		drain: // the other flushers may be taking batches too: never block
+			for {
+				select {
+				case b := <-r.batches:
+					left = append(left, b)
+				default:
+					break drain
+				}
 			}
 			r.bmu.Unlock()
 			for _, b := range left {
@@ -293,12 +299,13 @@ func dispatchOnly(ops []txnOp, slotFor map[int]*slots) []txnOp {
 }
 
 // refillFor returns the claim that refills the Work slot running the
-// caller when ops settle a job of its queue without claiming the next one
-// (EnqueueOptions.Claim): the slot is about to be free, and the claim
+// caller when ops settle the slot's job without claiming the next one
+// (EnqueueOptions.Claim), and its worker is not stopping: the slot is
+// about to be free, and the claim
 // rides the settlement's call, so that its next job comes without a call
 // or a round trip of its own. Nil: ops do not free a slot.
 func refillFor(ctx context.Context, ops []txnOp) *claimWant {
-	queue, ok := handoff.Open[*Job](ctx)
+	queue, jobID, ok := handoff.Open[*Job](ctx)
 	if !ok {
 		return nil
 	}
@@ -306,7 +313,7 @@ func refillFor(ctx context.Context, ops []txnOp) *claimWant {
 	for i := range ops {
 		switch op := &ops[i]; op.Kind {
 		case opAck, opNack, opDeadLetter:
-			settles = settles || op.Queue == queue
+			settles = settles || op.JobID == jobID && op.Queue == queue
 		case opEnqueue:
 			if op.Claim && op.Queue == queue {
 				return nil // the slot runs the claimed job next
@@ -364,6 +371,16 @@ func (r *remote) send(ctx context.Context, ops []txnOp, o options, refill *claim
 		r.bmu.Unlock()
 		if !sent {
 			return TxnResult{}, claimReply{}, ctx.Err()
+		}
+		if refill != nil {
+			// The call is on its way: give back the job it may claim
+			// for a slot that will not get it.
+			go func() {
+				<-p.done
+				if jobs, err := r.claimed(p.refilled, o, nil); err == nil && len(jobs) > 0 {
+					r.releaseUnrun(jobs, o)
+				}
+			}()
 		}
 		return TxnResult{}, claimReply{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	}
@@ -593,7 +610,9 @@ func (r *remote) claimed(reply claimReply, o options, s *slots) ([]*Job, error) 
 // claimRide claims up to n jobs (as many as s has idle slots for) with the
 // next commit call, if a commit call is in flight: a busy member's claims
 // then cost no call of their own, and a Work loop whose slot a run's last
-// step freed finds its next job with the settlements of the other slots.
+// step freed finds its next job with the settlements of the other slots
+// (when nothing else waits for the next call, the claim goes in one of its
+// own, which does not wait on the writer).
 // The writer does not wait for a job: rode reports whether the claim
 // rode, and a claim that rode and got nothing is followed by a waiting
 // claim call.

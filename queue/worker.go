@@ -231,7 +231,7 @@ func (q *Queue) runSlot(stopping func() bool, base context.Context, j *Job, carr
 		if waited && !q.admit(stopping(), base, j) {
 			return
 		}
-		ho := &handoff.Slot[*Job]{Queue: j.Queue, Carried: carried}
+		ho := &handoff.Slot[*Job]{Queue: j.Queue, JobID: j.ID, Stopping: stopping, Carried: carried}
 		q.runJob(handoff.With(base, ho), j, h, manual)
 		j, carried, _ = ho.Next()
 	}

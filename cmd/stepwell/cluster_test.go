@@ -395,7 +395,8 @@ func testWriteCommandsJoinCluster(t *testing.T, url string) {
 // TestWriteCommandsJoinTLSCluster: a write command joins a service whose
 // cluster uses mutual TLS when given the cluster's --tls files; without
 // them, or with a certificate another CA issued, it cannot join, exits 3
-// after --wait and changes nothing. Bad --tls flags are usage errors.
+// after --wait and changes nothing. Bad --tls flags (and TLS without a
+// certificate to serve with) are usage errors.
 func TestWriteCommandsJoinTLSCluster(t *testing.T) {
 	f := newClusterFixture(t, "file://"+t.TempDir())
 	dir := t.TempDir()
@@ -406,9 +407,8 @@ func TestWriteCommandsJoinTLSCluster(t *testing.T) {
 	other := t.TempDir()
 	_, otherCert, otherKey := testenv.NewCA(t).WriteFiles(t, other, "127.0.0.1")
 	for name, args := range map[string][]string{
-		"plaintext":     nil,
-		"untrusted":     {"--tls-ca", ca, "--tls-cert", otherCert, "--tls-key", otherKey},
-		"no-client-key": {"--tls-ca", ca},
+		"plaintext": nil,
+		"untrusted": {"--tls-ca", ca, "--tls-cert", otherCert, "--tls-key", otherKey},
 	} {
 		r := f.cliProcess(t, append([]string{"cancel", "slow-1", "--wait", "2s"}, args...)...)
 		if r.code != exitLocked || r.stdout != "" || !strings.Contains(r.stderr, "--tls") {
@@ -432,6 +432,7 @@ func TestWriteCommandsJoinTLSCluster(t *testing.T) {
 
 	for _, args := range [][]string{
 		{"--tls-cert", cert},
+		{"--tls-ca", ca}, // no certificate to serve members with
 		{"--tls-mutual", "--tls-ca", ca},
 		{"--tls-ca", filepath.Join(dir, "missing.pem")},
 		{"--tls-ca", key},

@@ -81,10 +81,11 @@
 // cannot reach, or TLS flags that do not match the cluster's), and does
 // not look dead, is exit 3 too, with the address it advertises. For a
 // cluster that uses TLS (queue.ClusterConfig.TLS), give the command the
-// cluster's files: --tls-ca (the CA certificates, PEM; default the
-// system's roots), --tls-cert and --tls-key (its certificate, which a
-// writer with mutual TLS requires, and which it serves if it becomes the
-// writer), and --tls-mutual to require members' certificates meanwhile.
+// cluster's files: --tls-cert and --tls-key (its certificate, required:
+// a writer with mutual TLS asks for it, and the command serves with it if
+// it becomes the writer), --tls-ca (the CA certificates, PEM; default the
+// system's roots), and --tls-mutual to require members' certificates
+// meanwhile.
 // mem:// stores cannot be shared: the command opens them as their writer.
 //
 // On bucket stores (s3://, gs://, azblob://) --takeover makes the command

@@ -404,8 +404,8 @@ func (w *writeFlags) register(fs *flag.FlagSet) {
 		"for a cluster that uses TLS: PEM `FILE` of the CA certificates that issued the writer's certificate\n"+
 			"(default: the system's roots), and the members' with --tls-mutual")
 	fs.StringVar(&w.tlsCert, "tls-cert", "",
-		"for a cluster that uses TLS: this command's certificate, PEM `FILE` (with --tls-key), shown to a writer\n"+
-			"that requires one, and served to members while this command is the writer")
+		"for a cluster that uses TLS (required with any --tls flag): this command's certificate, PEM `FILE`,\n"+
+			"shown to a writer that requires one, and served to members while this command is the writer")
 	fs.StringVar(&w.tlsKey, "tls-key", "", "the private key of --tls-cert, PEM `FILE`")
 	fs.BoolVar(&w.tlsMutual, "tls-mutual", false,
 		"while this command is the writer, require members' certificates issued by --tls-ca (mutual TLS)")
@@ -418,11 +418,13 @@ func (w *writeFlags) tlsConfig() (*tls.Config, error) {
 	if w.tlsCA == "" && w.tlsCert == "" && w.tlsKey == "" && !w.tlsMutual {
 		return nil, nil
 	}
-	if (w.tlsCert == "") != (w.tlsKey == "") {
-		return nil, usageError("--tls-cert and --tls-key go together")
+	if w.tlsCert == "" || w.tlsKey == "" {
+		// The command becomes the writer if the service's died: it then
+		// serves members, with its certificate.
+		return nil, usageError("TLS needs --tls-cert and --tls-key: the command serves members if it becomes the writer")
 	}
-	if w.tlsMutual && (w.tlsCert == "" || w.tlsCA == "") {
-		return nil, usageError("--tls-mutual needs --tls-cert, --tls-key and --tls-ca")
+	if w.tlsMutual && w.tlsCA == "" {
+		return nil, usageError("--tls-mutual needs --tls-ca")
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if w.tlsCert != "" {

@@ -14,6 +14,11 @@ import "context"
 type Slot[J any] struct {
 	// Queue is the queue the slot's worker serves: only its jobs are taken.
 	Queue string
+	// JobID is the job the handler runs.
+	JobID string
+	// Stopping, if set, reports whether the slot's worker is stopping
+	// (see Open).
+	Stopping func() bool
 	// Carried is what the handler that handed over this run's job gave
 	// with it (nil for a job the worker claimed or was dispatched).
 	Carried any
@@ -106,12 +111,12 @@ func PrefetchOf(ctx context.Context) (p Prefetch, ok bool) {
 }
 
 // Open returns the queue of the slot of the handler whose context is ctx,
-// if it has had no job handed to it yet (ok false: no slot, or one that
-// holds a job).
-func Open[J any](ctx context.Context) (queue string, ok bool) {
+// and the job it runs, if no job has been handed to it yet and its worker
+// is not stopping (ok false: no slot, or one that holds a job or stops).
+func Open[J any](ctx context.Context) (queue, jobID string, ok bool) {
 	s, _ := ctx.Value(key[J]{}).(*Slot[J])
-	if s == nil || s.taken {
-		return "", false
+	if s == nil || s.taken || s.Stopping != nil && s.Stopping() {
+		return "", "", false
 	}
-	return s.Queue, true
+	return s.Queue, s.JobID, true
 }
