@@ -803,6 +803,25 @@ func TestClusterMemberDispatch(t *testing.T) {
 	waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 }
 
+// hookServe has the writer call onClaim and onCommit (either may be nil)
+// with each Claim and Commit call it serves, until the test ends.
+func hookServe(t *testing.T, onClaim func(*claimReq), onCommit func(*commitReq)) {
+	hook := func(method string, req any) {
+		switch r := req.(type) {
+		case *claimReq:
+			if onClaim != nil {
+				onClaim(r)
+			}
+		case *commitReq:
+			if onCommit != nil {
+				onCommit(r)
+			}
+		}
+	}
+	testHookServe.Store(&hook)
+	t.Cleanup(func() { testHookServe.Store(nil) })
+}
+
 // TestClusterClaimsRideCommitCalls: a member's Work loop that wants a job
 // while a commit call is in flight claims it with the next commit call
 // instead of a claim call of its own; a ride that finds nothing is
@@ -831,29 +850,24 @@ func TestClusterClaimsRideCommitCalls(t *testing.T) {
 			var unblockOnce sync.Once
 			release := func() { unblockOnce.Do(func() { close(unblock) }) }
 			var claimCalls, rides atomic.Int32
-			hook := func(method string, req any) {
-				switch r := req.(type) {
-				case *claimReq:
-					if r.Queue == "w" {
-						claimCalls.Add(1)
-					}
-				case *commitReq:
-					if len(r.Txns) == 1 && len(r.Txns[0]) == 1 && string(r.Txns[0][0].Key) == "slow" {
-						close(entered)
-						<-unblock
-					}
-					for _, c := range r.Claims {
-						if c.Queue == "w" {
-							rides.Add(1)
-						}
-					}
-					if tc.oldWriter {
-						r.Claims = nil
+			hookServe(t, func(r *claimReq) {
+				if r.Queue == "w" {
+					claimCalls.Add(1)
+				}
+			}, func(r *commitReq) {
+				if len(r.Txns) == 1 && len(r.Txns[0]) == 1 && string(r.Txns[0][0].Key) == "slow" {
+					close(entered)
+					<-unblock
+				}
+				for _, c := range r.Claims {
+					if c.Queue == "w" {
+						rides.Add(1)
 					}
 				}
-			}
-			testHookServe.Store(&hook)
-			t.Cleanup(func() { testHookServe.Store(nil) })
+				if tc.oldWriter {
+					r.Claims = nil
+				}
+			})
 			t.Cleanup(release) // before the queues close, if the test failed
 
 			// A commit call in flight, held on the writer.
@@ -913,14 +927,12 @@ func TestClusterSecondCommitCallOnlyForFullBatch(t *testing.T) {
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	release := func() { once.Do(func() { close(unblock) }) }
-	hook := func(method string, req any) {
-		if r, ok := req.(*commitReq); ok && len(r.Txns) == 1 && string(r.Txns[0][0].Key) == "slow" {
+	hookServe(t, nil, func(r *commitReq) {
+		if len(r.Txns) == 1 && string(r.Txns[0][0].Key) == "slow" {
 			close(entered)
 			<-unblock
 		}
-	}
-	testHookServe.Store(&hook)
-	t.Cleanup(func() { testHookServe.Store(nil) })
+	})
 	t.Cleanup(release)
 
 	put := func(key string, done chan<- error) {
@@ -1125,22 +1137,17 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 	w := openMember(t, url)
 	m := openMember(t, url)
 	var claimCalls, refills atomic.Int32
-	hook := func(method string, req any) {
-		switch r := req.(type) {
-		case *claimReq:
-			if r.Queue == "w" {
-				claimCalls.Add(1)
-			}
-		case *commitReq:
-			for _, c := range r.Claims {
-				if c.IfTxn > 0 {
-					refills.Add(1)
-				}
+	hookServe(t, func(r *claimReq) {
+		if r.Queue == "w" {
+			claimCalls.Add(1)
+		}
+	}, func(r *commitReq) {
+		for _, c := range r.Claims {
+			if c.IfTxn > 0 {
+				refills.Add(1)
 			}
 		}
-	}
-	testHookServe.Store(&hook)
-	t.Cleanup(func() { testHookServe.Store(nil) })
+	})
 
 	a := mustEnqueue(t, w, "w", "a", EnqueueOptions{}).JobID
 	b := mustEnqueue(t, w, "w", "b", EnqueueOptions{}).JobID
