@@ -72,8 +72,8 @@ func (s *memberSet) close() { s.closeOnce.Do(func() { close(s.closing) }) }
 // maxWait bounds how long the writer holds a long-poll call.
 const maxWait = 20 * time.Second
 
-// testHookServe, when set by a test, sees each Commit and Claim call the
-// writer serves, decoded, before it is served.
+// testHookServe, when set by a test, sees each Commit, Claim and Renew
+// call the writer serves, decoded, before it is served.
 var testHookServe atomic.Pointer[func(method string, req any)]
 
 // wireJobs returns claimed jobs as they go to the member, each with the
@@ -160,6 +160,9 @@ func (l *local) methods() map[string]cluster.Handler {
 			var req renewReq
 			if err := dec(&req); err != nil {
 				return nil, err
+			}
+			if h := testHookServe.Load(); h != nil {
+				(*h)(rpcRenew, &req)
 			}
 			o := req.Opts.apply(l.opts, req.Member)
 			reply := &renewReply{Lost: make([]bool, len(req.Claims))}

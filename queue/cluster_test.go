@@ -1219,3 +1219,53 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 		t.Fatalf("stats %+v: want the chained job claimed, the other pending", s)
 	}
 }
+
+// TestClusterRenewalsGroupBySettings: renewals of claims with other queue
+// settings go in calls of their own, each with its own settings, and each
+// gets its own result.
+func TestClusterRenewalsGroupBySettings(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	m := openMember(t, url)
+	for range 3 {
+		mustEnqueue(t, w, "q", "x", EnqueueOptions{})
+	}
+	jobs, err := m.ClaimBatch(t0ctx, "q", 3)
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("ClaimBatch: %d jobs, %v", len(jobs), err)
+	}
+	r := m.be.(*clustered).rem
+	short, long := toWireOpts(m.opts), toWireOpts(m.opts)
+	short.Lease, long.Lease = time.Minute, time.Hour
+	var calls atomic.Int32
+	hook := func(method string, _ any) {
+		if method == rpcRenew {
+			calls.Add(1)
+		}
+	}
+	testHookServe.Store(&hook)
+	t.Cleanup(func() { testHookServe.Store(nil) })
+	res, err := r.renewCall([]renewItem{
+		{ref: claimRef{ID: jobs[0].ID, Token: jobs[0].token}, opts: long},
+		{ref: claimRef{ID: jobs[1].ID, Token: jobs[1].token + 1}, opts: short}, // not this claim's token
+		{ref: claimRef{ID: jobs[2].ID, Token: jobs[2].token}, opts: short},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != (renewResult{}) || !res[1].lost || res[1].err != nil || res[2] != (renewResult{}) {
+		t.Fatalf("results %+v: want renewed, lost, renewed", res)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d renew calls for two groups of settings", n)
+	}
+	loc := w.be.(*clustered).loc
+	loc.lmu.Lock()
+	defer loc.lmu.Unlock()
+	if left := time.Until(loc.leases[jobs[0].ID].expires); left < 50*time.Minute {
+		t.Errorf("the long group's lease has %v left, want about an hour", left)
+	}
+	if left := time.Until(loc.leases[jobs[2].ID].expires); left > 2*time.Minute {
+		t.Errorf("the short group's lease has %v left, want about a minute", left)
+	}
+}

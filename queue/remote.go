@@ -39,7 +39,7 @@ type remote struct {
 
 	// Reads and lease renewals from concurrent goroutines share calls.
 	gets    batcher[string, getResult]
-	renewer batcher[renewItem, bool]
+	renewer batcher[renewItem, renewResult]
 
 	bmu      sync.Mutex
 	pending  []*pendingCommit // guarded by bmu
@@ -141,7 +141,7 @@ func newRemote(c *cluster.Client, epoch uint64, member string, o options) *remot
 	r := &remote{c: c, epoch: epoch, member: member, opts: o, claims: map[string]*rclaim{},
 		gone: make(chan struct{}), ctx: ctx, stop: stop, batches: make(chan commitBatch, maxCommitsInFlight)}
 	r.gets = batcher[string, getResult]{max: maxGetBatch, call: r.getCall}
-	r.renewer = batcher[renewItem, bool]{max: maxRenewBatch, call: r.renewCall}
+	r.renewer = batcher[renewItem, renewResult]{max: maxRenewBatch, call: r.renewCall}
 	r.hlth.Store(&Health{Healthy: true, Since: time.Now()})
 	return r
 }
@@ -723,7 +723,10 @@ func (r *remote) renew(id string, token uint64, o options) error {
 	if time.Since(renewed) < lease/4 {
 		return nil
 	}
-	lost, err := r.renewer.do(r.ctx, renewItem{ref: claimRef{ID: id, Token: token}, opts: toWireOpts(o)})
+	rr, err := r.renewer.do(r.ctx, renewItem{ref: claimRef{ID: id, Token: token}, opts: toWireOpts(o)})
+	if err == nil {
+		err = rr.err
+	}
 	if err != nil {
 		// The writer cannot be asked. The claim stands until its lease,
 		// as last confirmed, has run out: by then the writer has given
@@ -737,7 +740,7 @@ func (r *remote) renew(id string, token uint64, o options) error {
 		}
 		return nil
 	}
-	if lost {
+	if rr.lost {
 		r.dropClaim(id, token, &ClaimLostError{JobID: id})
 		return &ClaimLostError{JobID: id}
 	}
@@ -855,11 +858,12 @@ type renewItem struct {
 }
 
 // renewCall renews claims in one call: for each, whether its lease is
-// lost. The writer renews with one set of queue settings per call: those
-// of the first item, which the others share in practice (one Queue per
-// process); an item with others is renewed alone.
-func (r *remote) renewCall(items []renewItem) ([]bool, error) {
-	lost := make([]bool, len(items))
+// lost, or the error of its call. The writer renews with one set of queue
+// settings per call: those of the first item, which the others share in
+// practice (one Queue per process); items with other settings go in a
+// call of their own.
+func (r *remote) renewCall(items []renewItem) ([]renewResult, error) {
+	res := make([]renewResult, len(items))
 	done := make([]bool, len(items))
 	for first := range items {
 		if done[first] {
@@ -881,14 +885,21 @@ func (r *remote) renewCall(items []renewItem) ([]bool, error) {
 		if err == nil && len(reply.Lost) != len(idx) {
 			err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d renewals", len(reply.Lost), len(idx))}
 		}
-		if err != nil {
-			return nil, err
-		}
 		for k, i := range idx {
-			lost[i] = reply.Lost[k]
+			if err != nil {
+				res[i].err = err
+			} else {
+				res[i].lost = reply.Lost[k]
+			}
 		}
 	}
-	return lost, nil
+	return res, nil
+}
+
+// renewResult is the outcome of one renewal of renewCall.
+type renewResult struct {
+	lost bool
+	err  error
 }
 
 func (r *remote) scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error) {
