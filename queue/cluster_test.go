@@ -1269,3 +1269,45 @@ func TestClusterRenewalsGroupBySettings(t *testing.T) {
 		t.Errorf("the short group's lease has %v left, want about a minute", left)
 	}
 }
+
+// TestClusterMemberCloseUnderLoad: a member closed while its goroutines
+// commit as fast as they can closes, and every commit returns (committed,
+// or an error). Its commit calls in flight and waiting are failed at
+// close, by flushers that race each other for them.
+func TestClusterMemberCloseUnderLoad(t *testing.T) {
+	url := "file://" + t.TempDir()
+	openMember(t, url) // the writer
+	for round := range 20 {
+		m := openMember(t, url)
+		var wg sync.WaitGroup
+		var committed atomic.Int64
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					key := fmt.Appendf(nil, "r%d-g%d-%d", round, g, i)
+					if _, err := m.Commit(t0ctx, new(Txn).Put(key, []byte("v"))); err != nil {
+						return
+					}
+					committed.Add(1)
+				}
+			}()
+		}
+		waitFor(t, func() bool { return committed.Load() > 50 })
+		closed := make(chan error, 1)
+		go func() { closed <- m.Close(context.Background()) }()
+		select {
+		case <-closed:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: Close hung with commits in flight", round)
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: commits did not return after Close", round)
+		}
+	}
+}
