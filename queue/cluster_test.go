@@ -1311,3 +1311,67 @@ func TestClusterMemberCloseUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRefillGivenBackWhenCallerGivesUp: a settlement whose caller
+// gives up (its ctx ends) once its call is on its way still refills on
+// the writer; the member gives the job back at once rather than leave it
+// to its lease.
+func TestClusterRefillGivenBackWhenCallerGivesUp(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	m := openMember(t, url)
+	mustEnqueue(t, w, "v", "j", EnqueueOptions{})
+	j, err := m.Claim(t0ctx, "v")
+	if err != nil || j == nil {
+		t.Fatalf("Claim = %v, %v", j, err)
+	}
+	k := mustEnqueue(t, w, "v", "k", EnqueueOptions{}).JobID
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(unblock) }) }
+	t.Cleanup(release)
+	released := make(chan string, 4)
+	hookServe(t, nil, func(r *commitReq) {
+		for _, ops := range r.Txns {
+			for _, op := range ops {
+				if op.Kind == opRelease {
+					released <- op.JobID
+				}
+			}
+		}
+		if len(r.Claims) == 1 && r.Claims[0].IfTxn == 1 {
+			close(entered)
+			<-unblock
+		}
+	})
+	ctx, cancel := context.WithCancel(handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v", JobID: j.ID}))
+	res := make(chan error, 1)
+	go func() {
+		_, err := m.Commit(ctx, new(Txn).Ack(j))
+		res <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-res; !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("Commit = %v, want ErrOutcomeUnknown (its call was on its way)", err)
+	}
+	release()
+	// The writer acks j and claims k for the slot; the member gives k back
+	// (with 30s leases, nothing else would make it pending again soon).
+	select {
+	case id := <-released:
+		if id != k {
+			t.Fatalf("released %s, want k (%s)", id, k)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refilled job was not given back")
+	}
+	waitFor(t, func() bool {
+		jj, err1 := w.GetJob(t0ctx, j.ID)
+		jk, err2 := w.GetJob(t0ctx, k)
+		return err1 != nil && errors.Is(err1, ErrJobNotFound) || err1 == nil && jj.State == JobDone && err2 == nil && jk.State == JobPending
+	})
+	if jk, err := w.GetJob(t0ctx, k); err != nil || jk.State != JobPending {
+		t.Fatalf("k = %+v, %v: want pending again", jk, err)
+	}
+}
