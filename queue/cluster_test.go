@@ -1068,25 +1068,11 @@ func TestClusterMemberClaimBoundedBySize(t *testing.T) {
 // share calls to the writer, and each extends its own lease there; a
 // renewal of a lease the writer lost reports the loss, alone.
 func TestClusterRenewalsShareCalls(t *testing.T) {
-	url := "file://" + t.TempDir()
-	w := openMember(t, url, WithLease(time.Minute))
-	m := openMember(t, url, WithLease(time.Minute))
-	for range 21 {
-		mustEnqueue(t, w, "q", "x", EnqueueOptions{})
-	}
-	jobs, err := m.ClaimBatch(t0ctx, "q", 21)
-	if err != nil || len(jobs) != 21 {
-		t.Fatalf("ClaimBatch: %d jobs, %v", len(jobs), err)
-	}
+	w, m, jobs := claimedInMember(t, 21, WithLease(time.Minute))
 	loc := w.be.(*clustered).loc
-	expiry := func(id string) time.Time {
-		loc.lmu.Lock()
-		defer loc.lmu.Unlock()
-		return loc.leases[id].expires
-	}
 	before := map[string]time.Time{}
 	for _, j := range jobs {
-		before[j.ID] = expiry(j.ID)
+		before[j.ID] = leaseExpiry(w, j.ID)
 	}
 	// One lease the writer no longer has (as after its expiry).
 	lostJob := jobs[20]
@@ -1129,7 +1115,7 @@ func TestClusterRenewalsShareCalls(t *testing.T) {
 		t.Errorf("%d calls for 21 concurrent renewals", n)
 	}
 	for _, j := range jobs[:20] {
-		if !expiry(j.ID).After(before[j.ID]) {
+		if !leaseExpiry(w, j.ID).After(before[j.ID]) {
 			t.Errorf("the lease of %s was not extended on the writer", j.ID)
 		}
 	}
@@ -1232,16 +1218,7 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 // settings go in calls of their own, each with its own settings, and each
 // gets its own result.
 func TestClusterRenewalsGroupBySettings(t *testing.T) {
-	url := "file://" + t.TempDir()
-	w := openMember(t, url)
-	m := openMember(t, url)
-	for range 3 {
-		mustEnqueue(t, w, "q", "x", EnqueueOptions{})
-	}
-	jobs, err := m.ClaimBatch(t0ctx, "q", 3)
-	if err != nil || len(jobs) != 3 {
-		t.Fatalf("ClaimBatch: %d jobs, %v", len(jobs), err)
-	}
+	w, m, jobs := claimedInMember(t, 3)
 	r := m.be.(*clustered).rem
 	short, long := toWireOpts(m.opts), toWireOpts(m.opts)
 	short.Lease, long.Lease = time.Minute, time.Hour
@@ -1267,15 +1244,37 @@ func TestClusterRenewalsGroupBySettings(t *testing.T) {
 	if n := calls.Load(); n != 2 {
 		t.Errorf("%d renew calls for two groups of settings", n)
 	}
+	if left := time.Until(leaseExpiry(w, jobs[0].ID)); left < 50*time.Minute {
+		t.Errorf("the long group's lease has %v left, want about an hour", left)
+	}
+	if left := time.Until(leaseExpiry(w, jobs[2].ID)); left > 2*time.Minute {
+		t.Errorf("the short group's lease has %v left, want about a minute", left)
+	}
+}
+
+// claimedInMember opens a writer and a member of a new store (with opts),
+// and returns them with n jobs of queue "q" the member claimed.
+func claimedInMember(t *testing.T, n int, opts ...Option) (w, m *Queue, jobs []*Job) {
+	t.Helper()
+	url := "file://" + t.TempDir()
+	w = openMember(t, url, opts...)
+	m = openMember(t, url, opts...)
+	for range n {
+		mustEnqueue(t, w, "q", "x", EnqueueOptions{})
+	}
+	jobs, err := m.ClaimBatch(t0ctx, "q", n)
+	if err != nil || len(jobs) != n {
+		t.Fatalf("ClaimBatch: %d jobs, %v", len(jobs), err)
+	}
+	return w, m, jobs
+}
+
+// leaseExpiry returns when the writer w's lease of job id expires.
+func leaseExpiry(w *Queue, id string) time.Time {
 	loc := w.be.(*clustered).loc
 	loc.lmu.Lock()
 	defer loc.lmu.Unlock()
-	if left := time.Until(loc.leases[jobs[0].ID].expires); left < 50*time.Minute {
-		t.Errorf("the long group's lease has %v left, want about an hour", left)
-	}
-	if left := time.Until(loc.leases[jobs[2].ID].expires); left > 2*time.Minute {
-		t.Errorf("the short group's lease has %v left, want about a minute", left)
-	}
+	return loc.leases[id].expires
 }
 
 // TestClusterMemberCloseUnderLoad: a member closed while its goroutines

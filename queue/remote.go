@@ -74,6 +74,7 @@ type rclaim struct {
 // pendingCommit is one transaction waiting for, or in, a commit call.
 type pendingCommit struct {
 	ops      []txnOp
+	size     int // txnSize(ops)
 	opts     wireOpts
 	refill   *claimWant // see refillFor; nil: none
 	sent     bool       // guarded by remote.bmu
@@ -253,14 +254,15 @@ func (r *remote) setHealth(h healthReply) {
 }
 
 func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
-	if n := txnSize(ops); n > maxCallTxn {
+	size := txnSize(ops)
+	if size > maxCallTxn {
 		// It would not fit in a call: refused here, before anything is
 		// sent (the limit is the transport's; see maxCallTxn).
-		return TxnResult{}, &TooLargeError{What: "transaction (with the values a member sends its writer)", Size: n, Max: maxCallTxn}
+		return TxnResult{}, &TooLargeError{What: "transaction (with the values a member sends its writer)", Size: size, Max: maxCallTxn}
 	}
 	slotFor := r.takeSlots(ops, time.Now())
 	refill := refillFor(ctx, ops)
-	res, refilled, err := r.send(ctx, dispatchOnly(ops, slotFor), o, refill)
+	res, refilled, err := r.send(ctx, &pendingCommit{ops: dispatchOnly(ops, slotFor), size: size, opts: toWireOpts(o), refill: refill}, o)
 	if refill != nil {
 		r.refill(ctx, refill.Queue, refilled, o)
 	}
@@ -346,11 +348,12 @@ func (r *remote) refill(ctx context.Context, queue string, reply claimReply, o o
 	}
 }
 
-// send commits ops through a commit call, shared with the transactions
-// that wait meanwhile (see kickLocked), with refill (nil: none) claimed
-// after them if they apply.
-func (r *remote) send(ctx context.Context, ops []txnOp, o options, refill *claimWant) (TxnResult, claimReply, error) {
-	p := &pendingCommit{ops: ops, opts: toWireOpts(o), refill: refill, done: make(chan struct{})}
+// send commits p's transaction through a commit call, shared with the
+// transactions that wait meanwhile (see kickLocked), with p.refill (nil:
+// none) claimed after it if it applies.
+func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResult, claimReply, error) {
+	p.done = make(chan struct{})
+	ops := p.ops
 	r.bmu.Lock()
 	r.pending = append(r.pending, p)
 	r.kickLocked()
@@ -372,14 +375,12 @@ func (r *remote) send(ctx context.Context, ops []txnOp, o options, refill *claim
 		if !sent {
 			return TxnResult{}, claimReply{}, ctx.Err()
 		}
-		if refill != nil {
+		if p.refill != nil {
 			// The call is on its way: give back the job it may claim
 			// for a slot that will not get it.
 			go func() {
 				<-p.done
-				if jobs, err := r.claimed(p.refilled, o, nil); err == nil && len(jobs) > 0 {
-					r.releaseUnrun(jobs, o)
-				}
+				r.releaseClaimed(p.refilled, o)
 			}()
 		}
 		return TxnResult{}, claimReply{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
@@ -431,10 +432,9 @@ func (r *remote) kickLocked() {
 	rest := r.pending[:0]
 	size := 0
 	for _, p := range r.pending {
-		n := txnSize(p.ops)
-		if len(b.txns) == 0 || len(b.txns) < maxCommitBatch && size+n <= maxCommitBytes && sameOpts(p.opts, first) {
+		if len(b.txns) == 0 || len(b.txns) < maxCommitBatch && size+p.size <= maxCommitBytes && sameOpts(p.opts, first) {
 			p.sent = true
-			size += n
+			size += p.size
 			b.txns = append(b.txns, p)
 		} else {
 			rest = append(rest, p)
@@ -648,9 +648,7 @@ func (r *remote) claimRide(ctx context.Context, queue string, n int, o options, 
 		// claims for this loop are given back.
 		<-c.done
 		if c.err == nil {
-			if jobs, _ := r.claimed(c.reply, o, nil); len(jobs) > 0 {
-				go r.releaseUnrun(jobs, o)
-			}
+			go r.releaseClaimed(c.reply, o)
 		}
 		return nil, true, ctx.Err()
 	}
@@ -659,6 +657,14 @@ func (r *remote) claimRide(ctx context.Context, queue string, n int, o options, 
 	}
 	jobs, err = r.claimed(c.reply, o, s)
 	return jobs, true, err
+}
+
+// releaseClaimed gives back the jobs a claim's reply brings, which no one
+// will run (the claim's caller gave up).
+func (r *remote) releaseClaimed(reply claimReply, o options) {
+	if jobs, err := r.claimed(reply, o, nil); err == nil && len(jobs) > 0 {
+		r.releaseUnrun(jobs, o)
+	}
 }
 
 // releaseUnrun gives back jobs claimed for a Work loop that stopped.
