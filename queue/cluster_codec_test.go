@@ -5,10 +5,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stepwell/stepwell/internal/cluster"
 	"github.com/stepwell/stepwell/internal/format/codectest"
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/stepwell/stepwell/internal/handoff"
+	"github.com/tinylib/msgp/msgp"
 )
 
 func randTxnOp(r *rand.Rand) txnOp {
@@ -43,15 +45,38 @@ func randWireJob(r *rand.Rand) *wireJob {
 // value of its type.
 func wireRoundTrip[T any](t *testing.T, v *T) *T {
 	t.Helper()
-	data, err := cluster.Codec{}.Marshal(v)
+	data, err := cluster.Encode(v)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := new(T)
-	if err := (cluster.Codec{}).Unmarshal(data, got); err != nil {
+	if err := cluster.Decode(data, got); err != nil {
 		t.Fatalf("decoding %T: %v", v, err)
 	}
 	return got
+}
+
+func randErr(r *rand.Rand) *wireErr {
+	if r.IntN(3) > 0 {
+		return nil
+	}
+	return &wireErr{Kind: codectest.String(r), Msg: codectest.String(r), JobID: codectest.String(r),
+		Key: codectest.Bytes(r), What: codectest.String(r), Size: int(codectest.Int64(r)), Max: int(codectest.Int64(r))}
+}
+
+func randClaimReply(r *rand.Rand) claimReply {
+	c := claimReply{Err: randErr(r)}
+	if r.IntN(4) > 0 {
+		c.Jobs = []*wireJob{}
+		for range r.IntN(4) {
+			if r.IntN(5) == 0 {
+				c.Jobs = append(c.Jobs, nil)
+			} else {
+				c.Jobs = append(c.Jobs, randWireJob(r))
+			}
+		}
+	}
+	return c
 }
 
 // TestClusterWireRoundTrip holds the hand-written codecs of the hot wire
@@ -60,7 +85,13 @@ func wireRoundTrip[T any](t *testing.T, v *T) *T {
 func TestClusterWireRoundTrip(t *testing.T) {
 	r := codectest.New(t)
 	for range 500 {
-		req := &commitReq{Member: codectest.String(r), Dispatch: r.IntN(2) == 0}
+		req := &commitReq{Member: codectest.String(r), Dispatch: r.IntN(2) == 0,
+			Opts: wireOpts{Lease: time.Duration(codectest.Int64(r)), MaxAttempts: uint32(codectest.Uint64(r)),
+				BackoffBase: time.Duration(codectest.Int64(r)), BackoffMax: time.Duration(codectest.Int64(r))}}
+		if r.IntN(3) == 0 {
+			req.Opts.Queues = map[string]QueueConfig{codectest.String(r): {Lease: time.Duration(codectest.Int64(r)),
+				MaxAttempts: uint32(codectest.Uint64(r)), DeadRetention: time.Hour}}
+		}
 		for range r.IntN(4) {
 			var ops []txnOp
 			for range 1 + r.IntN(3) {
@@ -68,13 +99,17 @@ func TestClusterWireRoundTrip(t *testing.T) {
 			}
 			req.Txns = append(req.Txns, ops)
 		}
+		for range r.IntN(3) {
+			req.Claims = append(req.Claims, claimWant{Queue: codectest.String(r), N: r.IntN(1 << 20),
+				Prefetch: handoff.Prefetch{Header: codectest.String(r), Prefix: codectest.String(r)}, IfTxn: r.IntN(600)})
+		}
 		if got := wireRoundTrip(t, req); !reflect.DeepEqual(got, req) {
 			t.Fatalf("commitReq:\n got %#v\nwant %#v", got, req)
 		}
 
 		reply := &commitReply{}
 		for range r.IntN(4) {
-			var res wireTxnResult
+			res := wireTxnResult{Err: randErr(r)}
 			for range r.IntN(3) {
 				e := wireEnqueued{JobID: codectest.String(r), Duplicate: r.IntN(2) == 0}
 				if r.IntN(2) == 0 {
@@ -82,98 +117,126 @@ func TestClusterWireRoundTrip(t *testing.T) {
 				}
 				res.Enqueued = append(res.Enqueued, e)
 			}
+			for range r.IntN(3) {
+				res.Cancelled = append(res.Cancelled, CancelOutcome(r.UintN(256)))
+			}
 			reply.Results = append(reply.Results, res)
+		}
+		for range r.IntN(3) {
+			reply.Claims = append(reply.Claims, randClaimReply(r))
 		}
 		if got := wireRoundTrip(t, reply); !reflect.DeepEqual(got, reply) {
 			t.Fatalf("commitReply:\n got %#v\nwant %#v", got, reply)
 		}
 
-		claim := &claimReply{Jobs: []*wireJob{randWireJob(r), nil, randWireJob(r)}}
-		if got := wireRoundTrip(t, claim); !reflect.DeepEqual(got, claim) {
-			t.Fatalf("claimReply:\n got %#v\nwant %#v", got, claim)
+		claim := randClaimReply(r)
+		if got := wireRoundTrip(t, &claim); !reflect.DeepEqual(got, &claim) {
+			t.Fatalf("claimReply:\n got %#v\nwant %#v", got, &claim)
+		}
+		// A wireJob in a reply of the reflective codec.
+		job := &jobReply{Job: randWireJob(r), Err: randErr(r)}
+		if got := wireRoundTrip(t, job); !reflect.DeepEqual(got, job) {
+			t.Fatalf("jobReply:\n got %#v\nwant %#v", got, job)
 		}
 	}
+}
+
+// fieldMap appends a map of field numbers and values, in the order given.
+func fieldMap(t *testing.T, b []byte, fields ...any) []byte {
+	t.Helper()
+	b = msgp.AppendMapHeader(b, uint32(len(fields)/2))
+	for _, f := range fields {
+		var err error
+		if b, err = msgp.AppendIntf(b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// commitOf is a commit call of one transaction of one operation, op (an
+// encoded map).
+func commitOf(op []byte) []byte {
+	b := msgp.AppendMapHeader(nil, 1)
+	b = msgp.AppendUint(b, fcTxns)
+	b = msgp.AppendArrayHeader(b, 1)
+	b = msgp.AppendArrayHeader(b, 1)
+	return append(b, op...)
 }
 
 // TestClusterWireSkipsUnknownFields: a field number this side does not
 // know (a newer peer's) is skipped, whatever its value.
 func TestClusterWireSkipsUnknownFields(t *testing.T) {
-	enc := func(fields ...any) []byte {
-		data, err := msgpack.Marshal(fields)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
-	// A map: write it by hand (msgpack.Marshal of a Go map orders keys
-	// at random, and the test wants the unknown fields in between).
-	var b strings.Builder
-	e := msgpack.NewEncoder(&b)
-	_ = e.EncodeMapLen(4)
-	_ = e.EncodeUint(fopJobID)
-	_ = e.EncodeString("job-1")
-	_ = e.EncodeUint(200)
-	_ = e.Encode(map[string]any{"nested": []any{1, "x", enc(2)}})
-	_ = e.EncodeUint(fopToken)
-	_ = e.EncodeUint(42)
-	_ = e.EncodeUint(201)
-	_ = e.EncodeString("later")
-	var op txnOp
-	if err := msgpack.Unmarshal([]byte(b.String()), &op); err != nil {
+	op := fieldMap(t, nil, uint64(fopJobID), "job-1",
+		uint64(200), map[string]any{"nested": []any{1, "x", []byte{2}}},
+		uint64(fopToken), uint64(42),
+		uint64(201), "later")
+	var got commitReq
+	if err := cluster.Decode(commitOf(op), &got); err != nil {
 		t.Fatal(err)
 	}
-	if want := (txnOp{JobID: "job-1", Token: 42}); !reflect.DeepEqual(op, want) {
-		t.Fatalf("got %#v, want %#v", op, want)
+	if want := [][]txnOp{{{JobID: "job-1", Token: 42}}}; !reflect.DeepEqual(got.Txns, want) {
+		t.Fatalf("got %#v, want %#v", got.Txns, want)
 	}
 }
 
-// TestClusterWireRejectsCorrupt: a truncated or mistyped message is an
-// error, never a half-read value taken as whole.
+// TestClusterWireRejectsCorrupt: a truncated, mistyped or overlong message
+// is an error, never a half-read value taken as whole.
 func TestClusterWireRejectsCorrupt(t *testing.T) {
 	r := codectest.New(t)
 	w := randWireJob(r)
 	w.Job = &Job{ID: "j", Queue: "q", Payload: []byte("payload")}
-	data, err := cluster.Codec{}.Marshal(&claimReply{Jobs: []*wireJob{w}})
+	data, err := cluster.Encode(&claimReply{Jobs: []*wireJob{w}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for n := range len(data) - 1 {
 		var got claimReply
-		if err := (cluster.Codec{}).Unmarshal(data[:n], &got); err == nil {
+		if err := cluster.Decode(data[:n], &got); err == nil {
 			t.Fatalf("%d of %d bytes decoded without an error", n, len(data))
 		}
 	}
-	// The job's ID (field 1) as a number.
-	var b strings.Builder
-	e := msgpack.NewEncoder(&b)
-	_ = e.EncodeMapLen(1)
-	_ = e.EncodeUint(fjID)
-	_ = e.EncodeUint(7)
-	var got wireJob
-	if err := msgpack.Unmarshal([]byte(b.String()), &got); err == nil || !strings.Contains(err.Error(), "wireJob") {
-		t.Fatalf("a mistyped field: %v", err)
+	if err := cluster.Decode(append(data, 0xc0), new(claimReply)); err == nil {
+		t.Fatal("a byte after the message decoded without an error")
 	}
-	// A value out of its field's range, and a history that is not pairs
-	// (which would throw the rest of the map out of step).
-	for name, fields := range map[string][]any{
-		"kind 257":     {uint64(fopKind), uint64(257)},
-		"priority":     {uint64(fopPriority), int64(1) << 40},
-		"odd history":  {uint64(fjHistory), []any{int64(1), "e", int64(2)}, uint64(fjToken), uint64(99)},
-		"max attempts": {uint64(fopMaxAttempts), uint64(1) << 33},
+	for name, op := range map[string][]byte{
+		"job ID as a number": fieldMap(t, nil, uint64(fopJobID), uint64(7)),
+		"kind 257":           fieldMap(t, nil, uint64(fopKind), uint64(257)),
+		"priority":           fieldMap(t, nil, uint64(fopPriority), int64(1)<<40),
+		"max attempts":       fieldMap(t, nil, uint64(fopMaxAttempts), uint64(1)<<33),
+		// Containers that claim more values than the message holds: an
+		// error, not an allocation of their claimed size.
+		"headers":   append(msgp.AppendUint(msgp.AppendMapHeader(nil, 1), fopHeaders), 0xdf, 0x7f, 0xff, 0xff, 0xff),
+		"ops array": append(msgp.AppendMapHeader(nil, 0), 0xdd, 0xff, 0xff, 0xff, 0xff),
 	} {
-		var b strings.Builder
-		e := msgpack.NewEncoder(&b)
-		_ = e.EncodeMapLen(len(fields) / 2)
-		for _, f := range fields {
-			_ = e.Encode(f)
+		var got commitReq
+		if err := cluster.Decode(commitOf(op), &got); err == nil || !strings.Contains(err.Error(), "txnOp") && name != "ops array" {
+			t.Errorf("%s: %v", name, err)
 		}
-		var op txnOp
-		var job wireJob
-		errOp := msgpack.Unmarshal([]byte(b.String()), &op)
-		errJob := msgpack.Unmarshal([]byte(b.String()), &job)
-		if name == "odd history" && errJob == nil || name != "odd history" && errOp == nil {
-			t.Errorf("%s: decoded without an error (txnOp %v, wireJob %v)", name, errOp, errJob)
-		}
+	}
+	// A history that is not pairs (which would throw the rest of the map
+	// out of step).
+	job := fieldMap(t, nil, uint64(fjHistory), []any{int64(1), "e", int64(2)}, uint64(fjToken), uint64(99))
+	// A claim reply of one job: the array's header, then the job.
+	claims := append(msgp.AppendUint(msgp.AppendMapHeader(nil, 1), fcrJobs), msgp.AppendArrayHeader(nil, 1)...)
+	if err := cluster.Decode(claims, new(claimReply)); err == nil {
+		t.Error("an array without its value decoded")
+	}
+	if err := cluster.Decode(append(claims, job...), new(claimReply)); err == nil || !strings.Contains(err.Error(), "pairs") {
+		t.Errorf("odd history: %v", err)
+	}
+}
+
+// TestClusterWireBytesAreCapped: a decoded byte field shares the message,
+// and appending to it does not write over the next field.
+func TestClusterWireBytesAreCapped(t *testing.T) {
+	req := &commitReq{Txns: [][]txnOp{{{Kind: opPut, Key: []byte("k"), Value: []byte("value"), Expect: []byte("old")}}}}
+	got := wireRoundTrip(t, req)
+	op := &got.Txns[0][0]
+	_ = append(op.Key, "XXXXXXXX"...)
+	_ = append(op.Value, "XXXXXXXX"...)
+	if string(op.Value) != "value" || string(op.Expect) != "old" {
+		t.Fatalf("after appends: value %q, expect %q", op.Value, op.Expect)
 	}
 }
 
@@ -199,7 +262,7 @@ func settlementCall() *commitReq {
 // BenchmarkClusterWire encodes and decodes a busy member's commit call.
 func BenchmarkClusterWire(b *testing.B) {
 	req := settlementCall()
-	data, err := cluster.Codec{}.Marshal(req)
+	data, err := cluster.Encode(req)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -207,7 +270,7 @@ func BenchmarkClusterWire(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
-			if _, err := (cluster.Codec{}).Marshal(req); err != nil {
+			if _, err := cluster.Encode(req); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -217,7 +280,7 @@ func BenchmarkClusterWire(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
 			var got commitReq
-			if err := (cluster.Codec{}).Unmarshal(data, &got); err != nil {
+			if err := cluster.Decode(data, &got); err != nil {
 				b.Fatal(err)
 			}
 		}

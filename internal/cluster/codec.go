@@ -2,30 +2,35 @@ package cluster
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
 
+	"github.com/tinylib/msgp/msgp"
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 )
 
 // CodecName is the gRPC content-subtype of Codec.
 const CodecName = "stepwell-msgpack"
 
 // Codec encodes requests and replies as msgpack: structs as maps of their
-// field names, or of field numbers for the types that encode themselves
-// (msgpack.CustomEncoder), so that a field added on one side is ignored by
-// the other.
+// field names (the reflective codec of github.com/vmihailenco/msgpack), or
+// of field numbers for the hot messages that encode themselves, so that a
+// field added on one side is ignored by the other.
+//
+// A hot message implements msgp.Marshaler and msgp.Unmarshaler (slice
+// based: no reflection, no reader interface). Its decoder may keep slices
+// of the bytes it decodes: Codec hands it a buffer of its own, which
+// nothing else writes to or reuses.
 type Codec struct{}
 
-// encoders are reused: a busy member's commit call is tens of KiB, and a
+// buffers are reused: a busy member's commit call is tens of KiB, and a
 // buffer grown from empty for each one cost more than encoding it.
-var encoders = sync.Pool{New: func() any {
-	e := &pooledEncoder{}
-	e.enc = msgpack.NewEncoder(&e.buf)
-	return e
-}}
+var buffers = sync.Pool{New: func() any { return new(pooledBuffer) }}
 
-type pooledEncoder struct {
+type pooledBuffer struct {
+	b   []byte
 	buf bytes.Buffer
 	enc *msgpack.Encoder
 }
@@ -33,25 +38,62 @@ type pooledEncoder struct {
 // maxPooled bounds the buffer a pooled encoder keeps.
 const maxPooled = 1 << 20
 
-// Marshal implements encoding.Codec.
-func (Codec) Marshal(v any) ([]byte, error) {
-	e := encoders.Get().(*pooledEncoder)
-	defer func() {
-		if e.buf.Cap() <= maxPooled {
-			encoders.Put(e)
+// Encode returns v's encoding.
+func Encode(v any) ([]byte, error) {
+	p := buffers.Get().(*pooledBuffer)
+	var out []byte
+	var err error
+	if m, ok := v.(msgp.Marshaler); ok {
+		p.b, err = m.MarshalMsg(p.b[:0])
+		out = p.b
+	} else {
+		if p.enc == nil {
+			p.enc = msgpack.NewEncoder(&p.buf)
 		}
-	}()
-	e.buf.Reset()
-	if err := e.enc.Encode(v); err != nil {
-		return nil, err
+		p.buf.Reset()
+		err = p.enc.Encode(v)
+		out = p.buf.Bytes()
 	}
-	return bytes.Clone(e.buf.Bytes()), nil
+	if err == nil {
+		out = bytes.Clone(out)
+	}
+	if cap(p.b) <= maxPooled && p.buf.Cap() <= maxPooled {
+		buffers.Put(p)
+	}
+	return out, err
 }
 
-// Unmarshal implements encoding.Codec.
-func (Codec) Unmarshal(data []byte, v any) error { return msgpack.Unmarshal(data, v) }
+// Decode decodes data into v. A hot message (msgp.Unmarshaler) may keep
+// slices of data: the caller must not change data afterwards.
+func Decode(data []byte, v any) error {
+	u, ok := v.(msgp.Unmarshaler)
+	if !ok {
+		return msgpack.Unmarshal(data, v)
+	}
+	rest, err := u.UnmarshalMsg(data)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("cluster: %d bytes after a %T", len(rest), v)
+	}
+	return nil
+}
 
-// Name implements encoding.Codec.
+// Marshal implements encoding.CodecV2.
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	b, err := Encode(v)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+// Unmarshal implements encoding.CodecV2. It decodes from a copy of data
+// (gRPC frees data's buffers when it returns), which the message may keep.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error { return Decode(data.Materialize(), v) }
+
+// Name implements encoding.CodecV2.
 func (Codec) Name() string { return CodecName }
 
-func init() { encoding.RegisterCodec(Codec{}) }
+func init() { encoding.RegisterCodecV2(Codec{}) }

@@ -8,7 +8,9 @@
 // OpenTelemetry instruments), with one service whose methods the caller
 // registers by name, and a msgpack codec (Codec, content-subtype
 // "stepwell-msgpack") in place of protobuf: requests and replies are plain
-// Go structs, so no protoc step.
+// Go structs, so no protoc step. The reflective msgpack codec encodes them,
+// except the hot messages, which encode themselves (msgp.Marshaler and
+// msgp.Unmarshaler, see Codec).
 //
 // # Trust
 //
