@@ -518,6 +518,7 @@ const (
 	fcTxns
 	fcDispatch
 	fcClaims
+	fcOwnPayloads
 )
 
 // MarshalMsg implements msgp.Marshaler (see cluster.Codec).
@@ -549,6 +550,7 @@ func (c *commitReq) MarshalMsg(b []byte) ([]byte, error) {
 			w.b = c.Claims[i].appendMsg(w.b)
 		}
 	}
+	w.bool(fcOwnPayloads, c.OwnPayloads)
 	return w.end(), nil
 }
 
@@ -568,6 +570,8 @@ func (c *commitReq) UnmarshalMsg(b []byte) ([]byte, error) {
 			c.Dispatch = r.bool()
 		case fcClaims:
 			c.Claims = readSlice(&r, (*claimWant).read)
+		case fcOwnPayloads:
+			c.OwnPayloads = r.bool()
 		default:
 			r.skip()
 		}

@@ -115,7 +115,13 @@ func (l *local) methods() map[string]cluster.Handler {
 			for i, res := range results {
 				w := wireTxnResult{Cancelled: res.Cancelled, Err: toWireErr(errs[i])}
 				for _, e := range res.Enqueued {
-					w.Enqueued = append(w.Enqueued, wireEnqueued{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: toWireJob(e.Claimed)})
+					claimed := e.Claimed
+					if claimed != nil && req.OwnPayloads {
+						j := *claimed
+						j.Payload = nil
+						claimed = &j
+					}
+					w.Enqueued = append(w.Enqueued, wireEnqueued{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: toWireJob(claimed)})
 				}
 				reply.Results[i] = w
 			}

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1380,5 +1381,62 @@ func TestClusterRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 	})
 	if jk, err := w.GetJob(t0ctx, k); err != nil || jk.State != JobPending {
 		t.Fatalf("k = %+v, %v: want pending again", jk, err)
+	}
+}
+
+// TestClusterClaimedPayloadStaysWithMember: a job a member claims at its
+// enqueue comes back without its payload (the member has it), and the
+// member hands it out with it. A member that does not say it has its
+// payloads (an older one) gets them back.
+func TestClusterClaimedPayloadStaysWithMember(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url)
+	m := openMember(t, url)
+	payload := bytes.Repeat([]byte("p"), 64<<10)
+
+	serve := w.be.(*clustered).loc.methods()[rpcCommit]
+	for _, own := range []bool{true, false} {
+		req := commitReq{Member: "a-member", OwnPayloads: own, Txns: [][]txnOp{{
+			{Kind: opPut, Key: []byte("k"), Value: []byte("v")},
+			{Kind: opEnqueue, Queue: "direct", Value: payload, Claim: true},
+		}}}
+		got, err := serve(t0ctx, func(v any) error { *v.(*commitReq) = req; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := got.(*commitReply).Results
+		if len(res) != 1 || res[0].Err != nil || len(res[0].Enqueued) != 1 || res[0].Enqueued[0].Claimed == nil {
+			t.Fatalf("OwnPayloads %v: %+v", own, res)
+		}
+		j := res[0].Enqueued[0].Claimed.Job
+		if own && j.Payload != nil || !own && !bytes.Equal(j.Payload, payload) {
+			t.Fatalf("OwnPayloads %v: the reply carries %d bytes of payload", own, len(j.Payload))
+		}
+	}
+
+	var sent []*commitReq
+	var mu sync.Mutex
+	hookServe(t, nil, func(r *commitReq) { mu.Lock(); sent = append(sent, r); mu.Unlock() })
+	res, err := m.Commit(t0ctx, new(Txn).
+		Enqueue("q", []byte("first"), EnqueueOptions{}).
+		Put([]byte("k2"), []byte("v")).
+		Enqueue("q", payload, EnqueueOptions{Claim: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Enqueued) != 2 || res.Enqueued[1].Claimed == nil {
+		t.Fatalf("enqueued: %+v", res.Enqueued)
+	}
+	if j := res.Enqueued[1].Claimed; !bytes.Equal(j.Payload, payload) || j.ID != res.Enqueued[1].JobID {
+		t.Fatalf("the claimed job %s has %d bytes of payload, want %d", j.ID, len(j.Payload), len(payload))
+	}
+	mu.Lock()
+	n, own := len(sent), len(sent) > 0 && sent[0].OwnPayloads
+	mu.Unlock()
+	if n != 1 || !own {
+		t.Fatalf("%d commit calls; the first says the member has its payloads: %v", n, own)
+	}
+	if err := m.Ack(t0ctx, res.Enqueued[1].Claimed); err != nil {
+		t.Fatal(err)
 	}
 }

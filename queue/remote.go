@@ -389,8 +389,18 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 		return TxnResult{}, claimReply{}, p.err
 	}
 	res := TxnResult{Cancelled: p.res.Cancelled}
+	next := 0 // index in ops of the next enqueue: one result each, in order
 	for _, e := range p.res.Enqueued {
+		for next < len(ops) && ops[next].Kind != opEnqueue {
+			next++
+		}
 		er := EnqueueResult{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: e.Claimed.job()}
+		if er.Claimed != nil && next < len(ops) {
+			// The writer left the payload out (commitReq.OwnPayloads):
+			// it is the enqueue's, as in a local commit.
+			er.Claimed.Payload = ops[next].Value
+		}
+		next++
 		if er.Claimed != nil {
 			r.addClaim(er.Claimed.ID, er.Claimed.Queue, er.Claimed.token, er.Claimed.CancelRequested)
 		}
@@ -466,7 +476,7 @@ func sameOpts(a, b wireOpts) bool {
 
 // flush sends one commit call for b.
 func (r *remote) flush(b commitBatch) {
-	req := commitReq{Member: r.member, Txns: make([][]txnOp, len(b.txns)), Dispatch: true}
+	req := commitReq{Member: r.member, Txns: make([][]txnOp, len(b.txns)), Dispatch: true, OwnPayloads: true}
 	for i, p := range b.txns {
 		req.Txns[i] = p.ops
 	}
