@@ -853,18 +853,24 @@ func (r *fieldReader) arrayLen() (n int, ok bool) {
 	return int(sz), r.err == nil
 }
 
-// readSlice reads an array, each value with f; nil stays nil.
+// readSlice reads an array, each value with f; nil stays nil. The slice
+// grows as its values are read: a header's count is not trusted with an
+// allocation of its own.
 func readSlice[T any](r *fieldReader, f func(*T, *fieldReader)) []T {
 	n, ok := r.arrayLen()
 	if !ok {
 		return nil
 	}
-	s := make([]T, n)
+	s := make([]T, 0, min(n, maxTrustedLen))
 	for i := 0; i < n && r.err == nil; i++ {
+		s = append(s, *new(T))
 		f(&s[i], r)
 	}
 	return s
 }
+
+// maxTrustedLen is the longest slice a header gets at once.
+const maxTrustedLen = 1024
 
 // headers reads a map[string]string, or nil.
 func (r *fieldReader) headers() map[string]string {
@@ -878,7 +884,7 @@ func (r *fieldReader) headers() map[string]string {
 	if r.err != nil {
 		return nil
 	}
-	h := make(map[string]string, n)
+	h := make(map[string]string, min(n, maxTrustedLen))
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		k := r.string()
 		h[k] = r.string()
