@@ -364,12 +364,7 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 		r.bmu.Lock()
 		sent := p.sent
 		if !sent {
-			for i, q := range r.pending {
-				if q == p {
-					r.pending = append(r.pending[:i], r.pending[i+1:]...)
-					break
-				}
-			}
+			r.pending = slices.DeleteFunc(r.pending, func(q *pendingCommit) bool { return q == p })
 		}
 		r.bmu.Unlock()
 		if !sent {

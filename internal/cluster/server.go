@@ -72,6 +72,10 @@ type Server struct {
 	cfg    Config
 	health *health.Server
 	refuse refusalLog
+	// The credentials a call must carry, as they travel (computed once:
+	// every call is checked twice, see tap and check).
+	secret []byte
+	epoch  string
 }
 
 // NewServer returns a server of methods on lis, for the epoch in cfg. Call
@@ -80,7 +84,8 @@ func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{lis: lis, cfg: cfg, refuse: refusalLog{log: cfg.Logger}}
+	s := &Server{lis: lis, cfg: cfg, refuse: refusalLog{log: cfg.Logger},
+		secret: []byte(hex.EncodeToString(cfg.Secret)), epoch: strconv.FormatUint(cfg.Epoch, 10)}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(s.tap),
 		grpc.ChainUnaryInterceptor(s.authUnary),
@@ -160,7 +165,7 @@ func (s *Server) check(ctx context.Context, method string) error {
 	if err := s.authenticate(md, method); err != nil {
 		return err
 	}
-	return grpc.SetHeader(ctx, metadata.Pairs(mdEpoch, strconv.FormatUint(s.cfg.Epoch, 10)))
+	return grpc.SetHeader(ctx, metadata.MD{mdEpoch: {s.epoch}})
 }
 
 // authenticate checks a call's metadata: nil, or the status it is refused
@@ -173,9 +178,9 @@ func (s *Server) authenticate(md metadata.MD, method string) error {
 	switch {
 	case len(secret) != 1 || len(epoch) != 1:
 		why, err = "no credentials", status.Error(codes.Unauthenticated, "stepwell-secret and stepwell-epoch metadata required")
-	case subtle.ConstantTimeCompare([]byte(secret[0]), []byte(hex.EncodeToString(s.cfg.Secret))) != 1:
+	case subtle.ConstantTimeCompare([]byte(secret[0]), s.secret) != 1:
 		why, err = "wrong secret", status.Error(codes.Unauthenticated, "wrong secret")
-	case epoch[0] != strconv.FormatUint(s.cfg.Epoch, 10):
+	case epoch[0] != s.epoch:
 		why, err = "stale epoch "+epoch[0], status.Error(codes.FailedPrecondition, ErrStaleEpoch.Error())
 	default:
 		return nil
