@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,9 +21,11 @@ import (
 // numbers it does not know, so a field added on one side is still ignored
 // by the other; a number, once used, keeps its meaning.
 //
-// The decoders keep slices of the message for byte fields (the cluster
-// codec gives them a buffer of their own, see cluster.Decode), each capped
-// to its length, so that appending to one cannot write over the next.
+// The writer's decoder of a commit call keeps slices of the message for
+// byte fields (the cluster codec gives it a buffer of its own, see
+// cluster.Decode), each capped to its length, so that appending to one
+// cannot write over the next; a member's decoders of replies copy them
+// (see fieldReader.own).
 //
 // A busy member's commit call (BenchmarkClusterWire: 17 settlements) is
 // 16 KiB, encoded in 12 us and decoded in 17-22 us with 208 allocations;
@@ -210,7 +213,7 @@ func readWireJob(r *fieldReader) *wireJob {
 				r.keep(fmt.Errorf("a history of %d values: want pairs", n))
 			}
 			if ok {
-				j.History = make([]Attempt, 0, n/2)
+				j.History = make([]Attempt, 0, min(n/2, maxTrustedLen))
 			}
 			for i := 0; i+1 < n && r.err == nil; i += 2 {
 				j.History = append(j.History, Attempt{At: unixNano(r.int()), Error: r.string()})
@@ -420,20 +423,20 @@ func (c *claimWant) read(r *fieldReader) {
 
 // claimReply field numbers.
 const (
-	fcrJobs = iota + 1
-	fcrErr
+	fclJobs = iota + 1
+	fclErr
 )
 
 func (c *claimReply) appendMsg(b []byte) []byte {
 	w := beginFields(b)
 	if c.Jobs != nil {
-		w.array(fcrJobs, len(c.Jobs))
+		w.array(fclJobs, len(c.Jobs))
 		for _, j := range c.Jobs {
 			w.b = j.appendMsg(w.b)
 		}
 	}
 	if c.Err != nil {
-		w.key(fcrErr)
+		w.key(fclErr)
 		w.b = appendErr(w.b, c.Err)
 	}
 	return w.end()
@@ -443,9 +446,9 @@ func (c *claimReply) read(r *fieldReader) {
 	*c = claimReply{}
 	r.fields("claimReply", func(f uint64) {
 		switch f {
-		case fcrJobs:
+		case fclJobs:
 			c.Jobs = readSlice(r, func(j **wireJob, r *fieldReader) { *j = readWireJob(r) })
-		case fcrErr:
+		case fclErr:
 			c.Err = readErr(r)
 		default:
 			r.skip()
@@ -458,7 +461,7 @@ func (c *claimReply) MarshalMsg(b []byte) ([]byte, error) { return c.appendMsg(b
 
 // UnmarshalMsg implements msgp.Unmarshaler.
 func (c *claimReply) UnmarshalMsg(b []byte) ([]byte, error) {
-	r := fieldReader{b: b}
+	r := fieldReader{b: b, own: true}
 	c.read(&r)
 	return r.b, r.err
 }
@@ -518,7 +521,6 @@ const (
 	fcTxns
 	fcDispatch
 	fcClaims
-	fcOwnPayloads
 )
 
 // MarshalMsg implements msgp.Marshaler (see cluster.Codec).
@@ -550,7 +552,6 @@ func (c *commitReq) MarshalMsg(b []byte) ([]byte, error) {
 			w.b = c.Claims[i].appendMsg(w.b)
 		}
 	}
-	w.bool(fcOwnPayloads, c.OwnPayloads)
 	return w.end(), nil
 }
 
@@ -570,8 +571,6 @@ func (c *commitReq) UnmarshalMsg(b []byte) ([]byte, error) {
 			c.Dispatch = r.bool()
 		case fcClaims:
 			c.Claims = readSlice(&r, (*claimWant).read)
-		case fcOwnPayloads:
-			c.OwnPayloads = r.bool()
 		default:
 			r.skip()
 		}
@@ -606,7 +605,7 @@ func (c *commitReply) MarshalMsg(b []byte) ([]byte, error) {
 // UnmarshalMsg implements msgp.Unmarshaler.
 func (c *commitReply) UnmarshalMsg(b []byte) ([]byte, error) {
 	*c = commitReply{}
-	r := fieldReader{b: b}
+	r := fieldReader{b: b, own: true}
 	r.fields("commitReply", func(f uint64) {
 		switch f {
 		case fcrResults:
@@ -719,6 +718,11 @@ func (w *fieldWriter) history(num uint8, h []Attempt) {
 type fieldReader struct {
 	b   []byte // what is left to read
 	err error
+	// own: byte fields are copies, not slices of the message. A member
+	// hands a reply's payloads to its workers, and a slice of one would
+	// keep the whole reply (up to 128 MiB of payloads) while any of them
+	// runs; the writer's engine copies what it keeps of a request.
+	own bool
 }
 
 // fields reads a map of field numbers, calling field for each, which must
@@ -815,6 +819,9 @@ func (r *fieldReader) bytes() []byte {
 		return nil
 	}
 	v := read(r, msgp.ReadBytesZC)
+	if r.own {
+		return bytes.Clone(v)
+	}
 	return v[:len(v):len(v)]
 }
 

@@ -219,7 +219,7 @@ func TestClusterWireRejectsCorrupt(t *testing.T) {
 	// out of step).
 	job := fieldMap(t, nil, uint64(fjHistory), []any{int64(1), "e", int64(2)}, uint64(fjToken), uint64(99))
 	// A claim reply of one job: the array's header, then the job.
-	claims := append(msgp.AppendUint(msgp.AppendMapHeader(nil, 1), fcrJobs), msgp.AppendArrayHeader(nil, 1)...)
+	claims := append(msgp.AppendUint(msgp.AppendMapHeader(nil, 1), fclJobs), msgp.AppendArrayHeader(nil, 1)...)
 	if err := cluster.Decode(claims, new(claimReply)); err == nil {
 		t.Error("an array without its value decoded")
 	}
@@ -228,8 +228,8 @@ func TestClusterWireRejectsCorrupt(t *testing.T) {
 	}
 }
 
-// TestClusterWireBytesAreCapped: a decoded byte field shares the message,
-// and appending to it does not write over the next field.
+// TestClusterWireBytesAreCapped: a byte field the writer decodes shares
+// the message, and appending to it does not write over the next field.
 func TestClusterWireBytesAreCapped(t *testing.T) {
 	req := &commitReq{Txns: [][]txnOp{{{Kind: opPut, Key: []byte("k"), Value: []byte("value"), Expect: []byte("old")}}}}
 	got := wireRoundTrip(t, req)
@@ -322,4 +322,35 @@ func FuzzClusterWire(f *testing.F) {
 		check(new(commitReply), new(commitReply))
 		check(new(claimReply), new(claimReply))
 	})
+}
+
+// TestClusterWireRepliesOwnTheirBytes: the byte fields of a reply a member
+// decodes are copies, so a payload does not keep the whole reply alive
+// while its job runs (nor change with the buffer).
+func TestClusterWireRepliesOwnTheirBytes(t *testing.T) {
+	job := &wireJob{Job: &Job{ID: "j", Payload: []byte("payload")}, Prefetched: []byte("record")}
+	for _, v := range []any{&claimReply{Jobs: []*wireJob{job}}, &commitReply{Claims: []claimReply{{Jobs: []*wireJob{job}}}}} {
+		data, err := cluster.Encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *wireJob
+		switch v.(type) {
+		case *claimReply:
+			var c claimReply
+			err = cluster.Decode(data, &c)
+			got = c.Jobs[0]
+		case *commitReply:
+			var c commitReply
+			err = cluster.Decode(data, &c)
+			got = c.Claims[0].Jobs[0]
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(data)
+		if string(got.Job.Payload) != "payload" || string(got.Prefetched) != "record" {
+			t.Fatalf("%T: after the message was cleared: payload %q, prefetched %q", v, got.Job.Payload, got.Prefetched)
+		}
+	}
 }

@@ -116,9 +116,9 @@ func (l *local) methods() map[string]cluster.Handler {
 				w := wireTxnResult{Cancelled: res.Cancelled, Err: toWireErr(errs[i])}
 				for _, e := range res.Enqueued {
 					claimed := e.Claimed
-					if claimed != nil && req.OwnPayloads {
+					if claimed != nil {
 						j := *claimed
-						j.Payload = nil
+						j.Payload = nil // the member has it (see wireEnqueued)
 						claimed = &j
 					}
 					w.Enqueued = append(w.Enqueued, wireEnqueued{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: toWireJob(claimed)})

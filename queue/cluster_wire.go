@@ -107,10 +107,6 @@ type commitReq struct {
 	// for a job. A writer that does not know the field ignores
 	// it, and its reply has no Claims.
 	Claims []claimWant `msgpack:",omitempty"`
-	// OwnPayloads says that the member fills in the payload of a job
-	// claimed at its enqueue from its own operation: the writer leaves it
-	// out of the reply, which would otherwise carry each payload back.
-	OwnPayloads bool
 }
 
 // claimWant is a claim riding a commit call: up to N jobs of Queue.
@@ -127,7 +123,9 @@ type claimWant struct {
 type wireEnqueued struct {
 	JobID     string
 	Duplicate bool
-	Claimed   *wireJob
+	// Claimed is the job if it was claimed at its enqueue, without its
+	// payload: the member has it (the enqueue's), and fills it in.
+	Claimed *wireJob
 }
 
 type wireTxnResult struct {

@@ -281,6 +281,18 @@ func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult,
 	return res, nil
 }
 
+// countEnqueues returns the number of enqueues in ops: a transaction that
+// commits has one result for each (TxnResult.Enqueued).
+func countEnqueues(ops []txnOp) int {
+	n := 0
+	for i := range ops {
+		if ops[i].Kind == opEnqueue {
+			n++
+		}
+	}
+	return n
+}
+
 // dispatchOnly returns ops with Dispatch set on the enqueues that have a
 // slot in slotFor only: the writer claims the job of each of those for
 // this member, and never one the member has no slot for.
@@ -383,6 +395,11 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 	if p.err != nil {
 		return TxnResult{}, claimReply{}, p.err
 	}
+	if n := countEnqueues(ops); p.res.Err == nil && len(p.res.Enqueued) != n {
+		// Not this package's writer: its answer cannot be matched to the
+		// enqueues (and their slots).
+		return TxnResult{}, claimReply{}, &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d enqueues", len(p.res.Enqueued), n)}
+	}
 	res := TxnResult{Cancelled: p.res.Cancelled}
 	next := 0 // index in ops of the next enqueue: one result each, in order
 	for _, e := range p.res.Enqueued {
@@ -391,8 +408,8 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 		}
 		er := EnqueueResult{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: e.Claimed.job()}
 		if er.Claimed != nil && next < len(ops) {
-			// The writer left the payload out (commitReq.OwnPayloads):
-			// it is the enqueue's, as in a local commit.
+			// The writer left the payload out (see wireEnqueued): it
+			// is the enqueue's, as in a local commit.
 			er.Claimed.Payload = ops[next].Value
 		}
 		next++
@@ -471,7 +488,7 @@ func sameOpts(a, b wireOpts) bool {
 
 // flush sends one commit call for b.
 func (r *remote) flush(b commitBatch) {
-	req := commitReq{Member: r.member, Txns: make([][]txnOp, len(b.txns)), Dispatch: true, OwnPayloads: true}
+	req := commitReq{Member: r.member, Txns: make([][]txnOp, len(b.txns)), Dispatch: true}
 	for i, p := range b.txns {
 		req.Txns[i] = p.ops
 	}

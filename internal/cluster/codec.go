@@ -35,7 +35,8 @@ type pooledBuffer struct {
 	enc *msgpack.Encoder
 }
 
-// maxPooled bounds the buffer a pooled encoder keeps.
+// maxPooled bounds the buffers kept for reuse: an encoding larger than
+// that is returned as it is, not copied.
 const maxPooled = 1 << 20
 
 // Encode returns v's encoding.
@@ -54,12 +55,13 @@ func Encode(v any) ([]byte, error) {
 		err = p.enc.Encode(v)
 		out = p.buf.Bytes()
 	}
+	if cap(p.b) > maxPooled || p.buf.Cap() > maxPooled {
+		return out, err // p is not reused: out is the caller's
+	}
 	if err == nil {
 		out = bytes.Clone(out)
 	}
-	if cap(p.b) <= maxPooled && p.buf.Cap() <= maxPooled {
-		buffers.Put(p)
-	}
+	buffers.Put(p)
 	return out, err
 }
 
