@@ -147,6 +147,21 @@ func TestRefusedCallsChangeNothing(t *testing.T) {
 	}
 }
 
+// A member of the epoch before (its writer's address reused by this one)
+// carries that epoch's secret: it is told its epoch is stale, and the log
+// says so, not that a wrong secret was tried.
+func TestOldEpochCallIsStale(t *testing.T) {
+	s, calls, logs := serve(t, Config{Epoch: 8, Secret: []byte("s3cret")})
+	var reply echoReply
+	err := dial(t, s.Addr(), Config{Epoch: 7, Secret: []byte("the old secret")}).Call(ctxT(t), "Echo", &echoReq{Text: "x", Count: 1}, &reply)
+	if !errors.Is(err, ErrStaleEpoch) || calls.Load() != 0 {
+		t.Fatalf("a call of epoch 7 with its own secret: %v (%d calls handled), want ErrStaleEpoch", err, calls.Load())
+	}
+	if l := logs.String(); !strings.Contains(l, "stale epoch 7") || strings.Contains(l, "wrong secret") {
+		t.Fatalf("refusal logged as %q", l)
+	}
+}
+
 // A reply from a writer of another epoch is discarded: a deposed writer
 // listening at the address a member dials (it restarted, or the address
 // was reused) does not answer for the new one. Here the server is of epoch

@@ -22,8 +22,9 @@
 //   - a call without them, or with a wrong secret, is refused with
 //     codes.Unauthenticated (ErrUnauthenticated at the caller);
 //   - a call for another epoch is refused with codes.FailedPrecondition
-//     (ErrStaleEpoch): the member read an older or newer owner object than
-//     the writer it reached, and must read the owner object again;
+//     (ErrStaleEpoch), whatever secret it carries (each epoch has its
+//     own): the member read an older or newer owner object than the
+//     writer it reached, and must read the owner object again;
 //
 // before any handler runs, so a refused call changes nothing. Refusals are
 // logged at WARN, at most one line per second with a count of the rest.

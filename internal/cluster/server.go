@@ -178,10 +178,14 @@ func (s *Server) authenticate(md metadata.MD, method string) error {
 	switch {
 	case len(secret) != 1 || len(epoch) != 1:
 		why, err = "no credentials", status.Error(codes.Unauthenticated, "stepwell-secret and stepwell-epoch metadata required")
+	case epoch[0] != s.epoch:
+		// Each epoch has its own secret: a member of another epoch (the
+		// writer before, at an address this one reused) carries that
+		// epoch's, and is told to look again, not logged as a wrong
+		// secret. It learns nothing it could not read in the store.
+		why, err = "stale epoch "+epoch[0], status.Error(codes.FailedPrecondition, ErrStaleEpoch.Error())
 	case subtle.ConstantTimeCompare([]byte(secret[0]), s.secret) != 1:
 		why, err = "wrong secret", status.Error(codes.Unauthenticated, "wrong secret")
-	case epoch[0] != s.epoch:
-		why, err = "stale epoch "+epoch[0], status.Error(codes.FailedPrecondition, ErrStaleEpoch.Error())
 	default:
 		return nil
 	}
