@@ -30,9 +30,10 @@ type ClusterConfig struct {
 	// binds it only while it tries to become the writer, when the store
 	// may be free.
 	Listen string
-	// Advertise is the address members dial, written into the store; it
-	// defaults to Listen's address as bound, with the host name in place
-	// of an unspecified host (":7420" -> "HOSTNAME:7420").
+	// Advertise is the address members dial, written into the store: a
+	// host and a port (build it with net.JoinHostPort). It defaults to
+	// Listen's address as bound, with the host name in place of an
+	// unspecified host (":7420" -> "HOSTNAME:7420").
 	Advertise string
 	// TLS, if set, secures the cluster's calls: this process serves with
 	// it as the writer (Certificates; ClientAuth and ClientCAs for mutual
@@ -83,6 +84,13 @@ func WithCluster(c ClusterConfig) Option {
 		}
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 			return invalid("cluster: Listen %q: %v", c.Listen, err)
+		}
+		if c.Advertise != "" {
+			// Dialled by the other processes: a host is needed (an
+			// address built from an unset variable has none).
+			if host, port, err := net.SplitHostPort(c.Advertise); err != nil || host == "" || port == "" {
+				return invalid("cluster: Advertise %q: want a host and a port members can dial", c.Advertise)
+			}
 		}
 		if c.DialTimeout < 0 {
 			return invalid("cluster: DialTimeout must not be negative")

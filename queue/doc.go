@@ -212,8 +212,8 @@
 // Enabling it:
 //
 //	q, err := queue.Open(ctx, url, queue.WithCluster(queue.ClusterConfig{
-//		Listen:    ":7420",                       // served while this process is the writer
-//		Advertise: os.Getenv("POD_IP") + ":7420", // what members dial
+//		Listen:    ":7420", // served while this process is the writer
+//		Advertise: net.JoinHostPort(os.Getenv("POD_IP"), "7420"), // what members dial
 //	}))
 //
 // Listen is required: the address a process serves members on while it is
@@ -221,7 +221,9 @@
 // members read the port from the store). Advertise is the address members
 // dial, written into the store; it defaults to the address bound, with the
 // host name in place of an unspecified host (":7420" advertises
-// "HOSTNAME:7420"): set it where host names do not resolve. DialTimeout
+// "HOSTNAME:7420"): set it where host names do not resolve. A set
+// Advertise must name a host and a port (":7420", from an unset POD_IP
+// above, is ErrInvalidOption). DialTimeout
 // (default 2s) bounds how long a member waits for the writer named in the
 // store to answer before it looks again. TLS is described below. A mem://
 // store cannot be shared and refuses WithCluster. WithTakeover has no

@@ -272,6 +272,11 @@ func TestOpenErrors(t *testing.T) {
 		"maxvalue":                WithMaxValueSize(0),
 		"snapshot":                WithSnapshotThreshold(0, 1),
 		"retry":                   WithWriteRetry(0),
+		"cluster without Listen":  WithCluster(ClusterConfig{}),
+		"cluster Listen":          WithCluster(ClusterConfig{Listen: "7420"}),
+		"cluster Advertise host":  WithCluster(ClusterConfig{Listen: ":7420", Advertise: ":7420"}), // an unset POD_IP
+		"cluster Advertise port":  WithCluster(ClusterConfig{Listen: ":7420", Advertise: "10.0.0.5"}),
+		"cluster DialTimeout":     WithCluster(ClusterConfig{Listen: ":7420", DialTimeout: -1}),
 	} {
 		if _, err := Open(ctx, memURL(t), opt); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("%s: Open = %v, want ErrInvalidOption", name, err)
