@@ -293,6 +293,7 @@ func (c *clustered) becomeMember(ctx context.Context, own *format.Owner) error {
 		return fmt.Errorf("%w: %s: %v", errNoWriter, own.Addr, err)
 	}
 	c.switchTo(r, r, nil, own.Epoch)
+	c.log.Info("stepwell: cluster: this process is a member", "writer", own.Addr, "epoch", own.Epoch)
 	return nil
 }
 

@@ -283,7 +283,11 @@
 // # Caveats
 //
 // One process is the writer of a store; Runtimes in that process share it.
+// Runtimes in other processes are refused (queue.ErrStoreLocked) unless
+// every process opens the store in cluster mode (queue.WithCluster), where
+// they are members that forward to the writer, with the same guarantees.
 // A step that runs longer than the queue lease keeps its lease: Run renews
-// it (until its step timeout, if it has one). Step payloads and results up to the queue's value limit (64 MiB by
-// default) are supported; large ones are stored as their own objects.
+// it (until its step timeout, if it has one). Step payloads and results up
+// to the queue's value limit (64 MiB by default) are supported; large ones
+// are stored as their own objects.
 package runtime
