@@ -3,10 +3,12 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -141,7 +143,10 @@ func TestCancelRunningStep(t *testing.T) {
 			q := openQueue(t, memURL())
 			br := newBlockingRunner(tc.ret)
 			hook := &hookRecorder{}
-			rt := newRuntime(t, q, br, hook)
+			logs := &testenv.Buffer{}
+			var reported atomic.Int32
+			rt := newRuntime(t, q, br, hook, runtime.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
+				runtime.WithErrorHandler(func(context.Context, *runtime.StepError) { reported.Add(1) }))
 			mustSubmit(t, rt, runtime.RunSpec{RunID: "running", MaxAttemptsPerStep: 3})
 			startRun(t, rt)
 			recv(t, br.started, "the step to start")
@@ -179,6 +184,18 @@ func TestCancelRunningStep(t *testing.T) {
 			quiet(t, 100*time.Millisecond, "the step ran again or the hook fired twice", func() bool {
 				return br.calls.Load() == 1 && len(hook.outcomes("running")) == 1
 			})
+			// Whatever the step returned, the cancel ended the run: the
+			// attempt did not fail, and is neither reported nor logged as
+			// a failure (a retry that never comes).
+			if n := reported.Load(); n != 0 {
+				t.Errorf("the error handler heard of %d failed attempts", n)
+			}
+			if l := linesWith(logs.String(), "step failed"); len(l) != 0 {
+				t.Errorf("logged as a failure: %q", l)
+			}
+			if l := linesWith(logs.String(), "level=WARN", "panicked after its run was cancelled", "stack="); len(l) != btoi(tc.name == "panics") {
+				t.Errorf("the panic after the cancel logged %d times with its stack: %q", len(l), logs.String())
+			}
 		})
 	}
 }
@@ -539,4 +556,11 @@ func TestNewDoesNoIO(t *testing.T) {
 	if _, err := runtime.New(closed, succeedRunner(nil), hook); err != nil {
 		t.Fatalf("New on a closed queue: %v", err)
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

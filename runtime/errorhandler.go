@@ -37,7 +37,9 @@ func (e *StepError) Unwrap() error { return e.Err }
 
 // ErrorHandler is told of every failed step attempt once its settlement
 // (retry or failure) has committed, to report step errors and panics to a
-// service's own error tracking. It runs on the worker that ran the step,
+// service's own error tracking. An attempt whose run was cancelled while
+// it ran did not fail, whatever it returned: the cancel ends the run, and
+// the attempt is not reported (a panic is logged). It runs on the worker that ran the step,
 // before the worker takes its next job: keep it quick, and do not block.
 // A panic in it is recovered and logged.
 type ErrorHandler func(ctx context.Context, e *StepError)
@@ -87,6 +89,15 @@ func (rt *Runtime) reportStepError(ctx context.Context, e *StepError) {
 		}
 	}()
 	rt.opts.errorHandler(ctx, e)
+}
+
+// logCancelledPanic logs the panic of an attempt whose run was cancelled
+// while it ran (not reported: see ErrorHandler), with its stack.
+func (rt *Runtime) logCancelledPanic(e *StepError) {
+	if e.Panic != nil {
+		rt.opts.logger.Warn("stepwell: step panicked after its run was cancelled", "run_id", e.RunID, "step", e.Step,
+			"attempt", e.Attempt, "job_id", e.JobID, "err", e.Err, "stack", string(e.Stack))
+	}
 }
 
 // stepError returns the StepError of an attempt of job's step that ended

@@ -299,8 +299,16 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			return nil
 		}
 		if err == nil {
-			rt.tel.endStep(spanCtx, span, stepOutcome(rec.Cancel, job, outcome, stepErr), stepErr, began)
-			if stepErr != nil {
+			outc := stepOutcome(rec.Cancel, job, outcome, stepErr)
+			rt.tel.endStep(spanCtx, span, outc, stepErr, began)
+			switch {
+			case stepErr == nil:
+			case outc == outcomeCancelled:
+				// The run's cancel ended it, not the error (most often
+				// the step's answer to its cancelled context): no retry,
+				// no failure to report.
+				rt.logCancelledPanic(stepError(step, stepErr))
+			default:
 				rt.reportStepError(settleCtx, stepError(step, stepErr))
 			}
 			rt.chain(claimCtx, res, carry)
