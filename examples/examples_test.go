@@ -64,6 +64,14 @@ var checks = map[string]func(t *testing.T, bin string){
 		wantContains(t, out, `import _ "github.com/stepwell/stepwell/queue/s3"`)
 	},
 	"crash_resume": testCrashResume,
+	"cluster": func(t *testing.T, bin string) {
+		out := mustRun(t, bin, t.TempDir())
+		wantContains(t, out, "w1: writer", "w2: member", "w3: member", "killing w1, the writer", "a member took over",
+			"12 of 12 runs succeeded")
+		if !regexp.MustCompile(`(?m)^w[23]: now the writer$`).MatchString(out) {
+			t.Errorf("no member took over\n%s", out)
+		}
+	},
 	"webhook": func(t *testing.T, bin string) {
 		out := mustRun(t, bin, t.TempDir())
 		verified := regexp.MustCompile(`(?m)^receiver: verified .* run (\S+) (\w+) after`).FindAllStringSubmatch(out, -1)
