@@ -327,6 +327,7 @@ func (c *clustered) switchTo(be backend, r *remote, srv *cluster.Server, epoch u
 		oldSrv.Stop()
 	}
 	if oldRem != nil {
+		oldRem.replaced.Store(true)
 		go func() { _ = oldRem.close(context.Background()) }()
 	} else if l, ok := old.(*local); ok {
 		go func() { _ = l.close(context.Background()) }()

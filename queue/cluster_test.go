@@ -1470,3 +1470,57 @@ func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
 		t.Fatalf("commit: %v", err)
 	}
 }
+
+// TestClusterReplacedRemoteHandsCallsOn: a commit call on its way when the
+// member finds another writer (its remote replaced and closed) fails as a
+// writer gone with an unknown outcome, which the member retries with the
+// next writer if the transaction is safe to retry; a close of the member
+// itself fails it as closed. A member's Runtime.Run once returned
+// "outcome unknown: store is closed" at a failover, and its process
+// stopped.
+func TestClusterReplacedRemoteHandsCallsOn(t *testing.T) {
+	for _, replaced := range []bool{true, false} {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := cluster.Config{Epoch: 7, Secret: []byte("secret")}
+		entered := make(chan struct{}, 1)
+		srv := cluster.NewServer(lis, cfg, map[string]cluster.Handler{
+			rpcCommit: func(ctx context.Context, dec func(any) error) (any, error) {
+				var req commitReq
+				if err := dec(&req); err != nil {
+					return nil, err
+				}
+				entered <- struct{}{}
+				<-ctx.Done() // the member gives up on it first
+				return nil, ctx.Err()
+			},
+		})
+		go func() { _ = srv.Serve() }()
+		c, err := cluster.Dial(srv.Addr(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := defaultOptions()
+		r := newRemote(c, cfg.Epoch, "a-member", o)
+		r.start()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := r.commit(t0ctx, new(Txn).Put([]byte("k"), []byte("v")).ops, o)
+			errc <- err
+		}()
+		<-entered
+		r.replaced.Store(replaced)
+		_ = r.close(context.Background())
+		err = <-errc
+		var lost *outcomeLostError
+		switch {
+		case replaced && (!errors.Is(err, errWriterGone) || !errors.As(err, &lost)):
+			t.Errorf("replaced: %v, want a writer gone with an unknown outcome", err)
+		case !replaced && (!errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, ErrClosed) || errors.Is(err, errWriterGone)):
+			t.Errorf("closed: %v, want an unknown outcome of a closed store", err)
+		}
+		srv.Stop()
+	}
+}

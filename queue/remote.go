@@ -51,6 +51,11 @@ type remote struct {
 	batches chan commitBatch
 	flushed bool
 
+	// replaced is set when the member found another writer and closes
+	// this remote (see switchTo): its calls cut short go to the next one,
+	// where a close of the Queue fails them.
+	replaced atomic.Bool
+
 	hlth   atomic.Pointer[Health] // the writer's, as last reported
 	gone   chan struct{}          // closed when the writer said it is closing, or failed a call
 	goneMu sync.Once
@@ -201,6 +206,11 @@ func (r *remote) call(ctx context.Context, method string, req, reply any) error 
 	switch {
 	case err == nil:
 		return nil
+	case r.replaced.Load() && r.ctx.Err() != nil:
+		// This member found another writer and closed this remote with
+		// the call on its way (see switchTo): it may have been done, and
+		// the next writer takes what is safe to retry.
+		return &outcomeLostError{err: errors.New("the member found another writer while the call was on its way")}
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case errors.Is(err, cluster.ErrStaleEpoch), errors.Is(err, cluster.ErrUnauthenticated):
@@ -510,7 +520,17 @@ func (r *remote) flush(b commitBatch) {
 		req.Opts = b.claims[0].opts
 	}
 	var reply commitReply
-	err := r.call(r.ctx, rpcCommit, &req, &reply)
+	var err error
+	switch {
+	case r.ctx.Err() == nil:
+		err = r.call(r.ctx, rpcCommit, &req, &reply)
+	case r.replaced.Load():
+		// Closed before the call went: nothing was sent, and the next
+		// writer takes it (see clustered.do).
+		err = fmt.Errorf("%w: the member follows another writer", errWriterGone)
+	default:
+		err = ErrClosed // nothing was sent
+	}
 	if err == nil && len(reply.Results) != len(b.txns) {
 		err = &outcomeLostError{err: fmt.Errorf("the writer answered %d of %d transactions", len(reply.Results), len(b.txns))}
 	}
