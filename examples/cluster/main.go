@@ -8,13 +8,14 @@
 // as replicas would be) on a file:// store in a temporary directory. Each
 // opens the store with queue.WithCluster: the first becomes the writer,
 // the others members that forward to it. Each submits runs of three steps
-// and runs steps (its own and the others'). Once all runs are submitted,
-// the writer is killed with SIGKILL: a member takes over as soon as the
-// store's lock is free, the steps the members were running settle with the
-// new writer, and the steps the dead writer was running run again when
-// their lease (2 s here) runs out. The program then closes the workers by
-// closing their stdin, which they take as the signal to stop, and reads
-// each run's status from a process of its own that joins as a member.
+// and runs steps (its own and the others'). Once all runs are submitted
+// and under way, the writer is killed with SIGKILL: a member takes over as
+// soon as the store's lock is free, the steps the members were running
+// settle with the new writer, and the steps the dead writer was running
+// run again when their lease (2 s here) runs out. The program reads each
+// run's status from a process of its own that joins as a member, then
+// stops the workers by closing their stdin, which they take as the signal
+// to stop (the writer among them hands the store over as it closes).
 package main
 
 import (
@@ -88,7 +89,7 @@ func runWorker(name, store string) error {
 
 	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		select { // the step's work
-		case <-time.After(150 * time.Millisecond):
+		case <-time.After(300 * time.Millisecond):
 		case <-ctx.Done():
 			return steprunner.Outcome{}, context.Cause(ctx)
 		}
@@ -144,7 +145,7 @@ func demo(store string) error {
 	var mu sync.Mutex
 	var lines []string
 	wait := func(what string, ok func(line string) bool) error {
-		deadline := time.Now().Add(time.Minute)
+		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) {
 			mu.Lock()
 			for _, l := range lines {
@@ -200,8 +201,10 @@ func demo(store string) error {
 		}
 	}
 
-	// Kill the writer while steps run in every process.
-	if err := wait("a step in a member", func(l string) bool { return strings.HasPrefix(l, "w2: ran step") }); err != nil {
+	// Kill the writer while the runs are under way (whichever process
+	// runs their steps: the writer's own Work loop is the quickest to
+	// claim them).
+	if err := wait("the runs' first steps", func(l string) bool { return strings.Contains(l, ": ran step 0 of") }); err != nil {
 		return err
 	}
 	fmt.Println("killing w1, the writer")
