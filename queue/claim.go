@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/cluster"
-
 	"github.com/stepwell/stepwell/internal/engine"
 )
 

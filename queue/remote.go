@@ -100,8 +100,10 @@ type pendingClaim struct {
 	err   error
 }
 
-// commitBatch is what one commit call carries.
+// commitBatch is what one commit call carries: transactions and claims
+// that share one set of queue settings.
 type commitBatch struct {
+	opts   wireOpts
 	txns   []*pendingCommit
 	claims []*pendingClaim
 }
@@ -383,13 +385,7 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		r.bmu.Lock()
-		sent := p.sent
-		if !sent {
-			r.pending = slices.DeleteFunc(r.pending, func(q *pendingCommit) bool { return q == p })
-		}
-		r.bmu.Unlock()
-		if !sent {
+		if !withdraw(r, &r.pending, p, &p.sent) {
 			return TxnResult{}, claimReply{}, ctx.Err()
 		}
 		if p.refill != nil {
@@ -443,6 +439,19 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 	return res, p.refilled, err
 }
 
+// withdraw takes item, whose caller gave up on it, out of waiting (a list
+// guarded by r.bmu) unless a commit call took it already (*sent, guarded
+// by r.bmu too), and reports whether one did: its outcome is then the
+// call's.
+func withdraw[T comparable](r *remote, waiting *[]T, item T, sent *bool) bool {
+	r.bmu.Lock()
+	defer r.bmu.Unlock()
+	if !*sent {
+		*waiting = slices.DeleteFunc(*waiting, func(q T) bool { return q == item })
+	}
+	return *sent
+}
+
 // kickLocked starts a commit call if one may start and transactions or
 // claims wait (see maxCommitsInFlight).
 //
@@ -454,17 +463,16 @@ func (r *remote) kickLocked() {
 	}
 	// One call carries one set of queue settings: take the waiting
 	// transactions and claims that share the first one's.
-	var first wireOpts
-	if len(r.pending) > 0 {
-		first = r.pending[0].opts
-	} else {
-		first = r.riders[0].opts
-	}
 	var b commitBatch
+	if len(r.pending) > 0 {
+		b.opts = r.pending[0].opts
+	} else {
+		b.opts = r.riders[0].opts
+	}
 	rest := r.pending[:0]
 	size := 0
 	for _, p := range r.pending {
-		if len(b.txns) == 0 || len(b.txns) < maxCommitBatch && size+p.size <= maxCommitBytes && sameOpts(p.opts, first) {
+		if len(b.txns) == 0 || len(b.txns) < maxCommitBatch && size+p.size <= maxCommitBytes && sameOpts(p.opts, b.opts) {
 			p.sent = true
 			size += p.size
 			b.txns = append(b.txns, p)
@@ -475,7 +483,7 @@ func (r *remote) kickLocked() {
 	r.pending = rest
 	riders := r.riders[:0]
 	for _, c := range r.riders {
-		if sameOpts(c.opts, first) {
+		if sameOpts(c.opts, b.opts) {
 			c.sent = true
 			b.claims = append(b.claims, c)
 		} else {
@@ -498,7 +506,7 @@ func sameOpts(a, b wireOpts) bool {
 
 // flush sends one commit call for b.
 func (r *remote) flush(b commitBatch) {
-	req := commitReq{Member: r.member, Txns: make([][]txnOp, len(b.txns)), Dispatch: true}
+	req := commitReq{Member: r.member, Opts: b.opts, Txns: make([][]txnOp, len(b.txns)), Dispatch: true}
 	for i, p := range b.txns {
 		req.Txns[i] = p.ops
 	}
@@ -513,11 +521,6 @@ func (r *remote) flush(b commitBatch) {
 			req.Claims = append(req.Claims, w)
 			refills[i] = len(req.Claims)
 		}
-	}
-	if len(b.txns) > 0 {
-		req.Opts = b.txns[0].opts
-	} else {
-		req.Opts = b.claims[0].opts
 	}
 	var reply commitReply
 	var err error
@@ -677,13 +680,7 @@ func (r *remote) claimRide(ctx context.Context, queue string, n int, o options, 
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		r.bmu.Lock()
-		sent := c.sent
-		if !sent {
-			r.riders = slices.DeleteFunc(r.riders, func(q *pendingClaim) bool { return q == c })
-		}
-		r.bmu.Unlock()
-		if !sent {
+		if !withdraw(r, &r.riders, c, &c.sent) {
 			return nil, true, ctx.Err()
 		}
 		// The call is on its way, bounded by its own context: the jobs it
