@@ -1437,24 +1437,17 @@ func TestClusterClaimedPayloadStaysWithMember(t *testing.T) {
 	}
 }
 
-// TestClusterMemberRefusesMismatchedReply: a reply whose enqueue results do
-// not match the transaction's enqueues (not this package's writer) is an
-// unknown outcome, not a panic or a payload given to the wrong job.
-func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
+// remoteOf returns a member's remote of a writer whose Commit method is
+// commit (its other methods are not served), started; the test's end
+// stops both.
+func remoteOf(t *testing.T, commit cluster.Handler) (*remote, options) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := cluster.Config{Epoch: 7, Secret: []byte("secret")}
-	srv := cluster.NewServer(lis, cfg, map[string]cluster.Handler{
-		rpcCommit: func(_ context.Context, dec func(any) error) (any, error) {
-			var req commitReq
-			if err := dec(&req); err != nil {
-				return nil, err
-			}
-			return &commitReply{Results: make([]wireTxnResult, len(req.Txns))}, nil // no enqueue results
-		},
-	})
+	srv := cluster.NewServer(lis, cfg, map[string]cluster.Handler{rpcCommit: commit})
 	go func() { _ = srv.Serve() }()
 	t.Cleanup(srv.Stop)
 	c, err := cluster.Dial(srv.Addr(), cfg)
@@ -1465,7 +1458,21 @@ func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
 	r := newRemote(c, cfg.Epoch, "a-member", o)
 	r.start()
 	t.Cleanup(func() { _ = r.close(context.Background()) })
-	_, err = r.commit(t0ctx, new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{Claim: true}).ops, o)
+	return r, o
+}
+
+// TestClusterMemberRefusesMismatchedReply: a reply whose enqueue results do
+// not match the transaction's enqueues (not this package's writer) is an
+// unknown outcome, not a panic or a payload given to the wrong job.
+func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
+	r, o := remoteOf(t, func(_ context.Context, dec func(any) error) (any, error) {
+		var req commitReq
+		if err := dec(&req); err != nil {
+			return nil, err
+		}
+		return &commitReply{Results: make([]wireTxnResult, len(req.Txns))}, nil // no enqueue results
+	})
+	_, err := r.commit(t0ctx, new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{Claim: true}).ops, o)
 	if !errors.Is(err, errWriterGone) || !strings.Contains(err.Error(), "0 of 1 enqueues") {
 		t.Fatalf("commit: %v", err)
 	}
@@ -1480,31 +1487,16 @@ func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
 // stopped.
 func TestClusterReplacedRemoteHandsCallsOn(t *testing.T) {
 	for _, replaced := range []bool{true, false} {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := cluster.Config{Epoch: 7, Secret: []byte("secret")}
 		entered := make(chan struct{}, 1)
-		srv := cluster.NewServer(lis, cfg, map[string]cluster.Handler{
-			rpcCommit: func(ctx context.Context, dec func(any) error) (any, error) {
-				var req commitReq
-				if err := dec(&req); err != nil {
-					return nil, err
-				}
-				entered <- struct{}{}
-				<-ctx.Done() // the member gives up on it first
-				return nil, ctx.Err()
-			},
+		r, o := remoteOf(t, func(ctx context.Context, dec func(any) error) (any, error) {
+			var req commitReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			entered <- struct{}{}
+			<-ctx.Done() // the member gives up on it first
+			return nil, ctx.Err()
 		})
-		go func() { _ = srv.Serve() }()
-		c, err := cluster.Dial(srv.Addr(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o := defaultOptions()
-		r := newRemote(c, cfg.Epoch, "a-member", o)
-		r.start()
 		errc := make(chan error, 1)
 		go func() {
 			_, err := r.commit(t0ctx, new(Txn).Put([]byte("k"), []byte("v")).ops, o)
@@ -1513,7 +1505,7 @@ func TestClusterReplacedRemoteHandsCallsOn(t *testing.T) {
 		<-entered
 		r.replaced.Store(replaced)
 		_ = r.close(context.Background())
-		err = <-errc
+		err := <-errc
 		var lost *outcomeLostError
 		switch {
 		case replaced && (!errors.Is(err, errWriterGone) || !errors.As(err, &lost)):
@@ -1521,6 +1513,5 @@ func TestClusterReplacedRemoteHandsCallsOn(t *testing.T) {
 		case !replaced && (!errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, ErrClosed) || errors.Is(err, errWriterGone)):
 			t.Errorf("closed: %v, want an unknown outcome of a closed store", err)
 		}
-		srv.Stop()
 	}
 }
