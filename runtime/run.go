@@ -332,7 +332,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			rt.logUnsettled(job, n, err)
 		}
 		if err == nil {
-			outc := stepOutcome(rec.Cancel, job, outcome, stepErr)
+			outc := stepOutcome(rec.Cancel && unsettleable == nil, job, outcome, stepErr)
 			rt.tel.endStep(spanCtx, span, outc, stepErr, began)
 			switch {
 			case stepErr == nil:

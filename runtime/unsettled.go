@@ -72,3 +72,11 @@ func (rt *Runtime) logUnsettled(job *queue.Job, n uint32, err error) {
 		"run_id", job.Headers[HeaderRunID], "step", n, "attempt", job.Attempt, "max_attempts", job.MaxAttempts,
 		"job_id", job.ID, "err", errtext.Bound(err.Error()))
 }
+
+// logNotificationLost logs a hook delivery whose claim was lost (its
+// lease ran out): its settlement is discarded, and the queue delivers the
+// notification again.
+func (rt *Runtime) logNotificationLost(job *queue.Job, err error) {
+	rt.opts.logger.Warn("stepwell: a terminal notification's claim was lost (its lease ran out): its delivery is not settled; the hook is called again",
+		"run_id", job.Headers[HeaderRunID], "attempt", job.Attempt, "job_id", job.ID, "err", errtext.Bound(err.Error()))
+}
