@@ -63,6 +63,20 @@
 // (see Cluster mode) the others forward their operations to it, so a
 // store's throughput is that of its one writer.
 //
+// # Limits
+//
+// A key is at most 1 KiB (MaxKeySize), a job's headers 64 KiB in all
+// (MaxHeaderBytes), a value or job payload 64 MiB (WithMaxValueSize), and
+// a transaction's inline bytes (values below the large-value threshold,
+// and keys) 32 MiB (MaxTxnInlineBytes); a transaction over a limit fails
+// with a *TooLargeError and changes nothing. A job's history keeps its
+// last 16 failed attempts (Job.History), each with its error text: the
+// cause of a Nack, the reason of a DeadLetter, or the queue's own ("lease
+// expired", "worker stopped without settling"). Each text is kept up to
+// 64 KiB, and a dead-letter notice's reason (HeaderDeadReason) up to
+// 1 KiB: a longer one is cut at a UTF-8 character boundary and ends with
+// "... (truncated, N bytes)", N its full size.
+//
 // # Why it is correct
 //
 // Claim 1: a transaction reported committed is never lost. It is reported

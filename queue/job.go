@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/internal/format"
 )
 
@@ -340,7 +341,7 @@ type Job struct {
 	// CancelRequested is set when Cancel was called while the job was
 	// claimed; the worker should stop and settle it.
 	CancelRequested bool
-	History         []Attempt // failed attempts, oldest first (bounded)
+	History         []Attempt // failed attempts, oldest first (bounded: the last 16, each Error at most 64 KiB)
 
 	token      uint64 // claim token; 0 when not claimed by this process
 	prefetched []byte // read with the claim (see handoff.Prefetch); nil: none
@@ -387,8 +388,11 @@ func (r *jobRec) toJob(id string, now time.Time) *Job {
 	return j
 }
 
+// addHistory records a failed attempt's error text in the history, which
+// keeps the last maxHistory. The text is bounded (errtext.Bound: 64 KiB,
+// longer ones cut, with their size noted).
 func (r *jobRec) addHistory(at time.Time, errText string) {
-	r.History = append(r.History, attemptRec{At: at.UnixNano(), Error: errText})
+	r.History = append(r.History, attemptRec{At: at.UnixNano(), Error: errtext.Bound(errText)})
 	if len(r.History) > maxHistory {
 		r.History = append(r.History[:0:0], r.History[len(r.History)-maxHistory:]...)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/errtext"
 )
 
 // Ack settles a claimed job as done. It fails with a *ClaimLostError,
@@ -154,9 +155,7 @@ const (
 //
 // REQUIRES: inside an engine transaction.
 func (l *local) deadNoticeTx(tx *engine.Tx, id string, rec *jobRec, reason string, now time.Time) {
-	if len(reason) > 1024 {
-		reason = reason[:1024]
-	}
+	reason = errtext.Truncate(reason, errtext.HeaderMax)
 	h := make(map[string]string, len(rec.Headers)+2)
 	maps.Copy(h, rec.Headers)
 	h[HeaderDeadJob], h[HeaderDeadReason] = id, reason

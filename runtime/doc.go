@@ -32,6 +32,11 @@
 //	error, last attempt             dead-letter; Failed; notification
 //	steprunner.Permanent(err)       dead-letter; Failed; notification
 //	(also inside RetryAfter)
+//	a settlement that cannot        dead-letter (the job keeps the payload);
+//	commit for good (a Succeed      Failed with a reason that wraps the
+//	result, a Continue payload      *queue.TooLargeError ("step n's
+//	over the queue's value limit)   settlement ... cannot commit: ...");
+//	                                logged at ERROR; notification
 //	no return by the step timeout,  as an error (ErrStepTimeout), settled
 //	or a return after it            at the deadline; a late return is
 //	                                discarded
@@ -185,6 +190,16 @@
 // by default): Status reports the outcome, Retry can restart it, and
 // re-submits stay no-ops. Afterwards the run ID may be reused.
 //
+// Error and reason texts are bounded in every record: a step's error (its
+// Error()) and a Fail or Cancel reason are kept up to 64 KiB each in the
+// step job's attempt history (queue.Job.History, Status's LastError), the
+// terminal record (Status's Error) and the notification (the hook's
+// Outcome.Error, a webhook's body). A longer text is cut at a UTF-8
+// character boundary and ends with "... (truncated, N bytes)", N its full
+// size. The ErrorHandler gets the error itself; logs carry the bounded
+// text. The reason of a step the queue dead-lettered ("step n died: ...",
+// from queue.HeaderDeadReason) is bounded to 1 KiB.
+//
 // # Operating
 //
 // New does no I/O: it checks its arguments and options and touches
@@ -210,6 +225,13 @@
 // max_attempts and job_id: at WARN when the step will be retried, at ERROR
 // when the run fails (a permanent error, or the last attempt); a panic is
 // logged with its stack. A failed hook delivery is logged the same way.
+// So is every settlement that does not commit: at ERROR with its reason
+// when it cannot (then the step runs again once its lease runs out, or,
+// for a settlement that can never commit, the run fails: see the table),
+// and at WARN when the queue refused it because the step's claim was lost
+// (its lease ran out: the queue runs the step again, or dead-letters it
+// on its last attempt); a claim lost while the step runs is logged at
+// WARN too. What the step returned is discarded either way.
 // WithErrorHandler hands each failed attempt (a StepError: the error, a
 // panic's value and stack, whether it ended the run) to a service's own
 // error tracking.
@@ -289,5 +311,6 @@
 // A step that runs longer than the queue lease keeps its lease: Run renews
 // it (until its step timeout, if it has one). Step payloads and results up
 // to the queue's value limit (64 MiB by default) are supported; large ones
-// are stored as their own objects.
+// are stored as their own objects. A result or payload over it fails the
+// run (see the table); error and reason texts are bounded (see Records).
 package runtime

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/steprunner"
 )
 
@@ -70,7 +71,7 @@ func (p *stepPanic) Error() string { return fmt.Sprintf("runtime: step panicked:
 // the run at ERROR; a panic carries its stack.
 func (rt *Runtime) reportStepError(ctx context.Context, e *StepError) {
 	attrs := []any{"run_id", e.RunID, "step", e.Step, "attempt", e.Attempt, "max_attempts", e.MaxAttempts,
-		"job_id", e.JobID, "err", e.Err}
+		"job_id", e.JobID, "err", errtext.Bound(e.Err.Error())}
 	if e.Panic != nil {
 		attrs = append(attrs, "stack", string(e.Stack))
 	}
@@ -96,7 +97,7 @@ func (rt *Runtime) reportStepError(ctx context.Context, e *StepError) {
 func (rt *Runtime) logCancelledPanic(e *StepError) {
 	if e.Panic != nil {
 		rt.opts.logger.Warn("stepwell: step panicked after its run was cancelled", "run_id", e.RunID, "step", e.Step,
-			"attempt", e.Attempt, "job_id", e.JobID, "err", e.Err, "stack", string(e.Stack))
+			"attempt", e.Attempt, "job_id", e.JobID, "err", errtext.Bound(e.Err.Error()), "stack", string(e.Stack))
 	}
 }
 
@@ -114,9 +115,10 @@ func stepError(s *steprunner.Step, err error) *StepError {
 
 // logHookError logs a failed delivery of a run's end to the terminal hook.
 func logHookError(log *slog.Logger, runID string, attempt uint32, final bool, err error) {
+	text := errtext.Bound(err.Error())
 	if final {
-		log.Error("stepwell: the terminal hook failed for good; the notification is dead-lettered", "run_id", runID, "attempt", attempt, "err", err)
+		log.Error("stepwell: the terminal hook failed for good; the notification is dead-lettered", "run_id", runID, "attempt", attempt, "err", text)
 		return
 	}
-	log.Warn("stepwell: the terminal hook failed; it will be retried", "run_id", runID, "attempt", attempt, "err", err)
+	log.Warn("stepwell: the terminal hook failed; it will be retried", "run_id", runID, "attempt", attempt, "err", text)
 }

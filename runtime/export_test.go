@@ -1,11 +1,26 @@
 package runtime
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/stepwell/stepwell/queue"
+)
 
 // WithClock sets the Runtime's clock (run records' times), for tests.
 func WithClock(now func() time.Time) Option {
 	return func(o *options) error {
 		o.now = now
+		return nil
+	}
+}
+
+// WithBeforeSettle sets a function called with each step job after its
+// step returned and before the Runtime settles it, for tests (say, to
+// lose the job's claim first, as a lease that runs out does).
+func WithBeforeSettle(f func(ctx context.Context, job *queue.Job)) Option {
+	return func(o *options) error {
+		o.beforeSettle = f
 		return nil
 	}
 }

@@ -119,8 +119,18 @@ func (n *notification) outcome() terminal.Outcome {
 // it: acknowledged on success, retried with backoff (or after the hook's
 // Retry-After) on error, dead-lettered when the error is permanent or the
 // attempts are used up.
-func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) error {
+//
+// A delivery whose claim was lost (its lease ran out) is logged, whether
+// the loss was seen before settling or the settlement was refused: the
+// hook is called again.
+func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) (err error) {
 	settle := context.WithoutCancel(ctx)
+	defer func() {
+		if queue.IsClaimLost(err) {
+			rt.logNotificationLost(job, err)
+			err = nil
+		}
+	}()
 	n, err := decodeNotification(job.Payload)
 	if err != nil {
 		return rt.q.DeadLetter(settle, job, fmt.Sprintf("undecodable notification: %v", err))
@@ -129,8 +139,8 @@ func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) error
 	hookCtx, span := rt.tel.startHook(ctx, job, &o)
 	err = callHook(hookCtx, rt.hook, o)
 	endSpan(span, err)
-	if errors.Is(context.Cause(ctx), queue.ErrClaimLost) {
-		return nil
+	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrClaimLost) {
+		return cause
 	}
 	switch {
 	case err == nil:

@@ -1,12 +1,15 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stepwell/stepwell/queue"
 )
 
 // Option configures New.
@@ -28,6 +31,9 @@ type options struct {
 	now               func() time.Time
 	tracerProvider    trace.TracerProvider
 	meterProvider     metric.MeterProvider
+	// beforeSettle, if set, is called with each step job after its step
+	// returned and before it is settled (tests: see export_test.go).
+	beforeSettle func(ctx context.Context, job *queue.Job)
 }
 
 func defaultOptions() options {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -173,7 +174,7 @@ func (rt *Runtime) runWithTimeout(ctx context.Context, s *steprunner.Step, d tim
 
 func lateText(out steprunner.Outcome, err error) string {
 	if err != nil {
-		return "error: " + strings.SplitN(err.Error(), "\n", 2)[0]
+		return errtext.Bound("error: " + strings.SplitN(err.Error(), "\n", 2)[0])
 	}
-	return out.String()
+	return errtext.Bound(out.String())
 }

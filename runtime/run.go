@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/internal/handoff"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
@@ -245,6 +246,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		case errors.Is(cause, queue.ErrClaimLost):
 			spanEnded = true
 			endSpan(span, cause) // another attempt owns the step now
+			rt.logClaimLost(job, n, cause, false)
 			return nil
 		case errors.Is(cause, queue.ErrDrainTimeout):
 			spanEnded = true
@@ -266,7 +268,17 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	// cancel that reached the step changed it for sure: read it again at
 	// once, or a step that returns its ctx's error would be retried (an
 	// attempt and a backoff spent) before the run ends cancelled.
+	//
+	// A settlement that cannot commit for good (a result, payload or
+	// record over the queue's limits: a *queue.TooLargeError) is replaced
+	// by one that can: the step is dead-lettered and the run fails with
+	// that reason (unsettleable). Any settlement that does not commit is
+	// logged: the step then runs again once its lease runs out.
+	if rt.opts.beforeSettle != nil {
+		rt.opts.beforeSettle(settleCtx, job)
+	}
 	reread := errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled)
+	var unsettleable error
 	for first := true; ; first = false {
 		if !first || reread {
 			rec, old, err = rt.loadRun(settleCtx, runID)
@@ -274,21 +286,38 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 				return rt.q.Ack(settleCtx, job)
 			}
 			if err != nil {
+				rt.logUnsettled(job, n, err)
 				return err
 			}
 		}
 		if err := rt.resolveNotify(settleCtx, rec); err != nil {
+			rt.logUnsettled(job, n, err)
 			return err
 		}
 		var mail *queue.KV
-		if stepErr == nil && !rec.Cancel && outcome.Kind() == steprunner.KindAwait {
+		if unsettleable == nil && stepErr == nil && !rec.Cancel && outcome.Kind() == steprunner.KindAwait {
 			if mail, err = rt.mailHead(settleCtx, rec, outcome.SignalName()); err != nil {
+				rt.logUnsettled(job, n, err)
 				return err
 			}
 		}
-		txn, carry := rt.settlement(rec, old, job, n, outcome, stepErr, mail)
+		var txn *queue.Txn
+		var carry []byte
+		if unsettleable != nil {
+			txn = rt.failSettlement(rec, old, job, n, unsettleable.Error())
+		} else {
+			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail)
+		}
 		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
+			continue
+		}
+		if errors.Is(err, queue.ErrTooLarge) && unsettleable == nil {
+			// It would fail the same way on every attempt: fail the run
+			// with the reason instead (reported below, once committed).
+			unsettleable = fmt.Errorf("runtime: step %d's settlement (%s) cannot commit: %w",
+				n, settledAs(rec.Cancel, outcome, stepErr), err)
+			stepErr = steprunner.Permanent(unsettleable)
 			continue
 		}
 		spanEnded = true
@@ -296,10 +325,14 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			endSpan(span, err)
 		}
 		if queue.IsClaimLost(err) {
+			rt.logClaimLost(job, n, err, true)
 			return nil
 		}
+		if err != nil {
+			rt.logUnsettled(job, n, err)
+		}
 		if err == nil {
-			outc := stepOutcome(rec.Cancel, job, outcome, stepErr)
+			outc := stepOutcome(rec.Cancel && unsettleable == nil, job, outcome, stepErr)
 			rt.tel.endStep(spanCtx, span, outc, stepErr, began)
 			switch {
 			case stepErr == nil:
@@ -347,10 +380,11 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 		rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: n, attempt: job.Attempt,
 			payload: job.Payload, queue: job.Queue, traceParent: tp})
 	case stepErr != nil && !steprunner.IsPermanent(stepErr) && job.Attempt < job.MaxAttempts:
-		txn.Nack(job, stepErr, retryDelay(rec, job, stepErr))
+		txn.Nack(job, boundedErr(stepErr), retryDelay(rec, job, stepErr))
 	case stepErr != nil:
-		txn.DeadLetter(job, stepErr.Error())
-		rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: stepErr.Error(), step: n,
+		reason := errtext.Bound(stepErr.Error())
+		txn.DeadLetter(job, reason)
+		rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: reason, step: n,
 			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue, traceParent: tp})
 	default:
 		switch out.Kind() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/internal/handoff"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
@@ -482,7 +483,12 @@ type ending struct {
 // state, the terminal record and (unless the run has no notify queue) the
 // notification; with e.handOff, a run without a notify queue has its
 // notification handed over (see resolveNotify).
+//
+// The reason is bounded (errtext.Bound) here, for every way a run ends:
+// it goes into the terminal record and the notification (the hook's
+// Outcome.Error).
 func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e ending) {
+	e.reason = errtext.Bound(e.reason)
 	ended := rt.opts.now().UnixNano()
 	next := *rec
 	next.State, next.Status, next.EndedAt, next.CurrentJob = kvrecord.StateTerminal, uint8(e.status), ended, ""
