@@ -255,9 +255,11 @@
 // job) claims the slot's next job in the same call; otherwise a claim waits
 // on the writer for a job (a long-poll of up to 10s) instead of polling.
 // One standing long-poll brings the cancels and losses of the member's
-// claims. EnqueueOptions.Dispatch works in a member too: the member takes
-// an idle slot of its own Work loop before it sends the commit, and the
-// writer claims the job for it in the transaction (no claim call). The
+// claims. The runtime's dispatched enqueues (a submitted run's first step
+// started in an idle slot of this process) work in a member too: the
+// member takes an idle slot of its own Work loop before it sends the
+// commit, and the writer claims the job for it in the transaction (no
+// claim call). The
 // runtime's steps bring their run record with them (the transaction that
 // started a step wrote it, or the writer reads it with the claim), so a
 // member's step costs one call, its settlement: about 0.12 calls per step

@@ -35,7 +35,7 @@ func mustEnqueue(t *testing.T, q *Queue, queue, payload string, o EnqueueOptions
 
 func mustClaim(t *testing.T, q *Queue, queue string) *Job {
 	t.Helper()
-	j, err := q.Claim(t0ctx, queue)
+	j, err := q.claimOne(t0ctx, queue)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -181,7 +181,7 @@ func TestLeaseExpiryAndPoisonJobs(t *testing.T) {
 	mustEnqueue(t, q, "q", "p", EnqueueOptions{})
 	j1 := mustClaim(t, q, "q")
 	clk.Advance(29 * time.Second)
-	if err := q.Renew(j1); err != nil {
+	if err := q.renew(j1); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(29 * time.Second)
@@ -194,7 +194,7 @@ func TestLeaseExpiryAndPoisonJobs(t *testing.T) {
 	if err := q.Ack(t0ctx, j1); !IsClaimLost(err) {
 		t.Fatalf("Ack after lease expiry = %v, want claim lost", err)
 	}
-	if err := q.Renew(j1); !IsClaimLost(err) {
+	if err := q.renew(j1); !IsClaimLost(err) {
 		t.Fatalf("Renew after lease expiry = %v", err)
 	}
 	clk.Advance(time.Second)
@@ -221,7 +221,7 @@ func TestCancelJob(t *testing.T) {
 	if j.ID != b.JobID {
 		t.Fatalf("claimed %s, want %s", j.ID, b.JobID)
 	}
-	ctx, stop := q.ClaimContext(t0ctx, j)
+	ctx, stop := q.claimContext(t0ctx, j)
 	defer stop()
 	if c, err := q.CancelJob(t0ctx, b.JobID); err != nil || c != CancelRequested {
 		t.Fatalf("cancel claimed = %v, %v", c, err)
@@ -313,7 +313,7 @@ func TestClaimWaitWakesOnEnqueue(t *testing.T) {
 	q := openT(t, memURL(t), WithPollInterval(time.Hour))
 	got := make(chan *Job)
 	go func() {
-		jobs, err := q.ClaimWait(t0ctx, "q", 1)
+		jobs, err := q.claimWait(t0ctx, "q", 1)
 		if err != nil {
 			t.Error(err)
 		}
@@ -331,7 +331,7 @@ func TestClaimWaitWakesOnEnqueue(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t0ctx)
 	cancel()
-	if _, err := q.ClaimWait(ctx, "q", 1); !errors.Is(err, context.Canceled) {
+	if _, err := q.claimWait(ctx, "q", 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ClaimWait with a done ctx = %v", err)
 	}
 }
@@ -442,7 +442,7 @@ func TestReadOnlyReader(t *testing.T) {
 	if s := r.StorageStats(); s.Puts != 0 || s.Deletes != 0 {
 		t.Fatalf("reader wrote to the bucket: %+v", s)
 	}
-	if _, err := r.Claim(t0ctx, "q"); !errors.Is(err, ErrReadOnly) {
+	if _, err := r.claimOne(t0ctx, "q"); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("reader Claim = %v, want ErrReadOnly", err)
 	}
 	// The writer is not fenced by the reader and keeps going; enough

@@ -62,7 +62,7 @@ func (rt *Runtime) Pause(ctx context.Context, runID string) error {
 			}
 			switch job.State {
 			case queue.JobPending, queue.JobScheduled:
-				txn.RequireJobState(job.ID, queue.JobPending, queue.JobScheduled).CancelJob(job.ID)
+				qx.RequireJobState(txn, job.ID, queue.JobPending, queue.JobScheduled).CancelJob(job.ID)
 				p := &kvrecord.Parked{RunID: runID, Step: rec.CurrentStep, Payload: job.Payload,
 					DueAt: job.RunAt.UnixNano()}
 				if sig := signalOf(job.Headers); sig != nil {
@@ -74,7 +74,7 @@ func (rt *Runtime) Pause(ctx context.Context, runID string) error {
 				next.CurrentJob, next.Parked = "", true
 				txn.Put(kvrecord.ParkedKey(runID), kvrecord.EncodeParked(p))
 			case queue.JobClaimed:
-				txn.RequireJobState(job.ID, queue.JobClaimed)
+				qx.RequireJobState(txn, job.ID, queue.JobClaimed)
 			}
 		}
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next))
@@ -176,7 +176,7 @@ func (rt *Runtime) parkClaimed(ctx context.Context, job *queue.Job, rec *kvrecor
 		}
 		if !rec.Paused || rec.Cancel {
 			// Resumed or cancelled meanwhile: give the job back to run.
-			err := rt.q.Release(ctx, job)
+			err := qx.Release(rt.q, ctx, job)
 			if queue.IsClaimLost(err) {
 				return nil
 			}

@@ -89,12 +89,12 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 		switch {
 		case job != nil && job.State == queue.JobDead:
 			next.CurrentJob = job.ID
-			txn.RequireJobState(job.ID, queue.JobDead).RequeueDead(job.ID)
+			qx.RequireJobState(txn, job.ID, queue.JobDead).RequeueDead(job.ID)
 			return nil
 		case job != nil && (job.State == queue.JobPending || job.State == queue.JobScheduled):
 			// Requeued by hand (queue.Queue.RequeueDead): adopt it.
 			next.CurrentJob = job.ID
-			txn.RequireJobState(job.ID, queue.JobPending, queue.JobScheduled)
+			qx.RequireJobState(txn, job.ID, queue.JobPending, queue.JobScheduled)
 			return nil
 		}
 	}
@@ -111,7 +111,7 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 	opts.DeadLetterQueue = stepQueue + ".dead"
 	// A dedup key of its own: the step's first job may still be around.
 	opts.DedupKey = fmt.Sprintf("%s:retry%d", opts.DedupKey, next.Retries)
-	opts.Dispatch = true
+	qx.SetDispatch(&opts, true)
 	txn.Enqueue(stepQueue, t.Payload, opts)
 	return nil
 }

@@ -211,7 +211,7 @@ func TestRetryFailAndCancel(t *testing.T) {
 	if err != nil || st.State != runtime.StatePending || st.CurrentStep != 0 || st.Retries != 1 {
 		t.Fatalf("Status(ext-cancel) = %+v, %v", st, err)
 	}
-	j, err := q.Claim(context.Background(), "parked")
+	j, err := claimOne(context.Background(), q, "parked")
 	if err != nil || j == nil || string(j.Payload) != "c" || j.Headers[runtime.HeaderRunID] != "ext-cancel" {
 		t.Fatalf("retried step job = %+v, %v; want step 0 with the input", j, err)
 	}

@@ -43,30 +43,30 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	g.Go(func() error {
 		// A member's claims bring each step's run record (see stepRun).
 		pf := handoff.WithPrefetch(gctx, handoff.Prefetch{Header: HeaderRunID, Prefix: kvrecord.RunPrefix})
-		return rt.q.Work(pf, rt.opts.queueName, rt.handleStep, queue.WorkOptions{
+		return rt.q.Work(pf, rt.opts.queueName, rt.handleStep, manualSettle(queue.WorkOptions{
 			Concurrency: rt.opts.maxConcurrent, DrainTimeout: rt.opts.drainTimeout,
-			ManualSettle: true, PollInterval: rt.opts.pollInterval,
-		})
+			PollInterval: rt.opts.pollInterval,
+		}))
 	})
 	if !terminal.IsNoop(rt.hook) {
 		g.Go(func() error {
-			return rt.q.Work(gctx, rt.opts.notifyQueueName, rt.handleNotification, queue.WorkOptions{
+			return rt.q.Work(gctx, rt.opts.notifyQueueName, rt.handleNotification, manualSettle(queue.WorkOptions{
 				Concurrency: rt.opts.notifyConcurrency, DrainTimeout: rt.opts.drainTimeout,
-				ManualSettle: true, PollInterval: rt.opts.pollInterval,
-			})
+				PollInterval: rt.opts.pollInterval,
+			}))
 		})
 	}
 	g.Go(func() error {
-		return rt.q.Work(gctx, rt.deadQueue(), rt.handleDeadStep, queue.WorkOptions{
+		return rt.q.Work(gctx, rt.deadQueue(), rt.handleDeadStep, manualSettle(queue.WorkOptions{
 			Concurrency: 1, DrainTimeout: rt.opts.drainTimeout,
-			ManualSettle: true, PollInterval: rt.opts.pollInterval,
-		})
+			PollInterval: rt.opts.pollInterval,
+		}))
 	})
 	g.Go(func() error {
-		return rt.q.Work(gctx, rt.timerQueue(), rt.handleTimer, queue.WorkOptions{
+		return rt.q.Work(gctx, rt.timerQueue(), rt.handleTimer, manualSettle(queue.WorkOptions{
 			Concurrency: 4, DrainTimeout: rt.opts.drainTimeout,
-			ManualSettle: true, PollInterval: rt.opts.pollInterval,
-		})
+			PollInterval: rt.opts.pollInterval,
+		}))
 	})
 	g.Go(func() error { rt.janitor(gctx); return nil })
 	return g.Wait()
@@ -145,7 +145,7 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 		e := ending{status: terminal.Cancelled, step: uint32(n64), deadJob: deadID}
 		if job != nil {
 			// Still dead when this commits; its payload is kept for Retry.
-			txn.RequireJobState(deadID, queue.JobDead)
+			qx.RequireJobState(txn, deadID, queue.JobDead)
 			e.attempt, e.payload, e.queue = job.Attempt, job.Payload, job.Queue
 			e.traceParent = job.Headers[HeaderTraceParent]
 		}
@@ -321,12 +321,13 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 // that ran this one: it runs at once, without a claim of its own, and with
 // carry, the run record the settlement wrote (see stepRun).
 func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []byte) {
-	for _, e := range res.Enqueued {
-		if e.Claimed == nil || handoff.Give(claimCtx, e.Claimed.Queue, e.Claimed, carry) {
+	for i := range res.Enqueued {
+		j := qx.Claimed(&res.Enqueued[i])
+		if j == nil || handoff.Give(claimCtx, j.Queue, j, carry) {
 			continue
 		}
 		// Not run from a worker (cannot happen in handleStep): give it back.
-		if err := rt.q.Release(context.WithoutCancel(claimCtx), e.Claimed); err != nil && !queue.IsClaimLost(err) {
+		if err := qx.Release(rt.q, context.WithoutCancel(claimCtx), j); err != nil && !queue.IsClaimLost(err) {
 			rt.opts.logger.Warn("stepwell: releasing a chained step failed", "err", err)
 		}
 	}

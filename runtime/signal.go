@@ -157,9 +157,9 @@ func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte,
 	case delay > 0:
 		opts.Delay = delay
 	case claim:
-		opts.Claim = !rt.opts.noChain
+		qx.SetClaim(&opts, !rt.opts.noChain)
 	default:
-		opts.Dispatch = true
+		qx.SetDispatch(&opts, true)
 	}
 	txn.Enqueue(rt.opts.queueName, payload, opts)
 }
