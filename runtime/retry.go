@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/terminal"
@@ -68,7 +69,7 @@ func (rt *Runtime) Retry(ctx context.Context, runID string) error {
 		if err := rt.requeueFinalStep(ctx, txn, &next, t); err != nil {
 			return err
 		}
-		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next)).CompareAndDelete(tkey, tb)
+		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).CompareAndDelete(tkey, tb)
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue // retried, cancelled or expired meanwhile: read again

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -249,8 +250,8 @@ func TestRetryErrors(t *testing.T) {
 	// job is gone: written by hand as such a store holds it.
 	rec := &kvrecord.Run{RunID: "old", SubmittedAt: 1, State: kvrecord.StateTerminal,
 		Status: uint8(terminal.Failed), EndedAt: 2}
-	txn := new(queue.Txn).Put(kvrecord.RunKey("old"), kvrecord.EncodeRun(rec)).
-		Put(kvrecord.TerminalKey(2, "old"), kvrecord.EncodeTerminal(&kvrecord.Terminal{
+	txn := new(queue.Txn).Put(kvrecord.RunKey("old"), runrec.EncodeRun(rec)).
+		Put(kvrecord.TerminalKey(2, "old"), runrec.EncodeTerminal(&kvrecord.Terminal{
 			RunID: "old", Status: uint8(terminal.Failed), Error: "x", FinalStep: 3, EndedAt: 2, DeadJob: "gone"}))
 	if _, err := q.Commit(ctx, txn); err != nil {
 		t.Fatal(err)

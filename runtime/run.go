@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/stepwell/stepwell/internal/handoff"
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -365,7 +366,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			} else {
 				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true, tp)
 			}
-			b := kvrecord.EncodeRun(&next)
+			b := runrec.EncodeRun(&next)
 			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, b)
 			return txn, b
 		case steprunner.KindSucceed:
@@ -448,7 +449,7 @@ func (rt *Runtime) expireTerminal(ctx context.Context) error {
 				rt.opts.logger.Warn("stepwell: expiring a run failed; will retry", "run_id", runID, "err", err)
 				continue
 			case rec.State == kvrecord.StateTerminal && rec.EndedAt == ended:
-				txn.CompareAndDelete(kvrecord.RunKey(runID), old).Delete(kvrecord.SubmittedKey(rec.SubmittedAt, runID))
+				txn.CompareAndDelete(kvrecord.RunKey(runID), old).Delete(runrec.SubmittedKey(rec.SubmittedAt, runID))
 				err = rt.deleteRunKeys(ctx, txn, rec, old) // mailbox: deleted with the record
 				if err != nil && !errors.Is(err, queue.ErrConditionFailed) {
 					return err

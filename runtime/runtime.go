@@ -13,6 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/stepwell/stepwell/internal/handoff"
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -209,7 +210,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	if err := validateSpecPolicy(&spec); err != nil {
 		return SubmitOutcome{}, err
 	}
-	hash := kvrecord.HashInput(spec.Input)
+	hash := runrec.HashInput(spec.Input)
 	traceParent := rt.tel.traceParent(ctx)
 	for {
 		jobID := ulid.Make().String()
@@ -226,10 +227,10 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		opts := rt.stepOptions(rec, 0, jobID, traceParent)
 		opts.RunAt = spec.StartAt   // zero or past: at once
 		qx.SetDispatch(&opts, true) // starts at once if a local Run has a slot idle
-		b := kvrecord.EncodeRun(rec)
+		b := runrec.EncodeRun(rec)
 		txn := new(queue.Txn).
 			CompareAndPut(kvrecord.RunKey(id), nil, b).
-			Put(kvrecord.SubmittedKey(now, id), []byte{}).
+			Put(runrec.SubmittedKey(now, id), []byte{}).
 			Enqueue(rt.opts.queueName, spec.Input, opts)
 		// Dispatched, step 0 starts with the record (see stepRun).
 		_, err := rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
@@ -415,7 +416,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			next.State, next.Cancel = kvrecord.StateCancelling, true
 			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn = qx.RequireJobState(new(queue.Txn), job.ID, queue.JobClaimed).
-				CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next)).
+				CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).
 				CancelJob(job.ID)
 		case queue.JobDead:
 			// The step died (its last attempt failed or its worker died)
@@ -489,11 +490,11 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		txn.CancelJob(rec.WaitTimer)
 	}
 	if rec.Parked {
-		txn.Delete(kvrecord.ParkedKey(rec.RunID))
+		txn.Delete(runrec.ParkedKey(rec.RunID))
 	}
 	clearWait(&next)
 	next.Paused, next.Parked = false, false
-	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
+	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}
 	if e.status != terminal.Succeeded {
@@ -502,7 +503,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 			t.Payload = []byte{} // kept, and empty
 		}
 	}
-	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), kvrecord.EncodeTerminal(t))
+	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), runrec.EncodeTerminal(t))
 	n := notification{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
 	switch {
