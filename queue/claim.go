@@ -15,7 +15,7 @@ import (
 // ClaimOptions configure Claim.
 type ClaimOptions struct {
 	// Max is how many jobs to claim at most, in one transaction. Defaults
-	// to 1.
+	// to 1; a negative Max is ErrInvalidOption.
 	Max int
 	// Wait makes Claim wait until at least one job is claimable, or until
 	// ctx is done (then it returns ctx's error). It wakes when a job is

@@ -336,6 +336,58 @@ func TestClaimWaitWakesOnEnqueue(t *testing.T) {
 	}
 }
 
+// TestClaimOptions: Claim takes one job by default and up to Max, returns
+// none at once without Wait, waits for one with Wait (until ctx ends), and
+// refuses a negative Max and an empty queue name.
+func TestClaimOptions(t *testing.T) {
+	q := openT(t, memURL(t), WithPollInterval(time.Hour))
+	if jobs, err := q.Claim(t0ctx, "q", ClaimOptions{}); err != nil || len(jobs) != 0 {
+		t.Fatalf("Claim of an empty queue = %v, %v", jobs, err)
+	}
+	for i := range 4 {
+		mustEnqueue(t, q, "q", fmt.Sprint(i), EnqueueOptions{})
+	}
+	if jobs, err := q.Claim(t0ctx, "q", ClaimOptions{}); err != nil || len(jobs) != 1 || string(jobs[0].Payload) != "0" {
+		t.Fatalf("Claim with no Max = %v, %v; want job 0 alone", jobs, err)
+	}
+	jobs, err := q.Claim(t0ctx, "q", ClaimOptions{Max: 2})
+	if err != nil || len(jobs) != 2 || string(jobs[0].Payload) != "1" || string(jobs[1].Payload) != "2" {
+		t.Fatalf("Claim Max 2 = %v, %v; want jobs 1 and 2", jobs, err)
+	}
+	if jobs, err := q.Claim(t0ctx, "q", ClaimOptions{Max: 5, Wait: true}); err != nil || len(jobs) != 1 || string(jobs[0].Payload) != "3" {
+		t.Fatalf("Claim Max 5 with Wait and one job ready = %v, %v; want job 3", jobs, err)
+	}
+	got := make(chan []*Job)
+	go func() {
+		jobs, err := q.Claim(t0ctx, "q", ClaimOptions{Wait: true})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- jobs
+	}()
+	time.Sleep(10 * time.Millisecond) // let it block
+	mustEnqueue(t, q, "q", "late", EnqueueOptions{})
+	select {
+	case jobs := <-got:
+		if len(jobs) != 1 || string(jobs[0].Payload) != "late" {
+			t.Fatalf("Claim with Wait woke with %v", jobs)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Claim with Wait did not wake on enqueue (poll interval is an hour)")
+	}
+	ctx, cancel := context.WithTimeout(t0ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := q.Claim(ctx, "q", ClaimOptions{Wait: true}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Claim with Wait of an empty queue until ctx ends = %v", err)
+	}
+	if _, err := q.Claim(t0ctx, "q", ClaimOptions{Max: -1}); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("Claim Max -1 = %v, want ErrInvalidOption", err)
+	}
+	if _, err := q.Claim(t0ctx, "", ClaimOptions{}); !errors.Is(err, ErrEmptyQueueName) {
+		t.Fatalf("Claim of queue \"\" = %v, want ErrEmptyQueueName", err)
+	}
+}
+
 func TestWorkerLoop(t *testing.T) {
 	q := openT(t, memURL(t), WithRetryBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
 	for i := 0; i < 20; i++ {
