@@ -309,7 +309,7 @@ func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s
 }
 
 // slotTable holds a process's Work loops by queue: where a dispatched
-// job can start (queuex.API.SetDispatch). A writer takes a slot for its
+// job can start (queuex.API.WithDispatch). A writer takes a slot for its
 // own commits; a member takes one before it sends a commit to the writer,
 // which claims the job for it in the transaction.
 type slotTable struct {

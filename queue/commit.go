@@ -260,7 +260,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 // leases of the jobs it claimed and the dispatched jobs in the slots taken
 // for them, or gives the slots back. abandoned says the caller stopped
 // waiting (ErrOutcomeUnknown) and will not see the result: the jobs
-// claimed for it (queuex.API.SetClaim) are then released, their attempt
+// claimed for it (queuex.API.WithClaim) are then released, their attempt
 // not counted.
 func (l *local) committed(ctx context.Context, c *commitState, err error, abandoned bool) {
 	ops, slotFor, res, unused, signals, o := c.ops, c.slotFor, c.res, c.unused, c.signals, c.o

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/queuex"
 )
 
 // Txn is a set of changes committed atomically by Queue.Commit: all of them
@@ -49,8 +51,8 @@ type txnOp struct {
 	Error       string // Nack, DeadLetter: reason recorded in the history
 	States      uint32 // requireJobState: bit 1<<State for each allowed state
 	DeadNotify  string // Enqueue: EnqueueOptions.DeadLetterQueue
-	Claim       bool   // Enqueue: claim it for the enqueuer (queuex.API.SetClaim)
-	Dispatch    bool   // Enqueue: start it in a Work slot (queuex.API.SetDispatch)
+	Claim       bool   // Enqueue: claim it for the enqueuer (queuex.API.WithClaim)
+	Dispatch    bool   // Enqueue: start it in a Work slot (queuex.API.WithDispatch)
 }
 
 // Put sets key to value.
@@ -111,7 +113,7 @@ type EnqueueOptions struct {
 	// with ErrJobExists and changes nothing.
 	JobID string
 	// claim and dispatch are the runtime's plumbing (internal/queuex:
-	// SetClaim, SetDispatch): claim the new job for this process in the
+	// WithClaim, WithDispatch): claim the new job for this process in the
 	// same transaction, or start it in an idle Work slot of this process.
 	claim, dispatch bool
 }
@@ -186,11 +188,11 @@ func (t *Txn) CancelJob(id string) *Txn {
 // removing a pending step, without racing a claim. The runtime's
 // (queuex.API.RequireJobState).
 func (t *Txn) requireJobState(id string, states ...State) *Txn {
-	var mask uint32
-	for _, s := range states {
-		mask |= 1 << s
-	}
-	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: mask})
+	return t.requireJobStates(id, queuex.StateSet(states...))
+}
+
+func (t *Txn) requireJobStates(id string, in queuex.States) *Txn {
+	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: uint32(in)})
 	return t
 }
 

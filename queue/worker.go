@@ -58,7 +58,7 @@ type WorkOptions struct {
 	// for this worker.
 	PollInterval time.Duration
 	// manualSettle leaves settlement to the handler: the runtime's
-	// (queuex.API.SetManualSettle).
+	// (queuex.API.WithManualSettle).
 	manualSettle bool
 }
 
@@ -140,7 +140,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 }
 
 // slots are a Work loop's job slots. The loop's claims and dispatched
-// enqueues (queuex.API.SetDispatch) both take them, so that together they
+// enqueues (queuex.API.WithDispatch) both take them, so that together they
 // never run more than the loop's Concurrency jobs at once.
 type slots struct {
 	queue string

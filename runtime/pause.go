@@ -63,7 +63,7 @@ func (rt *Runtime) Pause(ctx context.Context, runID string) error {
 			}
 			switch job.State {
 			case queue.JobPending, queue.JobScheduled:
-				qx.RequireJobState(txn, job.ID, queue.JobPending, queue.JobScheduled).CancelJob(job.ID)
+				requireJob(txn, job.ID, queue.JobPending, queue.JobScheduled).CancelJob(job.ID)
 				p := &runrec.Parked{RunID: runID, Step: rec.CurrentStep, Payload: job.Payload,
 					DueAt: job.RunAt.UnixNano()}
 				if sig := signalOf(job.Headers); sig != nil {
@@ -75,7 +75,7 @@ func (rt *Runtime) Pause(ctx context.Context, runID string) error {
 				next.CurrentJob, next.Parked = "", true
 				txn.Put(runrec.ParkedKey(runID), runrec.EncodeParked(p))
 			case queue.JobClaimed:
-				qx.RequireJobState(txn, job.ID, queue.JobClaimed)
+				requireJob(txn, job.ID, queue.JobClaimed)
 			}
 		}
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))

@@ -90,12 +90,12 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 		switch {
 		case job != nil && job.State == queue.JobDead:
 			next.CurrentJob = job.ID
-			qx.RequireJobState(txn, job.ID, queue.JobDead).RequeueDead(job.ID)
+			requireJob(txn, job.ID, queue.JobDead).RequeueDead(job.ID)
 			return nil
 		case job != nil && (job.State == queue.JobPending || job.State == queue.JobScheduled):
 			// Requeued by hand (queue.Queue.RequeueDead): adopt it.
 			next.CurrentJob = job.ID
-			qx.RequireJobState(txn, job.ID, queue.JobPending, queue.JobScheduled)
+			requireJob(txn, job.ID, queue.JobPending, queue.JobScheduled)
 			return nil
 		}
 	}
@@ -112,7 +112,7 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 	opts.DeadLetterQueue = stepQueue + ".dead"
 	// A dedup key of its own: the step's first job may still be around.
 	opts.DedupKey = fmt.Sprintf("%s:retry%d", opts.DedupKey, next.Retries)
-	qx.SetDispatch(&opts, true)
+	opts = qx.WithDispatch(opts, true)
 	txn.Enqueue(stepQueue, t.Payload, opts)
 	return nil
 }

@@ -146,7 +146,7 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 		e := ending{status: terminal.Cancelled, step: uint32(n64), deadJob: deadID}
 		if job != nil {
 			// Still dead when this commits; its payload is kept for Retry.
-			qx.RequireJobState(txn, deadID, queue.JobDead)
+			requireJob(txn, deadID, queue.JobDead)
 			e.attempt, e.payload, e.queue = job.Attempt, job.Payload, job.Queue
 			e.traceParent = job.Headers[HeaderTraceParent]
 		}
@@ -323,7 +323,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 // carry, the run record the settlement wrote (see stepRun).
 func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []byte) {
 	for i := range res.Enqueued {
-		j := qx.Claimed(&res.Enqueued[i])
+		j := qx.Claimed(res.Enqueued[i])
 		if j == nil || handoff.Give(claimCtx, j.Queue, j, carry) {
 			continue
 		}

@@ -225,8 +225,8 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		}
 		setPolicy(rec, &spec)
 		opts := rt.stepOptions(rec, 0, jobID, traceParent)
-		opts.RunAt = spec.StartAt   // zero or past: at once
-		qx.SetDispatch(&opts, true) // starts at once if a local Run has a slot idle
+		opts.RunAt = spec.StartAt          // zero or past: at once
+		opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
 		b := runrec.EncodeRun(rec)
 		txn := new(queue.Txn).
 			CompareAndPut(kvrecord.RunKey(id), nil, b).
@@ -407,7 +407,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 		var txn *queue.Txn
 		switch job.State {
 		case queue.JobPending, queue.JobScheduled:
-			txn = qx.RequireJobState(new(queue.Txn), job.ID, queue.JobPending, queue.JobScheduled).
+			txn = requireJob(new(queue.Txn), job.ID, queue.JobPending, queue.JobScheduled).
 				CancelJob(job.ID)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
 				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, handOff: true})
@@ -415,13 +415,13 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			next := *rec
 			next.State, next.Cancel = kvrecord.StateCancelling, true
 			next.UpdatedAt = rt.opts.now().UnixNano()
-			txn = qx.RequireJobState(new(queue.Txn), job.ID, queue.JobClaimed).
+			txn = requireJob(new(queue.Txn), job.ID, queue.JobClaimed).
 				CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).
 				CancelJob(job.ID)
 		case queue.JobDead:
 			// The step died (its last attempt failed or its worker died)
 			// and the run has not been settled yet: settle it cancelled.
-			txn = qx.RequireJobState(new(queue.Txn), job.ID, queue.JobDead)
+			txn = requireJob(new(queue.Txn), job.ID, queue.JobDead)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
 				attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue, handOff: true})
 		default:
@@ -531,6 +531,6 @@ func notifyOptions(runID string, ended int64, traceParent string) queue.EnqueueO
 		DedupKey: fmt.Sprintf("notify:%s:%d", runID, ended),
 		Headers:  headers,
 	}
-	qx.SetDispatch(&o, true)
+	o = qx.WithDispatch(o, true)
 	return o
 }

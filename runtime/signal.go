@@ -158,9 +158,9 @@ func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte,
 	case delay > 0:
 		opts.Delay = delay
 	case claim:
-		qx.SetClaim(&opts, !rt.opts.noChain)
+		opts = qx.WithClaim(opts, !rt.opts.noChain)
 	default:
-		qx.SetDispatch(&opts, true)
+		opts = qx.WithDispatch(opts, true)
 	}
 	txn.Enqueue(rt.opts.queueName, payload, opts)
 }
