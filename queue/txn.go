@@ -168,7 +168,7 @@ func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
 // once. Use it for a job claimed but never started (say, one handed to a
 // worker that is stopping). Fails with a *ClaimLostError if the claim was
 // lost (lease expired, or the job already settled or released). The
-// runtime's (queuex.API.ReleaseTxn).
+// runtime's, through Queue.release (queuex.API.Release).
 func (t *Txn) release(job *Job) *Txn {
 	t.ops = append(t.ops, txnOp{Kind: opRelease, JobID: job.ID, Token: job.token, Queue: job.Queue})
 	return t
@@ -191,6 +191,7 @@ func (t *Txn) requireJobState(id string, states ...State) *Txn {
 	return t.requireJobStates(id, queuex.StateSet(states...))
 }
 
+// requireJobStates is requireJobState with the states as a set.
 func (t *Txn) requireJobStates(id string, in queuex.States) *Txn {
 	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: uint32(in)})
 	return t
