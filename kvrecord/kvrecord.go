@@ -7,31 +7,19 @@
 //	workflow/runs/<run id>                          Run
 //	workflow/terminal/<ended unix ns:020d>/<id>     Terminal (time first, so
 //	                                                expiry is a prefix scan)
-//	workflow/submitted/<inverted submit:020d>/<id>  empty: the newest-first
-//	                                                index of runs (ListRuns)
-//	workflow/mailbox/<id>/<name>/<seq:020d>         a signal's payload, kept
-//	                                                until an AwaitSignal of
-//	                                                that name consumes it
-//	workflow/parked/<id>                            Parked: the next step of
-//	                                                a paused run
 //
-// A run's mailbox entries are numbered by Run.MailSeq in arrival order
-// (seq 1 first), so a prefix scan of one name lists them oldest first.
-// Every write to a run's mailbox or parked step also compare-and-puts its
-// run record, so Run.Mailbox counts the entries exactly. Both are deleted
-// with the run record (expiry), not when the run ends: a retried run keeps
-// its mailbox.
-//
-// The submitted index key of a run holds MaxInt64 minus its SubmittedAt, so
-// that a forward scan lists the newest runs first. It is written in the
-// transaction that writes the run record from absent (Submit) and deleted in
-// the one that deletes it (expiry).
+// The runtime keeps other keys under workflow/ (an index of runs by submit
+// time, signal mailboxes, the parked steps of paused runs): its own, not
+// for users to read or write. It alone writes these records, too: this
+// package decodes them, for programs that read a store (the stepwell CLI,
+// a migration, an audit), and its types and decoders change only by adding.
 //
 // # Encoding
 //
 // msgpack arrays, version first, exactly as format.Marshal encodes the
-// structs (written and read without reflection by the codecs in this file,
-// which tests hold to format.Marshal). DO NOT reorder or remove fields. An
+// structs (read without reflection by the decoders in this file, and
+// written so by the runtime's encoders, which tests hold to
+// format.Marshal). DO NOT reorder or remove fields. An
 // appended field changes the field count, which the decoder (reflective or
 // not) rejects in records written before: appending one needs a decoder for
 // the shorter form as well.
@@ -51,17 +39,14 @@
 //
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
-// mailbox, no step timeout, start time or retry policy, no dead job and no payload); the encoders write the newest
-// shape only.
-//
-//	Parked    shape 1: 7 fields
+// mailbox, no step timeout, start time or retry policy, no dead job and
+// no payload); the runtime writes the newest shape only.
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
 package kvrecord
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -75,11 +60,8 @@ const Version uint8 = 1
 
 // Key prefixes.
 const (
-	RunPrefix       = "workflow/runs/"
-	TerminalPrefix  = "workflow/terminal/"
-	SubmittedPrefix = "workflow/submitted/"
-	MailboxPrefix   = "workflow/mailbox/"
-	ParkedPrefix    = "workflow/parked/"
+	RunPrefix      = "workflow/runs/"
+	TerminalPrefix = "workflow/terminal/"
 )
 
 // ErrCorrupt is wrapped by every decoding error.
@@ -127,7 +109,7 @@ type Run struct {
 	// Paused: Runtime.Pause is in effect; the run's next step is parked
 	// instead of enqueued. Shape 3.
 	Paused bool
-	// Parked: step CurrentStep is parked under ParkedKey (CurrentJob is
+	// Parked: step CurrentStep is parked under workflow/parked/<id> (CurrentJob is
 	// ""); Resume enqueues it. Only while Paused. Shape 3.
 	Parked bool
 	// MailSeq numbers the run's mailbox entries: the last one written.
@@ -148,21 +130,6 @@ type Run struct {
 	RetryMaxBackoff     int64
 	RetryMultiplier     float64
 	RetryJitter         float64
-}
-
-// Parked is the next step of a paused run, kept for Resume.
-type Parked struct {
-	Version uint8
-	RunID   string
-	Step    uint32
-	Payload []byte
-	// DueAt is when the step is due (unix ns): Resume enqueues it for then,
-	// or now if that has passed.
-	DueAt int64
-	// Signal is the signal name that woke the step ("" if the step did not
-	// follow an await); TimedOut says the await timed out instead.
-	Signal   string
-	TimedOut bool
 }
 
 // Terminal is the outcome of a finished run.
@@ -191,9 +158,6 @@ type Terminal struct {
 	Queue string
 }
 
-// HashInput returns the input hash kept in a run record.
-func HashInput(input []byte) [32]byte { return sha256.Sum256(input) }
-
 // RunKey returns the key of a run record.
 func RunKey(runID string) []byte { return []byte(RunPrefix + runID) }
 
@@ -202,37 +166,9 @@ func TerminalKey(endedAt int64, runID string) []byte {
 	return []byte(fmt.Sprintf("%s%020d/%s", TerminalPrefix, endedAt, runID))
 }
 
-// MailboxKey returns the key of a run's mailbox entry number seq.
-func MailboxKey(runID, name string, seq uint64) []byte {
-	return []byte(fmt.Sprintf("%s%s/%s/%020d", MailboxPrefix, runID, name, seq))
-}
-
-// MailboxNamePrefix returns the prefix of a run's mailbox entries of one
-// signal name; MailboxRunPrefix (name "") of all of them.
-func MailboxNamePrefix(runID, name string) []byte {
-	return []byte(MailboxPrefix + runID + "/" + name + "/")
-}
-
-// MailboxRunPrefix returns the prefix of all of a run's mailbox entries.
-func MailboxRunPrefix(runID string) []byte { return []byte(MailboxPrefix + runID + "/") }
-
-// ParkedKey returns the key of a paused run's parked step.
-func ParkedKey(runID string) []byte { return []byte(ParkedPrefix + runID) }
-
 // ParseTerminalKey returns the ended time and run ID of a terminal key.
 func ParseTerminalKey(key []byte) (endedAt int64, runID string, err error) {
 	return parseTimeKey(key, TerminalPrefix)
-}
-
-// SubmittedKey returns the key of a run's entry in the newest-first index.
-func SubmittedKey(submittedAt int64, runID string) []byte {
-	return []byte(fmt.Sprintf("%s%020d/%s", SubmittedPrefix, math.MaxInt64-submittedAt, runID))
-}
-
-// ParseSubmittedKey returns the submit time and run ID of a SubmittedKey.
-func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) {
-	inv, runID, err := parseTimeKey(key, SubmittedPrefix)
-	return math.MaxInt64 - inv, runID, err
 }
 
 // parseTimeKey parses prefix, 20 decimal digits, '/', and an ID.
@@ -258,56 +194,11 @@ const (
 	runFields        = 30
 	runFieldsV2      = 16
 	runFieldsV1      = 14
-	parkedFields     = 7
 	terminalFields   = 11
 	terminalFieldsV1 = 7
 )
 
-// EncodeRun encodes a run record: the bytes of format.Marshal, written
-// without reflection.
-func EncodeRun(r *Run) []byte {
-	r.Version = Version
-	size := 160 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer)
-	size += format.StringMapSize(r.Headers)
-	return appendRun(make([]byte, 0, size), r)
-}
-
-func appendRun(b []byte, r *Run) []byte {
-	b = format.AppendArrayLen(b, runFields)
-	b = format.AppendUint8(b, r.Version)
-	b = format.AppendString(b, r.RunID)
-	b = format.AppendInt64(b, r.SubmittedAt)
-	b = format.AppendBytes(b, r.InputHash[:])
-	b = format.AppendUint8(b, r.State)
-	b = format.AppendUint32(b, r.CurrentStep)
-	b = format.AppendString(b, r.CurrentJob)
-	b = format.AppendBool(b, r.Cancel)
-	b = format.AppendStringMap(b, r.Headers)
-	b = format.AppendInt32(b, r.Priority)
-	b = format.AppendUint32(b, r.MaxAttempts)
-	b = format.AppendUint8(b, r.Status)
-	b = format.AppendInt64(b, r.EndedAt)
-	b = format.AppendString(b, r.NotifyQueue)
-	b = format.AppendUint32(b, r.Retries)
-	b = format.AppendInt64(b, r.UpdatedAt)
-	b = format.AppendString(b, r.WaitFor)
-	b = format.AppendInt64(b, r.WaitDeadline)
-	b = format.AppendString(b, r.WaitTimer)
-	b = format.AppendBool(b, r.Paused)
-	b = format.AppendBool(b, r.Parked)
-	b = format.AppendUint64(b, r.MailSeq)
-	b = format.AppendUint32(b, r.Mailbox)
-
-	b = format.AppendInt64(b, r.StepTimeout)
-	b = format.AppendInt64(b, r.StartAt)
-	b = format.AppendUint32(b, r.RetryMaxAttempts)
-	b = format.AppendInt64(b, r.RetryInitialBackoff)
-	b = format.AppendInt64(b, r.RetryMaxBackoff)
-	b = format.AppendFloat64(b, r.RetryMultiplier)
-	return format.AppendFloat64(b, r.RetryJitter)
-}
-
-// readRun is the fast reader of appendRun's output, and of older shapes.
+// readRun is the fast reader of the runtime's encoding, and of older shapes.
 // A field count between the shapes' leaves fields unread, which Finish
 // refuses.
 func readRun(rd *format.Reader, r *Run) {
@@ -429,30 +320,7 @@ func DecodeRun(b []byte) (*Run, error) {
 	return &r, nil
 }
 
-// EncodeTerminal encodes a terminal record: the bytes of format.Marshal,
-// written without reflection.
-func EncodeTerminal(t *Terminal) []byte {
-	t.Version = Version
-	size := 80 + len(t.RunID) + len(t.Result) + len(t.Error) + len(t.DeadJob) + len(t.Payload) + len(t.Queue)
-	return appendTerminal(make([]byte, 0, size), t)
-}
-
-func appendTerminal(b []byte, t *Terminal) []byte {
-	b = format.AppendArrayLen(b, terminalFields)
-	b = format.AppendUint8(b, t.Version)
-	b = format.AppendString(b, t.RunID)
-	b = format.AppendUint8(b, t.Status)
-	b = format.AppendBytes(b, t.Result)
-	b = format.AppendString(b, t.Error)
-	b = format.AppendUint32(b, t.FinalStep)
-	b = format.AppendInt64(b, t.EndedAt)
-	b = format.AppendUint32(b, t.Attempt)
-	b = format.AppendString(b, t.DeadJob)
-	b = format.AppendBytes(b, t.Payload)
-	return format.AppendString(b, t.Queue)
-}
-
-// readTerminal is the fast reader of appendTerminal's output, and of shape 1
+// readTerminal is the fast reader of the runtime's encoding, and of shape 1
 // records.
 func readTerminal(rd *format.Reader, t *Terminal) {
 	n := rd.FieldsIn(terminalFieldsV1, terminalFields)
@@ -514,29 +382,4 @@ func DecodeTerminal(b []byte) (*Terminal, error) {
 		return nil, fmt.Errorf("%w: terminal record version %d status %d", ErrCorrupt, t.Version, t.Status)
 	}
 	return &t, nil
-}
-
-// EncodeParked encodes a parked step (format.Marshal's bytes).
-func EncodeParked(p *Parked) []byte {
-	p.Version = Version
-	b := format.AppendArrayLen(make([]byte, 0, 64+len(p.RunID)+len(p.Payload)+len(p.Signal)), parkedFields)
-	b = format.AppendUint8(b, p.Version)
-	b = format.AppendString(b, p.RunID)
-	b = format.AppendUint32(b, p.Step)
-	b = format.AppendBytes(b, p.Payload)
-	b = format.AppendInt64(b, p.DueAt)
-	b = format.AppendString(b, p.Signal)
-	return format.AppendBool(b, p.TimedOut)
-}
-
-// DecodeParked decodes a parked step.
-func DecodeParked(b []byte) (*Parked, error) {
-	var p Parked
-	if err := format.UnmarshalExact(b, &p); err != nil {
-		return nil, fmt.Errorf("%w: parked step: %v", ErrCorrupt, err)
-	}
-	if p.Version != Version || p.RunID == "" {
-		return nil, fmt.Errorf("%w: parked step version %d, id %q", ErrCorrupt, p.Version, p.RunID)
-	}
-	return &p, nil
 }

@@ -51,7 +51,7 @@ func benchCycle(b *testing.B, q *Queue, queue string) {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		j, err := q.Claim(ctx, queue)
+		j, err := q.claimOne(ctx, queue)
 		claimTime += time.Since(t0)
 		if err != nil || j == nil {
 			b.Fatalf("Claim = %v, %v", j, err)
@@ -94,7 +94,7 @@ func BenchmarkClaimDeep(b *testing.B) {
 func killAll(b *testing.B, q *Queue, queue string) {
 	ctx := context.Background()
 	for {
-		jobs, err := q.ClaimBatch(ctx, queue, 1000)
+		jobs, err := q.claimBatch(ctx, queue, 1000)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func BenchmarkClaimShallow(b *testing.B) {
 				fillQueue(b, q, "q", history, EnqueueOptions{})
 				ctx := context.Background()
 				for {
-					jobs, err := q.ClaimBatch(ctx, "q", 1000)
+					jobs, err := q.claimBatch(ctx, "q", 1000)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -184,7 +184,7 @@ func benchEnqueueClaimAck(b *testing.B, url string, workers int) {
 				var j *Job
 				for j == nil {
 					var err error
-					if j, err = q.Claim(ctx, "q"); err != nil {
+					if j, err = q.claimOne(ctx, "q"); err != nil {
 						b.Error(err)
 						return
 					}

@@ -15,8 +15,8 @@ import (
 func TestEnqueueClaimed(t *testing.T) {
 	q, clk := openJobs(t, WithMaxAttempts(2))
 	older := mustEnqueue(t, q, "q", "older", EnqueueOptions{})
-	r := mustEnqueue(t, q, "q", "chained", EnqueueOptions{Claim: true, Headers: map[string]string{"h": "v"}})
-	j := r.Claimed
+	r := mustEnqueue(t, q, "q", "chained", EnqueueOptions{claim: true, Headers: map[string]string{"h": "v"}})
+	j := r.claimed
 	if j == nil || j.ID != r.JobID || string(j.Payload) != "chained" || j.Attempt != 1 || j.State != JobClaimed || j.Headers["h"] != "v" {
 		t.Fatalf("Claimed = %+v", j)
 	}
@@ -35,7 +35,7 @@ func TestEnqueueClaimed(t *testing.T) {
 	// Its lease is a normal one: renewed, then expired and requeued with
 	// the attempt counted.
 	clk.Advance(20 * time.Second)
-	if err := q.Renew(j); err != nil {
+	if err := q.renew(j); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(31 * time.Second)
@@ -56,21 +56,21 @@ func TestEnqueueClaimed(t *testing.T) {
 func TestEnqueueClaimNotGranted(t *testing.T) {
 	q, _ := openJobs(t)
 	// Not due: a delayed job stays scheduled.
-	if r := mustEnqueue(t, q, "q", "later", EnqueueOptions{Claim: true, Delay: time.Minute}); r.Claimed != nil {
-		t.Fatalf("a delayed job was claimed: %+v", r.Claimed)
+	if r := mustEnqueue(t, q, "q", "later", EnqueueOptions{claim: true, Delay: time.Minute}); r.claimed != nil {
+		t.Fatalf("a delayed job was claimed: %+v", r.claimed)
 	}
 	// A ready job of higher priority goes first.
 	mustEnqueue(t, q, "q", "high", EnqueueOptions{Priority: 3})
-	if r := mustEnqueue(t, q, "q", "low", EnqueueOptions{Claim: true, Priority: 1}); r.Claimed != nil {
-		t.Fatalf("claimed past a higher-priority job: %+v", r.Claimed)
+	if r := mustEnqueue(t, q, "q", "low", EnqueueOptions{claim: true, Priority: 1}); r.claimed != nil {
+		t.Fatalf("claimed past a higher-priority job: %+v", r.claimed)
 	}
 	// Same or lower priority waiting does not stop it.
-	if r := mustEnqueue(t, q, "q", "top", EnqueueOptions{Claim: true, Priority: 3}); r.Claimed == nil {
+	if r := mustEnqueue(t, q, "q", "top", EnqueueOptions{claim: true, Priority: 3}); r.claimed == nil {
 		t.Fatal("claim refused with only equal-priority jobs ready")
 	}
 	// A dedup hit enqueues nothing and claims nothing.
 	mustEnqueue(t, q, "d", "first", EnqueueOptions{DedupKey: "k"})
-	if r := mustEnqueue(t, q, "d", "second", EnqueueOptions{DedupKey: "k", Claim: true}); !r.Duplicate || r.Claimed != nil {
+	if r := mustEnqueue(t, q, "d", "second", EnqueueOptions{DedupKey: "k", claim: true}); !r.Duplicate || r.claimed != nil {
 		t.Fatalf("dedup hit = %+v", r)
 	}
 	if s, _ := q.Stats(t0ctx, "q"); s.Claimed != 1 || s.Pending != 2 || s.Scheduled != 1 {
@@ -84,19 +84,19 @@ func TestEnqueueClaimSeesEarlierOps(t *testing.T) {
 	q, _ := openJobs(t)
 	mustEnqueue(t, q, "q", "high", EnqueueOptions{Priority: 5})
 	j := mustClaim(t, q, "q")
-	res, err := q.Commit(t0ctx, new(Txn).Release(j).Enqueue("q", []byte("low"), EnqueueOptions{Priority: 1, Claim: true}))
-	if err != nil || res.Enqueued[0].Claimed != nil {
+	res, err := q.Commit(t0ctx, new(Txn).release(j).Enqueue("q", []byte("low"), EnqueueOptions{Priority: 1, claim: true}))
+	if err != nil || res.Enqueued[0].claimed != nil {
 		t.Fatalf("Release of a priority 5 job, then Enqueue priority 1 with Claim = %+v, %v; want not claimed", res, err)
 	}
-	res, err = q.Commit(t0ctx, new(Txn).Enqueue("r", []byte("a"), EnqueueOptions{Priority: 2}).Enqueue("r", []byte("b"), EnqueueOptions{Priority: 1, Claim: true}))
-	if err != nil || res.Enqueued[1].Claimed != nil {
+	res, err = q.Commit(t0ctx, new(Txn).Enqueue("r", []byte("a"), EnqueueOptions{Priority: 2}).Enqueue("r", []byte("b"), EnqueueOptions{Priority: 1, claim: true}))
+	if err != nil || res.Enqueued[1].claimed != nil {
 		t.Fatalf("Enqueue priority 2, then Enqueue priority 1 with Claim = %+v, %v; want not claimed", res, err)
 	}
 }
 
 func TestEnqueueClaimFailedTxnGrantsNothing(t *testing.T) {
 	q, _ := openJobs(t)
-	txn := new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{Claim: true, JobID: "job-1"}).
+	txn := new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{claim: true, JobID: "job-1"}).
 		CompareAndPut([]byte("k"), []byte("not there"), []byte("v"))
 	if _, err := q.Commit(t0ctx, txn); !errors.Is(err, ErrConditionFailed) {
 		t.Fatalf("Commit = %v, want condition failed", err)
@@ -104,7 +104,7 @@ func TestEnqueueClaimFailedTxnGrantsNothing(t *testing.T) {
 	if _, err := q.GetJob(t0ctx, "job-1"); !errors.Is(err, ErrJobNotFound) {
 		t.Fatalf("job of a failed transaction exists: %v", err)
 	}
-	if err := q.Renew(&Job{ID: "job-1", Queue: "q", token: 1}); !IsClaimLost(err) {
+	if err := q.renew(&Job{ID: "job-1", Queue: "q", token: 1}); !IsClaimLost(err) {
 		t.Fatalf("a failed transaction left a lease: %v", err)
 	}
 }
@@ -117,13 +117,13 @@ func TestRelease(t *testing.T) {
 	if j.ID != a.JobID {
 		t.Fatalf("claimed %s first", j.ID)
 	}
-	if err := q.Release(t0ctx, j); err != nil {
+	if err := q.release(t0ctx, j); err != nil {
 		t.Fatal(err)
 	}
 	if err := q.Ack(t0ctx, j); !IsClaimLost(err) {
 		t.Fatalf("Ack after Release = %v, want claim lost", err)
 	}
-	if err := q.Release(t0ctx, j); !IsClaimLost(err) {
+	if err := q.release(t0ctx, j); !IsClaimLost(err) {
 		t.Fatalf("second Release = %v, want claim lost", err)
 	}
 	// Back in its FIFO place, with the attempt not counted: with one
@@ -163,18 +163,18 @@ func TestWorkHandoff(t *testing.T) {
 			if !strings.HasPrefix(p, "old0") || len(p) > len("old0+") {
 				return q.Ack(jctx, j)
 			}
-			r, err := q.Commit(jctx, new(Txn).Ack(j).Enqueue("w", []byte(p+"+"), EnqueueOptions{Claim: true}))
+			r, err := q.Commit(jctx, new(Txn).Ack(j).Enqueue("w", []byte(p+"+"), EnqueueOptions{claim: true}))
 			if err != nil {
 				return err
 			}
-			if c := r.Enqueued[0].Claimed; c == nil || !handoff.Give(jctx, "w", c, "from "+p) {
+			if c := r.Enqueued[0].claimed; c == nil || !handoff.Give(jctx, "w", c, "from "+p) {
 				t.Errorf("chained job not handed off: %+v", r.Enqueued[0])
 			}
-			if handoff.Give(jctx, "w", r.Enqueued[0].Claimed, nil) {
+			if handoff.Give(jctx, "w", r.Enqueued[0].claimed, nil) {
 				t.Error("a second Handoff was accepted")
 			}
 			return nil
-		}, WorkOptions{Concurrency: 1, ManualSettle: true})
+		}, WorkOptions{Concurrency: 1, manualSettle: true})
 	}()
 	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 	cancel()
@@ -199,14 +199,14 @@ func TestWorkStoppingReleasesHandoff(t *testing.T) {
 	go func() {
 		errc <- q.Work(ctx, "w", func(jctx context.Context, j *Job) error {
 			runs = append(runs, string(j.Payload))
-			r, err := q.Commit(jctx, new(Txn).Ack(j).Enqueue("w", []byte("next"), EnqueueOptions{Claim: true}))
+			r, err := q.Commit(jctx, new(Txn).Ack(j).Enqueue("w", []byte("next"), EnqueueOptions{claim: true}))
 			if err != nil {
 				return err
 			}
 			cancel() // the worker stops before it would run the handoff
-			handoff.Give(jctx, "w", r.Enqueued[0].Claimed, nil)
+			handoff.Give(jctx, "w", r.Enqueued[0].claimed, nil)
 			return nil
-		}, WorkOptions{Concurrency: 1, ManualSettle: true})
+		}, WorkOptions{Concurrency: 1, manualSettle: true})
 	}()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -240,12 +240,12 @@ func TestWorkHandoffLostWhileWaiting(t *testing.T) {
 	mustEnqueue(t, q, "w", "first", EnqueueOptions{})
 	runs := make(chan string, 8) // payload/attempt/held, per handler call
 	handler := func(jctx context.Context, j *Job) error {
-		runs <- fmt.Sprintf("%s/%d/held=%v", j.Payload, j.Attempt, q.Renew(j) == nil)
+		runs <- fmt.Sprintf("%s/%d/held=%v", j.Payload, j.Attempt, q.renew(j) == nil)
 		if string(j.Payload) != "first" || j.Attempt != 1 {
 			return nil
 		}
-		r, err := q.Enqueue(jctx, "w", []byte("next"), EnqueueOptions{Claim: true})
-		if err != nil || r.Claimed == nil || !handoff.Give(jctx, "w", r.Claimed, nil) {
+		r, err := q.Enqueue(jctx, "w", []byte("next"), EnqueueOptions{claim: true})
+		if err != nil || r.claimed == nil || !handoff.Give(jctx, "w", r.claimed, nil) {
 			t.Errorf("Enqueue with Claim = %+v, %v, or Handoff refused", r, err)
 			return nil
 		}
@@ -260,7 +260,7 @@ func TestWorkHandoffLostWhileWaiting(t *testing.T) {
 	wctx, stop := context.WithCancel(t0ctx)
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- q.Work(wctx, "w", handler, WorkOptions{ManualSettle: true}) }()
+	go func() { done <- q.Work(wctx, "w", handler, WorkOptions{manualSettle: true}) }()
 	// Both jobs are retried after their backoff (at most 1s); then each
 	// runs once more, under a fresh claim.
 	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Scheduled == 2 })

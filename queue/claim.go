@@ -12,19 +12,55 @@ import (
 	"github.com/stepwell/stepwell/internal/engine"
 )
 
-// Claim takes the next claimable job of the queue under a lease, or returns
-// (nil, nil) when there is none. The job's attempt count rises at claim, so
-// a job whose worker crashes every time still reaches its limit.
-func (q *Queue) Claim(ctx context.Context, queue string) (*Job, error) {
-	jobs, err := q.ClaimBatch(ctx, queue, 1)
+// ClaimOptions configure Claim.
+type ClaimOptions struct {
+	// Max is how many jobs to claim at most, in one transaction. Defaults
+	// to 1; a negative Max is ErrInvalidOption.
+	Max int
+	// Wait makes Claim wait until at least one job is claimable, or until
+	// ctx is done (then it returns ctx's error). It wakes when a job is
+	// enqueued or comes due; the poll interval (WithPollInterval) only
+	// bounds its sleep. Defaults to false: Claim returns no jobs at once
+	// when none is claimable.
+	Wait bool
+}
+
+// Claim takes up to opts.Max claimable jobs of the queue under a lease,
+// highest priority first, FIFO within a priority, in one transaction; none
+// (and a nil error) when none is claimable and opts.Wait is false. A job's
+// attempt count rises at claim, so a job whose worker crashes every time
+// still reaches its limit.
+//
+// Claim is for programs that pull jobs by hand; Work is the usual way to
+// run them. Work renews the leases of the jobs it runs; a job taken with
+// Claim is not renewed: settle it (Ack, Nack, DeadLetter, or a Txn) within
+// its lease (WithLease, QueueConfig.Lease), or its claim is lost, the job
+// runs again elsewhere, and its settlement fails with a *ClaimLostError.
+// A cancel request (CancelJob) for a claimed job is seen in
+// Job.CancelRequested by GetJob.
+func (q *Queue) Claim(ctx context.Context, queue string, opts ClaimOptions) ([]*Job, error) {
+	n := opts.Max
+	if n == 0 {
+		n = 1
+	}
+	if opts.Wait {
+		return q.claimWait(ctx, queue, n)
+	}
+	return q.claimBatch(ctx, queue, n)
+}
+
+// claimOne claims the next claimable job, or returns (nil, nil) when there
+// is none.
+func (q *Queue) claimOne(ctx context.Context, queue string) (*Job, error) {
+	jobs, err := q.claimBatch(ctx, queue, 1)
 	if err != nil || len(jobs) == 0 {
 		return nil, err
 	}
 	return jobs[0], nil
 }
 
-// ClaimBatch claims up to n jobs in one transaction.
-func (q *Queue) ClaimBatch(ctx context.Context, queue string, n int) ([]*Job, error) {
+// claimBatch claims up to n jobs in one transaction.
+func (q *Queue) claimBatch(ctx context.Context, queue string, n int) ([]*Job, error) {
 	if err := q.checkClaim(queue, n); err != nil {
 		return nil, err
 	}
@@ -32,13 +68,9 @@ func (q *Queue) ClaimBatch(ctx context.Context, queue string, n int) ([]*Job, er
 	return jobs, mapErr(err)
 }
 
-// ClaimWait claims up to n jobs, waiting until at least one is claimable or
-// ctx is done (then it returns ctx's error). It wakes when a job is enqueued
-// or comes due; the poll interval (WithPollInterval) only bounds its sleep.
-func (q *Queue) ClaimWait(ctx context.Context, queue string, n int) ([]*Job, error) {
-	if err := q.checkClaim(queue, n); err != nil {
-		return nil, err
-	}
+// claimWait claims up to n jobs, waiting until at least one is claimable or
+// ctx is done (then it returns ctx's error).
+func (q *Queue) claimWait(ctx context.Context, queue string, n int) ([]*Job, error) {
 	return q.claimWaitOpts(ctx, queue, n, q.opts)
 }
 
@@ -277,7 +309,7 @@ func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s
 }
 
 // slotTable holds a process's Work loops by queue: where a dispatched
-// job can start (EnqueueOptions.Dispatch). A writer takes a slot for its
+// job can start (queuex.API.WithDispatch). A writer takes a slot for its
 // own commits; a member takes one before it sends a commit to the writer,
 // which claims the job for it in the transaction.
 type slotTable struct {

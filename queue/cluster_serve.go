@@ -115,7 +115,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			for i, res := range results {
 				w := wireTxnResult{Cancelled: res.Cancelled, Err: toWireErr(errs[i])}
 				for _, e := range res.Enqueued {
-					claimed := e.Claimed
+					claimed := e.claimed
 					if claimed != nil {
 						j := *claimed
 						j.Payload = nil // the member has it (see wireEnqueued)

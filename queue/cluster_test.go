@@ -115,14 +115,14 @@ func TestClusterMemberOperations(t *testing.T) {
 			if _, err := m.Enqueue(ctx, "q", nil, EnqueueOptions{JobID: "job-1"}); !errors.Is(err, ErrJobExists) {
 				t.Fatalf("second enqueue of job-1: %v", err)
 			}
-			j, err := m.Claim(ctx, "q")
+			j, err := m.claimOne(ctx, "q")
 			if err != nil || j == nil || string(j.Payload) != "p1" || j.Headers["h"] != "1" || j.Attempt != 1 {
 				t.Fatalf("Claim = %+v, %v", j, err)
 			}
 			if st, err := w.Stats(ctx, "q"); err != nil || st.Claimed != 1 {
 				t.Fatalf("writer's Stats = %+v, %v", st, err)
 			}
-			if err := m.Renew(j); err != nil {
+			if err := m.renew(j); err != nil {
 				t.Fatal(err)
 			}
 			if err := m.Ack(ctx, j); err != nil {
@@ -138,7 +138,7 @@ func TestClusterMemberOperations(t *testing.T) {
 			if _, err := w.Enqueue(ctx, "q", []byte("p2"), EnqueueOptions{JobID: "job-2", MaxAttempts: 1}); err != nil {
 				t.Fatal(err)
 			}
-			j2, err := m.Claim(ctx, "q")
+			j2, err := m.claimOne(ctx, "q")
 			if err != nil || j2 == nil {
 				t.Fatalf("Claim = %v, %v", j2, err)
 			}
@@ -220,11 +220,11 @@ func TestClusterCleanHandover(t *testing.T) {
 			if _, err := m.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "held"}); err != nil {
 				t.Fatal(err)
 			}
-			j, err := m.Claim(ctx, "q")
+			j, err := m.claimOne(ctx, "q")
 			if err != nil || j == nil {
 				t.Fatalf("Claim = %v, %v", j, err)
 			}
-			jctx, stop := m.ClaimContext(ctx, j)
+			jctx, stop := m.claimContext(ctx, j)
 			defer stop()
 			began := time.Now()
 			if err := w.Close(ctx); err != nil {
@@ -235,7 +235,7 @@ func TestClusterCleanHandover(t *testing.T) {
 			if err := jctx.Err(); err != nil {
 				t.Fatalf("the claim's context ended at the handover: %v", context.Cause(jctx))
 			}
-			if err := m.Renew(j); err != nil {
+			if err := m.renew(j); err != nil {
 				t.Fatalf("Renew after the handover: %v", err)
 			}
 			if err := m.Ack(ctx, j); err != nil {
@@ -483,11 +483,11 @@ func TestClusterFailoverOnWriterDeath(t *testing.T) {
 			if _, err := m.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "held"}); err != nil {
 				t.Fatal(err)
 			}
-			j, err := m.Claim(ctx, "q")
+			j, err := m.claimOne(ctx, "q")
 			if err != nil || j == nil {
 				t.Fatalf("Claim = %v, %v", j, err)
 			}
-			jctx, stop := m.ClaimContext(ctx, j)
+			jctx, stop := m.claimContext(ctx, j)
 			defer stop()
 			killWriter(t, w)
 			took := waitRole(t, m, RoleWriter, 30*hb)
@@ -777,8 +777,8 @@ func TestClusterMemberDispatch(t *testing.T) {
 			commits.Add(1)
 		}
 	})
-	r := mustEnqueue(t, m, "w", "first", EnqueueOptions{Dispatch: true})
-	if !r.Dispatched || r.Claimed != nil {
+	r := mustEnqueue(t, m, "w", "first", EnqueueOptions{dispatch: true})
+	if !r.dispatched || r.claimed != nil {
 		t.Fatalf("result %+v, want Dispatched", r)
 	}
 	select {
@@ -799,8 +799,8 @@ func TestClusterMemberDispatch(t *testing.T) {
 		onWriter <- j
 		return nil
 	}, WorkOptions{Concurrency: 1})
-	r2 := mustEnqueue(t, m, "w", "second", EnqueueOptions{Dispatch: true})
-	if r2.Dispatched {
+	r2 := mustEnqueue(t, m, "w", "second", EnqueueOptions{dispatch: true})
+	if r2.dispatched {
 		t.Fatalf("result %+v: dispatched with no idle slot in the member", r2)
 	}
 	select {
@@ -1039,7 +1039,7 @@ func TestClusterMemberClaimBoundedBySize(t *testing.T) {
 	}
 	var got []int
 	for range 3 {
-		jobs, err := m.ClaimBatch(t0ctx, "q", 10)
+		jobs, err := m.claimBatch(t0ctx, "q", 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1066,7 +1066,7 @@ func TestClusterMemberClaimBoundedBySize(t *testing.T) {
 	for range 3 {
 		mustEnqueue(t, w, "r", strings.Repeat("x", 1000), EnqueueOptions{})
 	}
-	if jobs, err := w.ClaimBatch(t0ctx, "r", 10); err != nil || len(jobs) != 3 {
+	if jobs, err := w.claimBatch(t0ctx, "r", 10); err != nil || len(jobs) != 3 {
 		t.Fatalf("the writer's claim took %d jobs, %v", len(jobs), err)
 	}
 }
@@ -1102,7 +1102,7 @@ func TestClusterRenewalsShareCalls(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := m.Renew(j); err != nil && j != lostJob {
+			if err := m.renew(j); err != nil && j != lostJob {
 				errs <- fmt.Errorf("Renew %s: %w", j.ID, err)
 			} else if err == nil && j == lostJob {
 				errs <- fmt.Errorf("Renew of the lost lease %s = nil", j.ID)
@@ -1190,7 +1190,7 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 	// v: no Work loop there).
 	refills.Store(0)
 	c := mustEnqueue(t, w, "v", "c", EnqueueOptions{}).JobID
-	jc, err := m.Claim(t0ctx, "v")
+	jc, err := m.claimOne(t0ctx, "v")
 	if err != nil || jc == nil || jc.ID != c {
 		t.Fatalf("Claim = %v, %v", jc, err)
 	}
@@ -1207,7 +1207,7 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 	}
 	ctx := handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v", JobID: jc.ID})
 	mustEnqueue(t, w, "v", "waiting", EnqueueOptions{})
-	if _, err := m.Commit(ctx, new(Txn).Ack(jc).Enqueue("v", []byte("next"), EnqueueOptions{Claim: true})); err != nil {
+	if _, err := m.Commit(ctx, new(Txn).Ack(jc).Enqueue("v", []byte("next"), EnqueueOptions{claim: true})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Commit(ctx, new(Txn).Ack(jc)); !IsClaimLost(err) {
@@ -1269,7 +1269,7 @@ func claimedInMember(t *testing.T, n int, opts ...Option) (w, m *Queue, jobs []*
 	for range n {
 		mustEnqueue(t, w, "q", "x", EnqueueOptions{})
 	}
-	jobs, err := m.ClaimBatch(t0ctx, "q", n)
+	jobs, err := m.claimBatch(t0ctx, "q", n)
 	if err != nil || len(jobs) != n {
 		t.Fatalf("ClaimBatch: %d jobs, %v", len(jobs), err)
 	}
@@ -1335,7 +1335,7 @@ func TestClusterRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 	w := openMember(t, url)
 	m := openMember(t, url)
 	mustEnqueue(t, w, "v", "j", EnqueueOptions{})
-	j, err := m.Claim(t0ctx, "v")
+	j, err := m.claimOne(t0ctx, "v")
 	if err != nil || j == nil {
 		t.Fatalf("Claim = %v, %v", j, err)
 	}
@@ -1422,17 +1422,17 @@ func TestClusterClaimedPayloadStaysWithMember(t *testing.T) {
 	res2, err := m.Commit(t0ctx, new(Txn).
 		Enqueue("q", []byte("dup"), EnqueueOptions{DedupKey: "d"}).
 		Put([]byte("k2"), []byte("v")).
-		Enqueue("q", payload, EnqueueOptions{Claim: true}))
+		Enqueue("q", payload, EnqueueOptions{claim: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res2.Enqueued) != 2 || !res2.Enqueued[0].Duplicate || res2.Enqueued[1].Claimed == nil {
+	if len(res2.Enqueued) != 2 || !res2.Enqueued[0].Duplicate || res2.Enqueued[1].claimed == nil {
 		t.Fatalf("enqueued: %+v", res2.Enqueued)
 	}
-	if j := res2.Enqueued[1].Claimed; !bytes.Equal(j.Payload, payload) || j.ID != res2.Enqueued[1].JobID {
+	if j := res2.Enqueued[1].claimed; !bytes.Equal(j.Payload, payload) || j.ID != res2.Enqueued[1].JobID {
 		t.Fatalf("the claimed job %s has %d bytes of payload, want %d", j.ID, len(j.Payload), len(payload))
 	}
-	if err := m.Ack(t0ctx, res2.Enqueued[1].Claimed); err != nil {
+	if err := m.Ack(t0ctx, res2.Enqueued[1].claimed); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -1472,7 +1472,7 @@ func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
 		}
 		return &commitReply{Results: make([]wireTxnResult, len(req.Txns))}, nil // no enqueue results
 	})
-	_, err := r.commit(t0ctx, new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{Claim: true}).ops, o)
+	_, err := r.commit(t0ctx, new(Txn).Enqueue("q", []byte("x"), EnqueueOptions{claim: true}).ops, o)
 	if !errors.Is(err, errWriterGone) || !strings.Contains(err.Error(), "0 of 1 enqueues") {
 		t.Fatalf("commit: %v", err)
 	}

@@ -210,7 +210,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 			if r.Duplicate && len(op.Value) > l.opts.largeValue {
 				c.unused = append(c.unused, c.encs[i])
 			}
-			if j := r.Claimed; j != nil {
+			if j := r.claimed; j != nil {
 				j.Payload = op.Value
 				c.after = append(c.after, func() { l.grantLeases([]*Job{j}, o.config(j.Queue), now, o.member) })
 			}
@@ -260,7 +260,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 // leases of the jobs it claimed and the dispatched jobs in the slots taken
 // for them, or gives the slots back. abandoned says the caller stopped
 // waiting (ErrOutcomeUnknown) and will not see the result: the jobs
-// claimed for it (EnqueueOptions.Claim) are then released, their attempt
+// claimed for it (queuex.API.WithClaim) are then released, their attempt
 // not counted.
 func (l *local) committed(ctx context.Context, c *commitState, err error, abandoned bool) {
 	ops, slotFor, res, unused, signals, o := c.ops, c.slotFor, c.res, c.unused, c.signals, c.o
@@ -278,8 +278,8 @@ func (l *local) committed(ctx context.Context, c *commitState, err error, abando
 	}
 	var claimed []*Job
 	for _, r := range res.Enqueued {
-		if r.Claimed != nil {
-			claimed = append(claimed, r.Claimed)
+		if r.claimed != nil {
+			claimed = append(claimed, r.claimed)
 		}
 	}
 	l.startLeases(claimed, o)
@@ -289,8 +289,8 @@ func (l *local) committed(ctx context.Context, c *commitState, err error, abando
 	if abandoned {
 		var unrun []*Job
 		for _, r := range res.Enqueued {
-			if r.Claimed != nil { // not dispatched (startDispatched cleared those)
-				unrun = append(unrun, r.Claimed)
+			if r.claimed != nil { // not dispatched (startDispatched cleared those)
+				unrun = append(unrun, r.claimed)
 			}
 		}
 		if len(unrun) > 0 {
@@ -315,11 +315,11 @@ func startDispatched(ctx context.Context, ops []txnOp, slotFor map[int]*slots, e
 		s := slotFor[i]
 		switch {
 		case s == nil:
-		case r.Claimed == nil:
+		case r.claimed == nil:
 			s.put()
 		default:
-			j := r.Claimed
-			r.Claimed, r.Dispatched = nil, true
+			j := r.claimed
+			r.claimed, r.dispatched = nil, true
 			s.start(j, handoff.DispatchedCarry(ctx, j.ID))
 		}
 	}

@@ -118,7 +118,7 @@ func TestDispatchStress(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(g+1)))
 			for i := range perG {
-				o := EnqueueOptions{Dispatch: rng.IntN(3) != 0, Priority: int32(rng.IntN(3))}
+				o := EnqueueOptions{dispatch: rng.IntN(3) != 0, Priority: int32(rng.IntN(3))}
 				if rng.IntN(5) == 0 {
 					o.Delay = time.Duration(1+rng.IntN(10)) * time.Millisecond
 				}
@@ -146,10 +146,10 @@ func TestDispatchStress(t *testing.T) {
 				}
 				mu.Lock()
 				for _, r := range res.Enqueued {
-					if r.Dispatched && (r.Duplicate || o.Delay > 0) {
+					if r.dispatched && (r.Duplicate || o.Delay > 0) {
 						t.Errorf("dispatched %+v (delay %v)", r, o.Delay)
 					}
-					if r.Dispatched {
+					if r.dispatched {
 						dispatched++
 					}
 					if !r.Duplicate {

@@ -65,8 +65,8 @@ func TestDispatchStartsInIdleSlot(t *testing.T) {
 	waitFor(t, func() bool { return q.idleSlots("w") == 2 })
 
 	before := q.StorageStats().Transactions
-	r := mustEnqueue(t, q, "w", "now", EnqueueOptions{Dispatch: true, Headers: map[string]string{"h": "v"}})
-	if !r.Dispatched || r.Claimed != nil {
+	r := mustEnqueue(t, q, "w", "now", EnqueueOptions{dispatch: true, Headers: map[string]string{"h": "v"}})
+	if !r.dispatched || r.claimed != nil {
 		t.Fatalf("result %+v, want Dispatched and no Claimed", r)
 	}
 	var j *Job
@@ -104,11 +104,11 @@ func TestDispatchNotGranted(t *testing.T) {
 	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
 
 	// No Work loop serves the queue.
-	if r := mustEnqueue(t, q, "other", "x", EnqueueOptions{Dispatch: true}); r.Dispatched {
+	if r := mustEnqueue(t, q, "other", "x", EnqueueOptions{dispatch: true}); r.dispatched {
 		t.Fatal("dispatched to a queue no worker serves")
 	}
 	// Not due yet.
-	if r := mustEnqueue(t, q, "w", "later", EnqueueOptions{Dispatch: true, Delay: time.Minute}); r.Dispatched {
+	if r := mustEnqueue(t, q, "w", "later", EnqueueOptions{dispatch: true, Delay: time.Minute}); r.dispatched {
 		t.Fatal("dispatched a delayed job")
 	}
 	if n := q.idleSlots("w"); n != 1 {
@@ -117,7 +117,7 @@ func TestDispatchNotGranted(t *testing.T) {
 	// Another job became ready (the delayed one, due under the fake clock;
 	// the loop sleeps on its poll interval): dispatch does not overtake it.
 	clk.Advance(2 * time.Minute)
-	if r := mustEnqueue(t, q, "w", "behind", EnqueueOptions{Dispatch: true, Priority: 5}); r.Dispatched {
+	if r := mustEnqueue(t, q, "w", "behind", EnqueueOptions{dispatch: true, Priority: 5}); r.dispatched {
 		t.Fatal("dispatch overtook a ready job")
 	}
 	// Both run once the loop wakes, in the loop's order: priority first.
@@ -127,9 +127,9 @@ func TestDispatchNotGranted(t *testing.T) {
 	}
 
 	// A busy slot: the job waits for the worker.
-	mustEnqueue(t, q, "w", "block", EnqueueOptions{Dispatch: true})
+	mustEnqueue(t, q, "w", "block", EnqueueOptions{dispatch: true})
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 3 })
-	if r := mustEnqueue(t, q, "w", "queued", EnqueueOptions{Dispatch: true}); r.Dispatched {
+	if r := mustEnqueue(t, q, "w", "queued", EnqueueOptions{dispatch: true}); r.dispatched {
 		t.Fatal("dispatched with no idle slot")
 	}
 	// A dedup hit takes no slot and starts nothing.
@@ -137,11 +137,11 @@ func TestDispatchNotGranted(t *testing.T) {
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 4 })
 	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
 	mustEnqueue(t, q, "w", "blocker2", EnqueueOptions{Delay: time.Hour, DedupKey: "k"})
-	if r := mustEnqueue(t, q, "w", "dup", EnqueueOptions{Dispatch: true, DedupKey: "k"}); r.Dispatched || !r.Duplicate {
+	if r := mustEnqueue(t, q, "w", "dup", EnqueueOptions{dispatch: true, DedupKey: "k"}); r.dispatched || !r.Duplicate {
 		t.Fatalf("dedup hit: %+v", r)
 	}
 	// A failed transaction gives its slot back.
-	if _, err := q.Commit(t0ctx, new(Txn).Enqueue("w", []byte("x"), EnqueueOptions{Dispatch: true}).
+	if _, err := q.Commit(t0ctx, new(Txn).Enqueue("w", []byte("x"), EnqueueOptions{dispatch: true}).
 		CompareAndPut([]byte("k"), []byte("nope"), []byte("v"))); err == nil {
 		t.Fatal("the condition should have failed")
 	}
@@ -181,12 +181,12 @@ func TestDispatchRespectsConcurrency(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range jobs / 8 {
-				r, err := q.Enqueue(t0ctx, "w", []byte(fmt.Sprint(g, i)), EnqueueOptions{Dispatch: true})
+				r, err := q.Enqueue(t0ctx, "w", []byte(fmt.Sprint(g, i)), EnqueueOptions{dispatch: true})
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if r.Dispatched {
+				if r.dispatched {
 					dispatched.Add(1)
 				}
 				time.Sleep(time.Millisecond) // let the slots drain at times
@@ -220,7 +220,7 @@ func TestDispatchToStoppedWorker(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if r := mustEnqueue(t, q, "w", "after", EnqueueOptions{Dispatch: true}); r.Dispatched {
+	if r := mustEnqueue(t, q, "w", "after", EnqueueOptions{dispatch: true}); r.dispatched {
 		t.Fatal("dispatched to a stopped worker")
 	}
 	if j := mustClaim(t, q, "w"); j == nil || j.Attempt != 1 {
@@ -242,7 +242,7 @@ func TestDispatchTakenSlotWakesClaim(t *testing.T) {
 		}
 		// Between the loop's idle check and its claim: a dispatched
 		// enqueue takes the only slot, then a plain job becomes ready.
-		if r := mustEnqueue(t, q, "w", "dispatched", EnqueueOptions{Dispatch: true}); !r.Dispatched {
+		if r := mustEnqueue(t, q, "w", "dispatched", EnqueueOptions{dispatch: true}); !r.dispatched {
 			t.Error("not dispatched")
 		}
 		mustEnqueue(t, q, "w", "plain", EnqueueOptions{})

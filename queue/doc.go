@@ -37,6 +37,19 @@
 // Reads (Get, Scan) see every committed transaction, and a read that would
 // observe a transaction not yet durable waits until it is.
 //
+// # Jobs
+//
+// Enqueue (or Txn.Enqueue, with other changes) adds a job to a named
+// queue. Work runs a Handler over a queue with up to Concurrency jobs at
+// once: it claims jobs as they become ready, renews their leases while
+// they run, and settles each by what its handler returns (Ack on nil;
+// Nack, retried with backoff up to the attempt limit; DeadLetter for a
+// Permanent error). Delivery is at least once: a job whose lease runs out
+// (its process died or stalled) is claimed again, and its attempt counts.
+// Claim pulls jobs by hand instead, for programs with a loop of their
+// own; its leases are not renewed, so such a job is settled (Ack, Nack,
+// DeadLetter, or in a Txn) within its lease (WithLease, QueueConfig.Lease).
+//
 // # Store URLs
 //
 // Open takes mem://NAME and file:///ABS/DIR stores in every program. The
@@ -269,13 +282,14 @@
 // job) claims the slot's next job in the same call; otherwise a claim waits
 // on the writer for a job (a long-poll of up to 10s) instead of polling.
 // One standing long-poll brings the cancels and losses of the member's
-// claims. EnqueueOptions.Dispatch works in a member too: the member takes
-// an idle slot of its own Work loop before it sends the commit, and the
-// writer claims the job for it in the transaction (no claim call). The
-// runtime's steps bring their run record with them (the transaction that
-// started a step wrote it, or the writer reads it with the claim), so a
-// member's step costs one call, its settlement: about 0.12 calls per step
-// transition at saturation (docs/BENCHMARKS.md). Lease renewals share calls
+// claims. The runtime's dispatched enqueues (a submitted run's first step
+// started in an idle slot of this process) work in a member too: the
+// member takes an idle slot of its own Work loop before it sends the
+// commit, and the writer claims the job for it in the transaction (no
+// claim call). The runtime's steps bring their run record with them (the
+// transaction that started a step wrote it, or the writer reads it with
+// the claim), so a member's step costs one call, its settlement: about
+// 0.12 calls per step transition at saturation (docs/BENCHMARKS.md). Lease renewals share calls
 // too (as do reads), and a renewal makes none while the writer confirmed
 // the lease less than a quarter lease ago. A member makes no object-store
 // requests for its operations and holds no state. To watch the writer, a

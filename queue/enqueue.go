@@ -121,8 +121,8 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 	tx.Put(jobSpace+id, encodeJob(rec)) // the index sees it here
 	res := EnqueueResult{JobID: id}
 	if claim {
-		res.Claimed = rec.toJob(id, now)
-		res.Claimed.token = rec.Claim
+		res.claimed = rec.toJob(id, now)
+		res.claimed.token = rec.Claim
 	}
 	return res
 }

@@ -37,8 +37,8 @@ func ExampleWithCluster() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	j, _ := q.Claim(ctx, "emails")
-	fmt.Println(j.ID == r.JobID, string(j.Payload))
+	jobs, _ := q.Claim(ctx, "emails", queue.ClaimOptions{})
+	fmt.Println(jobs[0].ID == r.JobID, string(jobs[0].Payload))
 	// Output:
 	// writer
 	// true to: ada@example.com

@@ -2,9 +2,11 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/stepwell/stepwell/queue"
 )
@@ -46,8 +48,8 @@ func ExampleOpen_file() {
 		log.Fatal(err)
 	}
 	defer q.Close(ctx)
-	j, _ := q.Claim(ctx, "emails")
-	fmt.Println(j.ID == r.JobID, string(j.Payload))
+	jobs, _ := q.Claim(ctx, "emails", queue.ClaimOptions{})
+	fmt.Println(jobs[0].ID == r.JobID, string(jobs[0].Payload))
 	// Output: true to: ada@example.com
 }
 
@@ -80,17 +82,51 @@ func ExampleTxn() {
 	q, _ := queue.Open(ctx, "mem://example-txn")
 	defer q.Close(ctx)
 	q.Enqueue(ctx, "steps", []byte("step 0"), queue.EnqueueOptions{})
-	j, _ := q.Claim(ctx, "steps")
+	jobs, _ := q.Claim(ctx, "steps", queue.ClaimOptions{})
 
 	txn := new(queue.Txn).
-		Ack(j).
+		Ack(jobs[0]).
 		Enqueue("steps", []byte("step 1"), queue.EnqueueOptions{DedupKey: "order-7:1"}).
 		Put([]byte("orders/7"), []byte("step 1 queued"))
 	res, err := q.Commit(ctx, txn)
 	if err != nil {
 		log.Fatal(err)
 	}
-	next, _ := q.Claim(ctx, "steps")
-	fmt.Println(next.ID == res.Enqueued[0].JobID, string(next.Payload))
+	next, _ := q.Claim(ctx, "steps", queue.ClaimOptions{})
+	fmt.Println(next[0].ID == res.Enqueued[0].JobID, string(next[0].Payload))
 	// Output: true step 1
+}
+
+// Pulling jobs by hand: Claim takes up to Max jobs, and with Wait it waits
+// for one (until ctx ends). Work is the usual way to run jobs: it renews
+// their leases, which Claim does not, so a job claimed by hand is settled
+// within its lease (WithLease).
+func ExampleQueue_Claim() {
+	ctx := context.Background()
+	q, _ := queue.Open(ctx, "mem://example-claim", queue.WithLease(time.Minute))
+	defer q.Close(ctx)
+	for _, to := range []string{"ada", "grace", "edsger"} {
+		q.Enqueue(ctx, "emails", []byte("to: "+to), queue.EnqueueOptions{})
+	}
+	jobs, err := q.Claim(ctx, "emails", queue.ClaimOptions{Max: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, j := range jobs {
+		fmt.Println(string(j.Payload))
+		q.Ack(ctx, j)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	jobs, err = q.Claim(wctx, "emails", queue.ClaimOptions{Max: 2, Wait: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(jobs), string(jobs[0].Payload))
+	q.Nack(ctx, jobs[0], errors.New("mailbox full"), time.Minute) // retried in a minute
+	// Output:
+	// to: ada
+	// to: grace
+	// 1 to: edsger
 }

@@ -58,7 +58,7 @@ func TestStallLongerThanLeaseSpendsNoAttempt(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		chained, chainErr = q.Enqueue(t0ctx, "q", []byte("chained"), EnqueueOptions{Claim: true, Priority: 1})
+		chained, chainErr = q.Enqueue(t0ctx, "q", []byte("chained"), EnqueueOptions{claim: true, Priority: 1})
 	}()
 	stallUntilUnhealthy(t, q, clk)
 	h := q.Health()
@@ -70,7 +70,7 @@ func TestStallLongerThanLeaseSpendsNoAttempt(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		claimed, claimErr = q.Claim(t0ctx, "q")
+		claimed, claimErr = q.claimOne(t0ctx, "q")
 	}()
 	for range 60 {
 		clk.Advance(time.Second)
@@ -80,7 +80,7 @@ func TestStallLongerThanLeaseSpendsNoAttempt(t *testing.T) {
 	}
 	f.Unstall()
 	wg.Wait()
-	if chainErr != nil || chained.Claimed == nil {
+	if chainErr != nil || chained.claimed == nil {
 		t.Fatalf("Enqueue with Claim across the stall: %+v, %v", chained, chainErr)
 	}
 	if claimErr != nil || claimed == nil || string(claimed.Payload) != "waiting" {
@@ -92,10 +92,10 @@ func TestStallLongerThanLeaseSpendsNoAttempt(t *testing.T) {
 	if err := q.reapNow(); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Renew(held); err != nil {
+	if err := q.renew(held); err != nil {
 		t.Fatalf("Renew of a job claimed before the stall: %v", err)
 	}
-	for _, j := range []*Job{held, chained.Claimed, claimed} {
+	for _, j := range []*Job{held, chained.claimed, claimed} {
 		if err := q.Ack(t0ctx, j); err != nil {
 			t.Fatalf("Ack of %s: %v", j.Payload, err)
 		}
@@ -121,7 +121,7 @@ func TestCommitHonoursContextDuringStall(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := q.Commit(ctx, new(Txn).Put([]byte("k"), []byte("v")).
-			Enqueue("q", []byte("p"), EnqueueOptions{JobID: "j1", Claim: true}))
+			Enqueue("q", []byte("p"), EnqueueOptions{JobID: "j1", claim: true}))
 		done <- err
 	}()
 	select {
@@ -187,7 +187,7 @@ func TestSettleWithClaimContextWaitsOutStall(t *testing.T) {
 	q, f, clk := openFaulty(t)
 	mustEnqueue(t, q, "q", "p", EnqueueOptions{})
 	j := mustClaim(t, q, "q")
-	jctx, stop := q.ClaimContext(t0ctx, j)
+	jctx, stop := q.claimContext(t0ctx, j)
 	defer stop()
 	f.Stall()
 	done := make(chan error, 1)

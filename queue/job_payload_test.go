@@ -134,7 +134,7 @@ func TestPayloadInRecord(t *testing.T) {
 	check("enqueued", q)
 	// A failed attempt rewrites the record; the payload survives it.
 	for _, c := range cases {
-		j, err := q.Claim(ctx, "q-"+c.name)
+		j, err := q.claimOne(ctx, "q-"+c.name)
 		if err != nil || j == nil {
 			t.Fatalf("%s: Claim = %v, %v", c.name, j, err)
 		}
@@ -157,7 +157,7 @@ func TestPayloadInRecord(t *testing.T) {
 	check("reopened", q)
 	clock.Advance(time.Second) // past the retries' backoff
 	for _, c := range cases {
-		j, err := q.Claim(ctx, "q-"+c.name)
+		j, err := q.claimOne(ctx, "q-"+c.name)
 		if err != nil || j == nil {
 			t.Fatalf("%s: Claim after reopen = %v, %v", c.name, j, err)
 		}
@@ -203,7 +203,7 @@ func TestVersion1JobRecords(t *testing.T) {
 	if s, _ := q.Stats(ctx, "legacy"); s.Pending != 1 {
 		t.Fatalf("Stats = %+v, want the version 1 job pending", s)
 	}
-	j, err := q.Claim(ctx, "legacy")
+	j, err := q.claimOne(ctx, "legacy")
 	if err != nil || j == nil || j.ID != id || string(j.Payload) != "hello" {
 		t.Fatalf("Claim = %+v, %v; want job %s with payload hello", j, err, id)
 	}
@@ -218,7 +218,7 @@ func TestVersion1JobRecords(t *testing.T) {
 	}
 	defer q.Close(ctx)
 	clock.Advance(time.Second)
-	j, err = q.Claim(ctx, "legacy")
+	j, err = q.claimOne(ctx, "legacy")
 	if err != nil || j == nil || string(j.Payload) != "hello" || j.Attempt != 2 {
 		t.Fatalf("Claim after a retry and a reopen = %+v, %v; want payload hello, attempt 2", j, err)
 	}
@@ -265,7 +265,7 @@ func TestPayloadsLeaveWithTheirJobs(t *testing.T) {
 		if _, err := q.Enqueue(ctx, "q", payload, EnqueueOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		j, err := q.Claim(ctx, "q")
+		j, err := q.claimOne(ctx, "q")
 		if err != nil || j == nil {
 			t.Fatalf("Claim = %v, %v", j, err)
 		}
@@ -281,7 +281,7 @@ func TestPayloadsLeaveWithTheirJobs(t *testing.T) {
 		if _, err := q.Enqueue(ctx, "q", payload, EnqueueOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if j, err = q.Claim(ctx, "q"); err != nil || j == nil {
+		if j, err = q.claimOne(ctx, "q"); err != nil || j == nil {
 			t.Fatalf("Claim = %v, %v", j, err)
 		}
 		if err := q.DeadLetter(ctx, j, "no"); err != nil {

@@ -35,7 +35,7 @@ func mustEnqueue(t *testing.T, q *Queue, queue, payload string, o EnqueueOptions
 
 func mustClaim(t *testing.T, q *Queue, queue string) *Job {
 	t.Helper()
-	j, err := q.Claim(t0ctx, queue)
+	j, err := q.claimOne(t0ctx, queue)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -181,7 +181,7 @@ func TestLeaseExpiryAndPoisonJobs(t *testing.T) {
 	mustEnqueue(t, q, "q", "p", EnqueueOptions{})
 	j1 := mustClaim(t, q, "q")
 	clk.Advance(29 * time.Second)
-	if err := q.Renew(j1); err != nil {
+	if err := q.renew(j1); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(29 * time.Second)
@@ -194,7 +194,7 @@ func TestLeaseExpiryAndPoisonJobs(t *testing.T) {
 	if err := q.Ack(t0ctx, j1); !IsClaimLost(err) {
 		t.Fatalf("Ack after lease expiry = %v, want claim lost", err)
 	}
-	if err := q.Renew(j1); !IsClaimLost(err) {
+	if err := q.renew(j1); !IsClaimLost(err) {
 		t.Fatalf("Renew after lease expiry = %v", err)
 	}
 	clk.Advance(time.Second)
@@ -221,7 +221,7 @@ func TestCancelJob(t *testing.T) {
 	if j.ID != b.JobID {
 		t.Fatalf("claimed %s, want %s", j.ID, b.JobID)
 	}
-	ctx, stop := q.ClaimContext(t0ctx, j)
+	ctx, stop := q.claimContext(t0ctx, j)
 	defer stop()
 	if c, err := q.CancelJob(t0ctx, b.JobID); err != nil || c != CancelRequested {
 		t.Fatalf("cancel claimed = %v, %v", c, err)
@@ -313,7 +313,7 @@ func TestClaimWaitWakesOnEnqueue(t *testing.T) {
 	q := openT(t, memURL(t), WithPollInterval(time.Hour))
 	got := make(chan *Job)
 	go func() {
-		jobs, err := q.ClaimWait(t0ctx, "q", 1)
+		jobs, err := q.claimWait(t0ctx, "q", 1)
 		if err != nil {
 			t.Error(err)
 		}
@@ -331,8 +331,60 @@ func TestClaimWaitWakesOnEnqueue(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t0ctx)
 	cancel()
-	if _, err := q.ClaimWait(ctx, "q", 1); !errors.Is(err, context.Canceled) {
+	if _, err := q.claimWait(ctx, "q", 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ClaimWait with a done ctx = %v", err)
+	}
+}
+
+// TestClaimOptions: Claim takes one job by default and up to Max, returns
+// none at once without Wait, waits for one with Wait (until ctx ends), and
+// refuses a negative Max and an empty queue name.
+func TestClaimOptions(t *testing.T) {
+	q := openT(t, memURL(t), WithPollInterval(time.Hour))
+	if jobs, err := q.Claim(t0ctx, "q", ClaimOptions{}); err != nil || len(jobs) != 0 {
+		t.Fatalf("Claim of an empty queue = %v, %v", jobs, err)
+	}
+	for i := range 4 {
+		mustEnqueue(t, q, "q", fmt.Sprint(i), EnqueueOptions{})
+	}
+	if jobs, err := q.Claim(t0ctx, "q", ClaimOptions{}); err != nil || len(jobs) != 1 || string(jobs[0].Payload) != "0" {
+		t.Fatalf("Claim with no Max = %v, %v; want job 0 alone", jobs, err)
+	}
+	jobs, err := q.Claim(t0ctx, "q", ClaimOptions{Max: 2})
+	if err != nil || len(jobs) != 2 || string(jobs[0].Payload) != "1" || string(jobs[1].Payload) != "2" {
+		t.Fatalf("Claim Max 2 = %v, %v; want jobs 1 and 2", jobs, err)
+	}
+	if jobs, err := q.Claim(t0ctx, "q", ClaimOptions{Max: 5, Wait: true}); err != nil || len(jobs) != 1 || string(jobs[0].Payload) != "3" {
+		t.Fatalf("Claim Max 5 with Wait and one job ready = %v, %v; want job 3", jobs, err)
+	}
+	got := make(chan []*Job)
+	go func() {
+		jobs, err := q.Claim(t0ctx, "q", ClaimOptions{Wait: true})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- jobs
+	}()
+	time.Sleep(10 * time.Millisecond) // let it block
+	mustEnqueue(t, q, "q", "late", EnqueueOptions{})
+	select {
+	case jobs := <-got:
+		if len(jobs) != 1 || string(jobs[0].Payload) != "late" {
+			t.Fatalf("Claim with Wait woke with %v", jobs)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Claim with Wait did not wake on enqueue (poll interval is an hour)")
+	}
+	ctx, cancel := context.WithTimeout(t0ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := q.Claim(ctx, "q", ClaimOptions{Wait: true}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Claim with Wait of an empty queue until ctx ends = %v", err)
+	}
+	if _, err := q.Claim(t0ctx, "q", ClaimOptions{Max: -1}); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("Claim Max -1 = %v, want ErrInvalidOption", err)
+	}
+	if _, err := q.Claim(t0ctx, "", ClaimOptions{}); !errors.Is(err, ErrEmptyQueueName) {
+		t.Fatalf("Claim of queue \"\" = %v, want ErrEmptyQueueName", err)
 	}
 }
 
@@ -442,7 +494,7 @@ func TestReadOnlyReader(t *testing.T) {
 	if s := r.StorageStats(); s.Puts != 0 || s.Deletes != 0 {
 		t.Fatalf("reader wrote to the bucket: %+v", s)
 	}
-	if _, err := r.Claim(t0ctx, "q"); !errors.Is(err, ErrReadOnly) {
+	if _, err := r.claimOne(t0ctx, "q"); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("reader Claim = %v, want ErrReadOnly", err)
 	}
 	// The writer is not fenced by the reader and keeps going; enough

@@ -85,7 +85,7 @@ func (l *local) expired(ls *lease, now time.Time) bool {
 func (l *local) release(id string, token uint64, cause error) { l.unlease(id, token, cause)() }
 
 // unlease is release in two: it ends the claim now and returns the function
-// that tells its watchers (ClaimContext). A settlement tells them once its
+// that tells its watchers (claimContext). A settlement tells them once its
 // outcome is known: a handler settling its own job commits with its claim
 // context, which must not end while the commit waits for the store.
 //
@@ -173,20 +173,20 @@ func (l *local) adoptClaim(id string, rec *jobRec, now time.Time) {
 	}
 }
 
-// Renew extends a claimed job's lease by the queue's lease duration. It is
+// renew extends a claimed job's lease by the queue's lease duration. It is
 // process state, not a write. It fails with a *ClaimLostError if the lease
 // already expired.
-func (q *Queue) Renew(job *Job) error {
+func (q *Queue) renew(job *Job) error {
 	if err := q.checkOpen(); err != nil {
 		return err
 	}
 	return q.be.renew(job.ID, job.token, q.opts)
 }
 
-// ClaimContext returns a context derived from parent that is cancelled when
+// claimContext returns a context derived from parent that is cancelled when
 // the job's claim is lost (cause: a *ClaimLostError) or the job is cancelled
 // (cause: ErrJobCancelled). Call stop when done with the job.
-func (q *Queue) ClaimContext(parent context.Context, job *Job) (ctx context.Context, stop func()) {
+func (q *Queue) claimContext(parent context.Context, job *Job) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	lost, cancelled, cause := q.be.watch(job.ID, job.token)
 	done := make(chan struct{})

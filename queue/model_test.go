@@ -368,7 +368,7 @@ func (o mOp) String() string {
 		return fmt.Sprintf("CAS(%s, %s -> %s)", o.key, old, short(o.val))
 	case mEnq:
 		opt := o.req.Options
-		return fmt.Sprintf("Enqueue(%s, %s, prio=%d delay=%v runAt=%v max=%d dedup=%q id=%q dlq=%q claim=%v)", o.req.Queue, short(o.req.Payload), opt.Priority, opt.Delay, fmtTime(opt.RunAt), opt.MaxAttempts, opt.DedupKey, opt.JobID, opt.DeadLetterQueue, opt.Claim)
+		return fmt.Sprintf("Enqueue(%s, %s, prio=%d delay=%v runAt=%v max=%d dedup=%q id=%q dlq=%q claim=%v)", o.req.Queue, short(o.req.Payload), opt.Priority, opt.Delay, fmtTime(opt.RunAt), opt.MaxAttempts, opt.DedupKey, opt.JobID, opt.DeadLetterQueue, opt.claim)
 	case mAck:
 		return fmt.Sprintf("Ack(%s#%d)", o.h.job.ID, o.h.claim)
 	case mNack:
@@ -420,11 +420,11 @@ func (o mOp) addTo(t *Txn) {
 	case mCancel:
 		t.CancelJob(o.id)
 	case mRequire:
-		t.RequireJobState(o.id, o.states...)
+		t.requireJobState(o.id, o.states...)
 	case mCAD:
 		t.CompareAndDelete([]byte(o.key), o.old)
 	case mRelease:
-		t.Release(o.h.job)
+		t.release(o.h.job)
 	}
 }
 
@@ -495,7 +495,7 @@ func (m *model) applyTxn(ops []mOp, res TxnResult, now time.Time) (*model, mErr,
 			}
 			if r.Options.DedupKey != "" {
 				if hs := c.holders(r.Queue, r.Options.DedupKey); len(hs) > 0 {
-					if !got.Duplicate || !slices.Contains(hs, got.JobID) || got.Claimed != nil {
+					if !got.Duplicate || !slices.Contains(hs, got.JobID) || got.claimed != nil {
 						diffs = append(diffs, fmt.Sprintf("op %d %v: got %+v, want a duplicate of one of %v (pending with that key), not claimed", i, o, got, hs))
 					}
 					continue
@@ -536,26 +536,26 @@ func (m *model) applyTxn(ops []mOp, res TxnResult, now time.Time) (*model, mErr,
 			// EnqueueOptions.Claim: granted when the job is due and no job
 			// of higher priority is ready in its queue (one of equal
 			// priority does not stop it: the claim bypasses FIFO).
-			grant := r.Options.Claim && !runAt.After(now) && !c.higherReady(r.Queue, r.Options.Priority, now)
+			grant := r.Options.claim && !runAt.After(now) && !c.higherReady(r.Queue, r.Options.Priority, now)
 			if grant {
 				c.grant(j, now)
 			}
 			c.jobs[got.JobID] = j
 			switch {
-			case grant && got.Claimed == nil:
+			case grant && got.claimed == nil:
 				diffs = append(diffs, fmt.Sprintf("op %d %v: claim not granted, want it granted (due, no higher priority ready)", i, o))
-			case !grant && got.Claimed != nil:
+			case !grant && got.claimed != nil:
 				why := "not due"
-				if !r.Options.Claim {
+				if !r.Options.claim {
 					why = "not asked for"
 				} else if !runAt.After(now) {
 					why = "a job of higher priority is ready"
 				}
 				diffs = append(diffs, fmt.Sprintf("op %d %v: claim granted, want refused (%s)", i, o, why))
-			case grant && got.Claimed.ID != got.JobID:
-				diffs = append(diffs, fmt.Sprintf("op %d %v: Claimed.ID %s, want %s", i, o, got.Claimed.ID, got.JobID))
+			case grant && got.claimed.ID != got.JobID:
+				diffs = append(diffs, fmt.Sprintf("op %d %v: Claimed.ID %s, want %s", i, o, got.claimed.ID, got.JobID))
 			case grant:
-				if d := diffJob(got.Claimed, j, now); d != "" {
+				if d := diffJob(got.claimed, j, now); d != "" {
 					diffs = append(diffs, fmt.Sprintf("op %d %v: Claimed: %s", i, o, d))
 				}
 			}
@@ -687,7 +687,7 @@ func (r *modelRun) commit(ops []mOp, api string) TxnResult {
 		case mDeadLetter:
 			err = r.q.DeadLetter(r.ctx, o.h.job, o.reason)
 		case mRelease:
-			err = r.q.Release(r.ctx, o.h.job)
+			err = r.q.release(r.ctx, o.h.job)
 		case mCancel:
 			var c CancelOutcome
 			if c, err = r.q.CancelJob(r.ctx, o.id); err == nil {
@@ -729,14 +729,14 @@ func (r *modelRun) commit(ops []mOp, api string) TxnResult {
 	}
 	r.stats[fmt.Sprintf("%s:%v", api, got)]++
 	for _, e := range res.Enqueued {
-		if e.Claimed == nil {
+		if e.claimed == nil {
 			continue
 		}
 		j := r.m.jobs[e.JobID]
 		if j == nil || j.state != mClaimed {
 			r.fail("%s %v: job %s claimed by its enqueue, but the model has it %v", api, ops, e.JobID, j)
 		}
-		r.addHandle(e.Claimed, j.claim)
+		r.addHandle(e.claimed, j.claim)
 		r.stats["claimed-on-enqueue"]++
 	}
 	for _, o := range ops {
@@ -1120,7 +1120,7 @@ func (r *modelRun) randEnqueue() EnqueueRequest {
 	if r.rng.IntN(4) == 0 {
 		o.DeadLetterQueue = "qb" // notices mix with qb's own jobs
 	}
-	o.Claim = r.rng.IntN(4) == 0
+	o.claim = r.rng.IntN(4) == 0
 	return EnqueueRequest{Queue: r.pick(mQueues), Payload: r.randPayload(), Options: o}
 }
 
@@ -1240,11 +1240,11 @@ func (r *modelRun) doClaim() {
 	var err error
 	if n == 1 && r.rng.IntN(2) == 0 {
 		var j *Job
-		if j, err = r.q.Claim(r.ctx, qn); j != nil {
+		if j, err = r.q.claimOne(r.ctx, qn); j != nil {
 			jobs = []*Job{j}
 		}
 	} else {
-		jobs, err = r.q.ClaimBatch(r.ctx, qn, n)
+		jobs, err = r.q.claimBatch(r.ctx, qn, n)
 	}
 	var ids []string
 	for _, j := range jobs {
@@ -1363,13 +1363,13 @@ func (r *modelRun) doExpireAndTouch() {
 	var what string
 	switch r.rng.IntN(5) {
 	case 0:
-		what, err = "Renew", r.q.Renew(h.job)
+		what, err = "Renew", r.q.renew(h.job)
 	case 1:
 		what, err = "Ack", r.q.Ack(r.ctx, h.job)
 	case 2:
 		what, err = "Nack", r.q.Nack(r.ctx, h.job, errors.New("late"), 0)
 	case 3:
-		what, err = "Release", r.q.Release(r.ctx, h.job)
+		what, err = "Release", r.q.release(r.ctx, h.job)
 	default:
 		what, err = "DeadLetter", r.q.DeadLetter(r.ctx, h.job, "late")
 	}
@@ -1388,7 +1388,7 @@ func (r *modelRun) doRenew() {
 	if h == nil {
 		return
 	}
-	err := r.q.Renew(h.job)
+	err := r.q.renew(h.job)
 	r.logf("Renew(%s#%d) = %v", h.job.ID, h.claim, err)
 	j := r.m.valid(h)
 	switch {
@@ -1507,7 +1507,7 @@ func (r *modelRun) chainOps(h *mHandle, settle bool) []mOp {
 		ops = append(ops, r.settleOp(h))
 	}
 	req := r.randEnqueue()
-	req.Queue, req.Options.Claim = h.job.Queue, true
+	req.Queue, req.Options.claim = h.job.Queue, true
 	if r.rng.IntN(3) != 0 {
 		req.Options.Priority, req.Options.Delay, req.Options.RunAt = h.job.Priority, 0, time.Time{}
 	}
@@ -1581,7 +1581,7 @@ func (r *modelRun) doWork() {
 			case <-quit:
 				return nil
 			}
-		}, WorkOptions{Concurrency: 1, ManualSettle: manual})
+		}, WorkOptions{Concurrency: 1, manualSettle: manual})
 	}()
 	r.logf("Work(%s, manual=%v) for %d calls", qn, manual, calls)
 	var handedOff *Job // the job handed off by the last call
@@ -1628,7 +1628,7 @@ func (r *modelRun) doWork() {
 			other = "qb"
 		}
 		if r.rng.IntN(5) == 0 {
-			ops = append(ops, mOp{kind: mEnq, req: EnqueueRequest{Queue: other, Payload: r.randPayload(), Options: EnqueueOptions{Claim: true}}})
+			ops = append(ops, mOp{kind: mEnq, req: EnqueueRequest{Queue: other, Payload: r.randPayload(), Options: EnqueueOptions{claim: true}}})
 		}
 		handedOff = nil
 		if len(ops) > 0 {
@@ -1642,18 +1642,18 @@ func (r *modelRun) doWork() {
 				}
 				e := res.Enqueued[k]
 				k++
-				if e.Claimed == nil {
+				if e.claimed == nil {
 					continue
 				}
-				ok := handoff.Give(c.ctx, e.Claimed.Queue, e.Claimed, nil)
+				ok := handoff.Give(c.ctx, e.claimed.Queue, e.claimed, nil)
 				switch {
 				case o.req.Queue != qn && ok:
 					r.fail("Handoff of job %s of queue %s to a worker of %s = true, want false", e.JobID, o.req.Queue, qn)
 				case o.req.Queue == qn && !ok:
 					r.fail("Handoff of job %s = false, want true", e.JobID)
 				case ok:
-					handedOff = e.Claimed
-					if handoff.Give(c.ctx, e.Claimed.Queue, e.Claimed, nil) {
+					handedOff = e.claimed
+					if handoff.Give(c.ctx, e.claimed.Queue, e.claimed, nil) {
 						r.fail("a second Handoff of one call = true, want false")
 					}
 					r.stats["handoffs"]++
@@ -1940,7 +1940,7 @@ func TestModelRenewAfterLeaseExpiry(t *testing.T) {
 	mustEnqueue(t, q, "q", "a", EnqueueOptions{})
 	j := mustClaim(t, q, "q")
 	clk.Advance(31 * time.Second) // the lease is 30s; the reaper has not run
-	if err := q.Renew(j); !IsClaimLost(err) {
+	if err := q.renew(j); !IsClaimLost(err) {
 		t.Fatalf("Renew 1s after the lease expired = %v, want a *ClaimLostError (as documented)", err)
 	}
 }
@@ -2035,7 +2035,7 @@ func TestModelCancelRequestSurvivesRestart(t *testing.T) {
 			if next == nil || next.ID != a.JobID || !next.CancelRequested {
 				t.Fatalf("next claim = %+v, want job %s with CancelRequested", next, a.JobID)
 			}
-			cctx, stop := q.ClaimContext(ctx, next)
+			cctx, stop := q.claimContext(ctx, next)
 			defer stop()
 			select {
 			case <-cctx.Done():

@@ -412,15 +412,15 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 		for next < len(ops) && ops[next].Kind != opEnqueue {
 			next++
 		}
-		er := EnqueueResult{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: e.Claimed.job()}
-		if er.Claimed != nil && next < len(ops) {
+		er := EnqueueResult{JobID: e.JobID, Duplicate: e.Duplicate, claimed: e.Claimed.job()}
+		if er.claimed != nil && next < len(ops) {
 			// The writer left the payload out (see wireEnqueued): it
 			// is the enqueue's, as in a local commit.
-			er.Claimed.Payload = ops[next].Value
+			er.claimed.Payload = ops[next].Value
 		}
 		next++
-		if er.Claimed != nil {
-			r.addClaim(er.Claimed.ID, er.Claimed.Queue, er.Claimed.token, er.Claimed.CancelRequested)
+		if er.claimed != nil {
+			r.addClaim(er.claimed.ID, er.claimed.Queue, er.claimed.token, er.claimed.CancelRequested)
 		}
 		res.Enqueued = append(res.Enqueued, er)
 	}

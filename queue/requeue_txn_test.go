@@ -32,7 +32,7 @@ func TestTxnRequeueDead(t *testing.T) {
 	}
 	// Dead: requeued with the put, with a fresh budget, its payload and its
 	// history.
-	txn := new(Txn).RequireJobState(r.JobID, JobDead).Put([]byte("k"), []byte("v")).RequeueDead(r.JobID)
+	txn := new(Txn).requireJobState(r.JobID, JobDead).Put([]byte("k"), []byte("v")).RequeueDead(r.JobID)
 	if _, err := q.Commit(t0ctx, txn); err != nil {
 		t.Fatal(err)
 	}

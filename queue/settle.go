@@ -32,16 +32,17 @@ func (q *Queue) DeadLetter(ctx context.Context, job *Job, reason string) error {
 	return err
 }
 
-// Release returns a claimed job to the queue without counting the attempt
-// (see Txn.Release).
-func (q *Queue) Release(ctx context.Context, job *Job) error {
-	_, err := q.Commit(ctx, new(Txn).Release(job))
+// release returns a claimed job to the queue without counting the attempt
+// (see Txn.release).
+func (q *Queue) release(ctx context.Context, job *Job) error {
+	_, err := q.Commit(ctx, new(Txn).release(job))
 	return err
 }
 
 // CancelJob cancels a job: a pending or scheduled job is removed; a claimed
-// job gets a durable cancel request, seen by its worker through
-// ClaimContext and Job.CancelRequested.
+// job gets a durable cancel request, seen by its worker: a Work handler's
+// context is cancelled (cause ErrJobCancelled), and Job.CancelRequested
+// is set on the job's record (GetJob) and on its next claim.
 func (q *Queue) CancelJob(ctx context.Context, id string) (CancelOutcome, error) {
 	res, err := q.Commit(ctx, new(Txn).CancelJob(id))
 	if err != nil {

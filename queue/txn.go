@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/queuex"
 )
 
 // Txn is a set of changes committed atomically by Queue.Commit: all of them
@@ -47,10 +49,10 @@ type txnOp struct {
 	Headers     map[string]string
 	DedupKey    string
 	Error       string // Nack, DeadLetter: reason recorded in the history
-	States      uint32 // RequireJobState: bit 1<<State for each allowed state
+	States      uint32 // requireJobState: bit 1<<State for each allowed state
 	DeadNotify  string // Enqueue: EnqueueOptions.DeadLetterQueue
-	Claim       bool   // Enqueue: EnqueueOptions.Claim
-	Dispatch    bool   // Enqueue: EnqueueOptions.Dispatch
+	Claim       bool   // Enqueue: claim it for the enqueuer (queuex.API.WithClaim)
+	Dispatch    bool   // Enqueue: start it in a Work slot (queuex.API.WithDispatch)
 }
 
 // Put sets key to value.
@@ -110,29 +112,10 @@ type EnqueueOptions struct {
 	// 64 bytes of [0-9A-Za-z_-]. If a job with that ID exists, Commit fails
 	// with ErrJobExists and changes nothing.
 	JobID string
-	// Claim asks for the new job to be claimed by this process in the same
-	// transaction, as if by a Claim right after the commit but with no
-	// second write: it is created claimed (attempt 1), under a lease that
-	// starts when the transaction is durable, and returned in
-	// EnqueueResult.Claimed. This is how a worker chains follow-up work to
-	// itself (the workflow runtime runs a run's next step this way). The
-	// claim bypasses FIFO order within the job's priority, but it is not
-	// granted, and the job is enqueued pending as usual, when it is not due
-	// yet (RunAt or Delay in the future) or when a job of higher priority
-	// is ready in the queue (counting what the transaction's earlier
-	// operations made ready, dead-letter notices included). A dedup hit
-	// enqueues nothing and claims nothing.
-	Claim bool
-	// Dispatch starts the new job at once in an idle slot of a Work loop of
-	// this process that serves its queue, claimed in the same transaction:
-	// no claim write of its own and no wait for the loop to notice the job.
-	// A service that submits work and runs workers in one process gets its
-	// latency from this. The job is enqueued pending as usual, and claimed
-	// by whichever worker comes first, when no such slot is idle at commit
-	// time, when it is not due yet, when another job of its queue is ready
-	// (dispatch never overtakes waiting jobs), or on a dedup hit.
-	// EnqueueResult.Dispatched says which. Ignored when Claim is set.
-	Dispatch bool
+	// claim and dispatch are the runtime's plumbing (internal/queuex:
+	// WithClaim, WithDispatch): claim the new job for this process in the
+	// same transaction, or start it in an idle Work slot of this process.
+	claim, dispatch bool
 }
 
 // Enqueue adds a job to the named queue. Its result (the job ID, or the
@@ -140,7 +123,7 @@ type EnqueueOptions struct {
 func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
 	op := txnOp{Kind: opEnqueue, Queue: queue, Value: payload, Priority: opts.Priority,
 		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey, JobID: opts.JobID,
-		DeadNotify: opts.DeadLetterQueue, Claim: opts.Claim, Dispatch: opts.Dispatch && !opts.Claim}
+		DeadNotify: opts.DeadLetterQueue, Claim: opts.claim, Dispatch: opts.dispatch && !opts.claim}
 	if !opts.RunAt.IsZero() {
 		op.RunAt = opts.RunAt.UnixNano()
 	}
@@ -176,7 +159,7 @@ func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
 	return t
 }
 
-// Release returns a claimed job to the queue without counting the attempt:
+// release returns a claimed job to the queue without counting the attempt:
 // it is pending again, its attempt count lowered by one (back to what it was
 // before the claim) and no entry added to its history. It keeps its RunAt,
 // which had passed when it was claimed, so it is claimable at once, and its
@@ -184,8 +167,9 @@ func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
 // cancel request made while it was claimed stays: the next claim sees it at
 // once. Use it for a job claimed but never started (say, one handed to a
 // worker that is stopping). Fails with a *ClaimLostError if the claim was
-// lost (lease expired, or the job already settled or released).
-func (t *Txn) Release(job *Job) *Txn {
+// lost (lease expired, or the job already settled or released). The
+// runtime's, through Queue.release (queuex.API.Release).
+func (t *Txn) release(job *Job) *Txn {
 	t.ops = append(t.ops, txnOp{Kind: opRelease, JobID: job.ID, Token: job.token, Queue: job.Queue})
 	return t
 }
@@ -198,16 +182,18 @@ func (t *Txn) CancelJob(id string) *Txn {
 	return t
 }
 
-// RequireJobState makes the transaction fail with a *ConditionFailedError
+// requireJobState makes the transaction fail with a *ConditionFailedError
 // (changing nothing) unless the job exists and is in one of the given
 // states. It lets a transaction act on what it read of a job, such as
-// removing a pending step, without racing a claim.
-func (t *Txn) RequireJobState(id string, states ...State) *Txn {
-	var mask uint32
-	for _, s := range states {
-		mask |= 1 << s
-	}
-	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: mask})
+// removing a pending step, without racing a claim. The runtime's
+// (queuex.API.RequireJobState).
+func (t *Txn) requireJobState(id string, states ...State) *Txn {
+	return t.requireJobStates(id, queuex.StateSet(states...))
+}
+
+// requireJobStates is requireJobState with the states as a set.
+func (t *Txn) requireJobStates(id string, in queuex.States) *Txn {
+	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: uint32(in)})
 	return t
 }
 
@@ -238,13 +224,13 @@ type EnqueueResult struct {
 	// Duplicate is true when the dedup key matched a pending or scheduled
 	// job: JobID is that job and nothing was written.
 	Duplicate bool
-	// Claimed is the new job, claimed by this process, when
-	// EnqueueOptions.Claim was set and the claim was granted; nil
-	// otherwise. Its Payload shares the slice passed to Enqueue.
-	Claimed *Job
-	// Dispatched is true when EnqueueOptions.Dispatch was set and the job
-	// was claimed for, and started in, an idle Work slot of this process.
-	Dispatched bool
+	// claimed is the new job, claimed by this process, when the claim
+	// flag was set and the claim was granted (queuex.API.Claimed); its
+	// Payload shares the slice passed to Enqueue. dispatched: the dispatch
+	// flag was set and the job was claimed for, and started in, an idle
+	// Work slot of this process (queuex.API.Dispatched).
+	claimed    *Job
+	dispatched bool
 }
 
 // CancelOutcome says what CancelJob did.

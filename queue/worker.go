@@ -50,19 +50,16 @@ type WorkOptions struct {
 	Concurrency int
 	// DrainTimeout bounds how long Work waits for running jobs after its ctx
 	// is done; then their contexts are cancelled (cause ErrDrainTimeout) and,
-	// once their handlers return, their claims are released (Release: the
+	// once their handlers return, their claims are released (the
 	// job is claimable again at once, and the attempt does not count).
 	// 0: wait for them.
 	DrainTimeout time.Duration
-	// ManualSettle leaves settlement to the handler, which commits its own
-	// transaction (Ack, Nack, DeadLetter with other changes). Work then
-	// settles only a job whose handler panicked (Nack) or was stopped by the
-	// drain timeout (released for another attempt), if the handler has not
-	// settled it. Defaults to false.
-	ManualSettle bool
 	// PollInterval overrides the Queue's poll interval (WithPollInterval)
 	// for this worker.
 	PollInterval time.Duration
+	// manualSettle leaves settlement to the handler: the runtime's
+	// (queuex.API.WithManualSettle).
+	manualSettle bool
 }
 
 // Work runs h over the named queue until ctx is done, then stops claiming,
@@ -72,7 +69,7 @@ type WorkOptions struct {
 // again once the store answers.
 // Leases of long jobs are renewed automatically; a panic in h is a failed
 // attempt whose error carries the panic message. Enqueues of this process
-// with EnqueueOptions.Dispatch start jobs directly in its idle slots; those
+// dispatched by the runtime start jobs directly in its idle slots; those
 // count against Concurrency like the jobs it claims itself.
 func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOptions) error {
 	if err := q.checkClaim(queue, 1); err != nil {
@@ -91,7 +88,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 	s.run = func(j *Job, dispatched bool, carried any) {
 		go func() {
 			defer s.put()
-			q.runSlot(stopping, jobBase, j, carried, h, opts.ManualSettle, dispatched)
+			q.runSlot(stopping, jobBase, j, carried, h, opts.manualSettle, dispatched)
 		}()
 	}
 	q.be.addSlots(s)
@@ -143,7 +140,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 }
 
 // slots are a Work loop's job slots. The loop's claims and dispatched
-// enqueues (EnqueueOptions.Dispatch) both take them, so that together they
+// enqueues (queuex.API.WithDispatch) both take them, so that together they
 // never run more than the loop's Concurrency jobs at once.
 type slots struct {
 	queue string
@@ -244,17 +241,17 @@ func (q *Queue) runSlot(stopping func() bool, base context.Context, j *Job, carr
 // run it) and the job is skipped.
 func (q *Queue) admit(stopping bool, base context.Context, j *Job) bool {
 	if stopping {
-		if err := q.Release(context.WithoutCancel(base), j); err != nil && !IsClaimLost(err) {
+		if err := q.release(context.WithoutCancel(base), j); err != nil && !IsClaimLost(err) {
 			q.opts.logf("stepwell: releasing job %s failed: %v", j.ID, err)
 		}
 		return false
 	}
-	return q.Renew(j) == nil
+	return q.renew(j) == nil
 }
 
 // runJob runs one job with lease renewal and settles it.
 func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
-	jctx, stop := q.ClaimContext(base, j)
+	jctx, stop := q.claimContext(base, j)
 	defer stop()
 	lease := q.opts.config(j.Queue).Lease
 	renewDone := make(chan struct{})
@@ -264,8 +261,8 @@ func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
 		for {
 			select {
 			case <-t.C:
-				if q.Renew(j) != nil {
-					return // lost: ClaimContext cancels the handler
+				if q.renew(j) != nil {
+					return // lost: claimContext cancels the handler
 				}
 			case <-renewDone:
 				return
@@ -281,7 +278,7 @@ func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
 	case IsClaimLost(cause):
 		return // the reaper or a settle elsewhere owns the job now
 	case manual && errors.Is(cause, ErrDrainTimeout):
-		err = q.Release(settle, j) // stopped by the drain: the attempt does not count
+		err = q.release(settle, j) // stopped by the drain: the attempt does not count
 	case manual && errors.As(err, &panicked):
 		err = q.Nack(settle, j, err, 0)
 	case manual:
@@ -289,7 +286,7 @@ func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
 	case errors.Is(cause, ErrJobCancelled) || j.CancelRequested:
 		err = q.Ack(settle, j) // cancelled: the job is finished
 	case errors.Is(cause, ErrDrainTimeout):
-		err = q.Release(settle, j) // stopped by the drain: the attempt does not count
+		err = q.release(settle, j) // stopped by the drain: the attempt does not count
 	case err == nil:
 		err = q.Ack(settle, j)
 	case IsPermanent(err):

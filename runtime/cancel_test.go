@@ -397,7 +397,7 @@ func TestCancelRunWhoseStepIsDeadReturns(t *testing.T) {
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "dead-step", MaxAttemptsPerStep: 1})
 	// A worker claims the step and hangs without renewing its lease; the
 	// reaper dead-letters it (last attempt).
-	if j, err := q.Claim(context.Background(), stepsQueue); err != nil || j == nil {
+	if j, err := claimOne(context.Background(), q, stepsQueue); err != nil || j == nil {
 		t.Fatalf("Claim = %v, %v", j, err)
 	}
 	eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool { return mustStats(t, q, stepsQueue).Dead == 1 })

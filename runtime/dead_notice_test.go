@@ -23,7 +23,7 @@ const deadStepsQueue = stepsQueue + ".dead"
 func killStep(t *testing.T, q *queue.Queue) *queue.Job {
 	t.Helper()
 	ctx := context.Background()
-	j, err := q.Claim(ctx, stepsQueue)
+	j, err := claimOne(ctx, q, stepsQueue)
 	if err != nil || j == nil {
 		t.Fatalf("Claim = %v, %v", j, err)
 	}

@@ -54,7 +54,7 @@ func TestRunFailsWhenQueueDeadLettersItsStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker claims step 0 and dies: it never settles or renews.
-	j, err := q.Claim(ctx, "workflow-steps")
+	j, err := claimOne(ctx, q, "workflow-steps")
 	if err != nil || j == nil {
 		t.Fatalf("claim: %v %v", j, err)
 	}
@@ -103,7 +103,7 @@ func TestCancelRunWithDeadStep(t *testing.T) {
 		return steprunner.Succeed(nil), nil
 	}), terminal.Noop)
 	rt.Submit(ctx, runtime.RunSpec{RunID: "r", Input: nil})
-	q.Claim(ctx, "workflow-steps")
+	claimOne(ctx, q, "workflow-steps")
 	for s, _ := q.Stats(ctx, "workflow-steps"); s.Dead == 0; s, _ = q.Stats(ctx, "workflow-steps") {
 		time.Sleep(5 * time.Millisecond)
 	}

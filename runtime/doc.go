@@ -118,8 +118,8 @@
 // Run executes up to WithMaxConcurrentSteps steps at once, claiming queued
 // steps by priority, then FIFO. A step that continues at once (Continue,
 // or ContinueAfter with no delay) keeps its slot: its settlement
-// transaction also claims step n+1 (queue.EnqueueOptions.Claim), which runs
-// next in the same slot without a claim commit of its own, unless a step
+// transaction also claims step n+1 for this process, which runs next in
+// the same slot without a claim commit of its own, unless a step
 // of higher priority is waiting. Started runs thus go depth first, and a
 // step costs one commit instead of two. WithStepChaining(false) turns this
 // off. A chained step that a stopping Run will not start is released
@@ -129,7 +129,7 @@
 // over by Cancel; see Operating).
 //
 // Submit and the end of a run do the same across goroutines: step 0 and the
-// terminal notification are enqueued with queue.EnqueueOptions.Dispatch, so
+// terminal notification are enqueued to be dispatched (internal too), so
 // when a Run of this process has a slot idle (and nothing else is waiting
 // in that queue) the submit's or the last settlement's transaction claims
 // the job for it and it starts as soon as that transaction is durable, with

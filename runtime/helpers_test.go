@@ -337,3 +337,12 @@ func chainSetup(t testing.TB, last uint32, opts ...runtime.Option) (*queue.Queue
 	hook := &hookRecorder{}
 	return q, log, hook, newRuntime(t, q, chainRunner(log, last), hook, opts...)
 }
+
+// claimOne claims the next job of the named queue by hand (nil: none).
+func claimOne(ctx context.Context, q *queue.Queue, name string) (*queue.Job, error) {
+	jobs, err := q.Claim(ctx, name, queue.ClaimOptions{})
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	return jobs[0], nil
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 )
@@ -56,7 +57,7 @@ type RunPage struct {
 const cursorPrefix = "c1."
 
 // indexedKey records, in the store, that every run record has its entry in
-// the submitted index (kvrecord.SubmittedKey). Stores written before the
+// the submitted index (runrec.SubmittedKey). Stores written before the
 // index get their entries from the first Run of this version (indexRuns);
 // until then ListRuns reads every run record instead.
 const indexedKey = "workflow/config/submitted_index"
@@ -94,7 +95,7 @@ func (rt *Runtime) ListRuns(ctx context.Context, opts ListOptions) (RunPage, err
 	if !opts.SubmittedAfter.IsZero() {
 		// The first key of a run submitted at SubmittedAfter: newer runs'
 		// keys (a smaller inverted time) all sort before it.
-		stop = kvrecord.SubmittedKey(opts.SubmittedAfter.UnixNano(), "")
+		stop = runrec.SubmittedKey(opts.SubmittedAfter.UnixNano(), "")
 	}
 	page := RunPage{Runs: []RunStatus{}}
 	for {
@@ -117,7 +118,7 @@ func (rt *Runtime) ListRuns(ctx context.Context, opts ListOptions) (RunPage, err
 			page.Runs = append(page.Runs, st)
 			if len(page.Runs) == limit {
 				if more || i < len(items)-1 {
-					page.Next = cursorPrefix + base64.RawURLEncoding.EncodeToString(key[len(kvrecord.SubmittedPrefix):])
+					page.Next = cursorPrefix + base64.RawURLEncoding.EncodeToString(key[len(runrec.SubmittedPrefix):])
 				}
 				return page, nil
 			}
@@ -133,9 +134,9 @@ func listStart(opts ListOptions) ([]byte, error) {
 	var after []byte
 	if c := opts.Cursor; c != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(c, cursorPrefix))
-		key := append([]byte(kvrecord.SubmittedPrefix), raw...)
+		key := append([]byte(runrec.SubmittedPrefix), raw...)
 		if err == nil && strings.HasPrefix(c, cursorPrefix) {
-			_, _, err = kvrecord.ParseSubmittedKey(key)
+			_, _, err = runrec.ParseSubmittedKey(key)
 		}
 		if err != nil || !strings.HasPrefix(c, cursorPrefix) {
 			return nil, invalid("ListOptions.Cursor %q is not a cursor ListRuns returned", c)
@@ -145,7 +146,7 @@ func listStart(opts ListOptions) ([]byte, error) {
 	if b := opts.SubmittedBefore; !b.IsZero() {
 		// Past every key of a run submitted at b or later: run IDs are
 		// printable ASCII, below 0x7f.
-		bound := append(kvrecord.SubmittedKey(b.UnixNano(), ""), 0x7f)
+		bound := append(runrec.SubmittedKey(b.UnixNano(), ""), 0x7f)
 		if bytes.Compare(bound, after) > 0 {
 			after = bound
 		}
@@ -157,7 +158,7 @@ func listStart(opts ListOptions) ([]byte, error) {
 // is listed: its record exists, is the one indexed (a run ID reused after
 // the retention has a newer key), and is in one of states (any if none).
 func (rt *Runtime) listed(ctx context.Context, key []byte, states []State) (RunStatus, bool, error) {
-	submitted, runID, err := kvrecord.ParseSubmittedKey(key)
+	submitted, runID, err := runrec.ParseSubmittedKey(key)
 	if err != nil {
 		return RunStatus{}, false, nil // not ours: skip it
 	}
@@ -201,7 +202,7 @@ func (rt *Runtime) indexReader(ctx context.Context) (func(after []byte) ([][]byt
 	_, err := rt.q.Get(ctx, []byte(indexedKey))
 	if err == nil {
 		return func(after []byte) ([][]byte, bool, error) {
-			page, err := rt.q.Scan(ctx, []byte(kvrecord.SubmittedPrefix), queue.ScanOptions{After: after, Limit: queue.MaxScanLimit})
+			page, err := rt.q.Scan(ctx, []byte(runrec.SubmittedPrefix), queue.ScanOptions{After: after, Limit: queue.MaxScanLimit})
 			if err != nil {
 				return nil, false, err
 			}
@@ -217,7 +218,7 @@ func (rt *Runtime) indexReader(ctx context.Context) (func(after []byte) ([][]byt
 	}
 	var all [][]byte
 	err = rt.scanRuns(ctx, func(rec *kvrecord.Run) error {
-		all = append(all, kvrecord.SubmittedKey(rec.SubmittedAt, rec.RunID))
+		all = append(all, runrec.SubmittedKey(rec.SubmittedAt, rec.RunID))
 		return nil
 	})
 	if err != nil {
@@ -278,7 +279,7 @@ func (rt *Runtime) indexRuns(ctx context.Context) error {
 		return err
 	}
 	err := rt.scanRuns(ctx, func(rec *kvrecord.Run) error {
-		txn.Put(kvrecord.SubmittedKey(rec.SubmittedAt, rec.RunID), []byte{})
+		txn.Put(runrec.SubmittedKey(rec.SubmittedAt, rec.RunID), []byte{})
 		if txn.Len() == 500 {
 			return flush()
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -101,7 +102,7 @@ func TestListRunsUnindexedStore(t *testing.T) {
 	ctx := context.Background()
 	for i, id := range []string{"b", "a", "c"} {
 		rec := &kvrecord.Run{RunID: id, SubmittedAt: int64(i + 1), State: kvrecord.StateActive, CurrentJob: "none"}
-		if err := q.Put(ctx, kvrecord.RunKey(id), kvrecord.EncodeRun(rec)); err != nil {
+		if err := q.Put(ctx, kvrecord.RunKey(id), runrec.EncodeRun(rec)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,7 +139,7 @@ func TestListRunsSkipsExpired(t *testing.T) {
 		return errors.Is(err, runtime.ErrRunNotFound)
 	})
 	eventually(t, waitTimeout, "its index entry to go", func() bool {
-		page, err := q.Scan(context.Background(), []byte(kvrecord.SubmittedPrefix), queue.ScanOptions{})
+		page, err := q.Scan(context.Background(), []byte(runrec.SubmittedPrefix), queue.ScanOptions{})
 		return err == nil && len(page.Items) == 0
 	})
 }

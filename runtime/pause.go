@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -62,8 +63,8 @@ func (rt *Runtime) Pause(ctx context.Context, runID string) error {
 			}
 			switch job.State {
 			case queue.JobPending, queue.JobScheduled:
-				txn.RequireJobState(job.ID, queue.JobPending, queue.JobScheduled).CancelJob(job.ID)
-				p := &kvrecord.Parked{RunID: runID, Step: rec.CurrentStep, Payload: job.Payload,
+				requireJob(txn, job.ID, queue.JobPending, queue.JobScheduled).CancelJob(job.ID)
+				p := &runrec.Parked{RunID: runID, Step: rec.CurrentStep, Payload: job.Payload,
 					DueAt: job.RunAt.UnixNano()}
 				if sig := signalOf(job.Headers); sig != nil {
 					p.Signal, p.TimedOut = sig.Name, sig.TimedOut
@@ -72,12 +73,12 @@ func (rt *Runtime) Pause(ctx context.Context, runID string) error {
 					p.Payload = []byte{}
 				}
 				next.CurrentJob, next.Parked = "", true
-				txn.Put(kvrecord.ParkedKey(runID), kvrecord.EncodeParked(p))
+				txn.Put(runrec.ParkedKey(runID), runrec.EncodeParked(p))
 			case queue.JobClaimed:
-				txn.RequireJobState(job.ID, queue.JobClaimed)
+				requireJob(txn, job.ID, queue.JobClaimed)
 			}
 		}
-		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next))
+		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue // the run moved on meanwhile: read again
@@ -122,14 +123,14 @@ func (rt *Runtime) Resume(ctx context.Context, runID string) error {
 				return err
 			}
 			next.Parked = false
-			txn.Delete(kvrecord.ParkedKey(runID))
+			txn.Delete(runrec.ParkedKey(runID))
 			var sig *steprunner.SignalDelivery
 			if p.Signal != "" {
 				sig = &steprunner.SignalDelivery{Name: p.Signal, TimedOut: p.TimedOut}
 			}
 			rt.startStep(txn, &next, p.Payload, time.Duration(max(p.DueAt-now.UnixNano(), 0)), sig, false, rt.tel.traceParent(ctx))
 		}
-		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next))
+		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue
@@ -139,12 +140,12 @@ func (rt *Runtime) Resume(ctx context.Context, runID string) error {
 }
 
 // loadParked reads a paused run's parked step.
-func (rt *Runtime) loadParked(ctx context.Context, runID string) (*kvrecord.Parked, error) {
-	b, err := rt.q.Get(ctx, kvrecord.ParkedKey(runID))
+func (rt *Runtime) loadParked(ctx context.Context, runID string) (*runrec.Parked, error) {
+	b, err := rt.q.Get(ctx, runrec.ParkedKey(runID))
 	if err != nil {
 		return nil, fmt.Errorf("runtime: the parked step of run %q: %w", runID, err)
 	}
-	return kvrecord.DecodeParked(b)
+	return runrec.DecodeParked(b)
 }
 
 // parkClaimed parks a step job claimed while its run is paused (a retry
@@ -156,7 +157,7 @@ func (rt *Runtime) parkClaimed(ctx context.Context, job *queue.Job, rec *kvrecor
 		next.UpdatedAt = rt.opts.now().UnixNano()
 		txn := new(queue.Txn).Ack(job)
 		rt.startStep(txn, &next, job.Payload, 0, signalOf(job.Headers), false, job.Headers[HeaderTraceParent])
-		txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
+		txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 		_, err := rt.q.Commit(ctx, txn)
 		if !errors.Is(err, queue.ErrConditionFailed) {
 			if queue.IsClaimLost(err) {
@@ -176,7 +177,7 @@ func (rt *Runtime) parkClaimed(ctx context.Context, job *queue.Job, rec *kvrecor
 		}
 		if !rec.Paused || rec.Cancel {
 			// Resumed or cancelled meanwhile: give the job back to run.
-			err := rt.q.Release(ctx, job)
+			err := qx.Release(rt.q, ctx, job)
 			if queue.IsClaimLost(err) {
 				return nil
 			}

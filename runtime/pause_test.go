@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepwell/stepwell/kvrecord"
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -258,7 +258,7 @@ func TestCancelPausedRun(t *testing.T) {
 	if o := hook.wait(t, "cp"); o.Status != terminal.Cancelled || o.FinalStep != 1 {
 		t.Fatalf("hook %+v", o)
 	}
-	if _, err := q.Get(ctx, kvrecord.ParkedKey("cp")); !errors.Is(err, queue.ErrKeyNotFound) {
+	if _, err := q.Get(ctx, runrec.ParkedKey("cp")); !errors.Is(err, queue.ErrKeyNotFound) {
 		t.Fatalf("parked step after cancel: %v", err)
 	}
 	if err := rt.Retry(ctx, "cp"); err != nil {
@@ -319,7 +319,7 @@ func TestPauseParksRetry(t *testing.T) {
 	}
 	close(release)
 	eventually(t, waitTimeout, "the retry to be parked", func() bool {
-		_, err := q.Get(ctx, kvrecord.ParkedKey("pr"))
+		_, err := q.Get(ctx, runrec.ParkedKey("pr"))
 		return err == nil
 	})
 	if n := len(log.of("pr")); n != 1 {

@@ -136,7 +136,7 @@ func TestStepLostOnLastAttemptEndsRun(t *testing.T) {
 		rt1 := newRuntime(t, q1, succeedRunner(nil), terminal.Noop)
 		mustSubmit(t, rt1, runtime.RunSpec{RunID: "lost", MaxAttemptsPerStep: 1})
 		// A worker claims the step and its process dies before settling.
-		if j, err := q1.Claim(ctx, stepsQueue); err != nil || j == nil {
+		if j, err := claimOne(ctx, q1, stepsQueue); err != nil || j == nil {
 			t.Fatalf("Claim = %v, %v", j, err)
 		}
 		if err := q1.Close(ctx); err != nil {
@@ -151,7 +151,7 @@ func TestStepLostOnLastAttemptEndsRun(t *testing.T) {
 		rt := newRuntime(t, q, succeedRunner(nil), terminal.Noop)
 		mustSubmit(t, rt, runtime.RunSpec{RunID: "lost", MaxAttemptsPerStep: 1})
 		// A worker claims the step and hangs without renewing its lease.
-		if j, err := q.Claim(context.Background(), stepsQueue); err != nil || j == nil {
+		if j, err := claimOne(context.Background(), q, stepsQueue); err != nil || j == nil {
 			t.Fatalf("Claim = %v, %v", j, err)
 		}
 		eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool { return mustStats(t, q, stepsQueue).Dead == 1 })

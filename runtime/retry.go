@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/terminal"
@@ -68,7 +69,7 @@ func (rt *Runtime) Retry(ctx context.Context, runID string) error {
 		if err := rt.requeueFinalStep(ctx, txn, &next, t); err != nil {
 			return err
 		}
-		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next)).CompareAndDelete(tkey, tb)
+		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).CompareAndDelete(tkey, tb)
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue // retried, cancelled or expired meanwhile: read again
@@ -89,12 +90,12 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 		switch {
 		case job != nil && job.State == queue.JobDead:
 			next.CurrentJob = job.ID
-			txn.RequireJobState(job.ID, queue.JobDead).RequeueDead(job.ID)
+			requireJob(txn, job.ID, queue.JobDead).RequeueDead(job.ID)
 			return nil
 		case job != nil && (job.State == queue.JobPending || job.State == queue.JobScheduled):
 			// Requeued by hand (queue.Queue.RequeueDead): adopt it.
 			next.CurrentJob = job.ID
-			txn.RequireJobState(job.ID, queue.JobPending, queue.JobScheduled)
+			requireJob(txn, job.ID, queue.JobPending, queue.JobScheduled)
 			return nil
 		}
 	}
@@ -111,7 +112,7 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 	opts.DeadLetterQueue = stepQueue + ".dead"
 	// A dedup key of its own: the step's first job may still be around.
 	opts.DedupKey = fmt.Sprintf("%s:retry%d", opts.DedupKey, next.Retries)
-	opts.Dispatch = true
+	opts = qx.WithDispatch(opts, true)
 	txn.Enqueue(stepQueue, t.Payload, opts)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -211,7 +212,7 @@ func TestRetryFailAndCancel(t *testing.T) {
 	if err != nil || st.State != runtime.StatePending || st.CurrentStep != 0 || st.Retries != 1 {
 		t.Fatalf("Status(ext-cancel) = %+v, %v", st, err)
 	}
-	j, err := q.Claim(context.Background(), "parked")
+	j, err := claimOne(context.Background(), q, "parked")
 	if err != nil || j == nil || string(j.Payload) != "c" || j.Headers[runtime.HeaderRunID] != "ext-cancel" {
 		t.Fatalf("retried step job = %+v, %v; want step 0 with the input", j, err)
 	}
@@ -249,8 +250,8 @@ func TestRetryErrors(t *testing.T) {
 	// job is gone: written by hand as such a store holds it.
 	rec := &kvrecord.Run{RunID: "old", SubmittedAt: 1, State: kvrecord.StateTerminal,
 		Status: uint8(terminal.Failed), EndedAt: 2}
-	txn := new(queue.Txn).Put(kvrecord.RunKey("old"), kvrecord.EncodeRun(rec)).
-		Put(kvrecord.TerminalKey(2, "old"), kvrecord.EncodeTerminal(&kvrecord.Terminal{
+	txn := new(queue.Txn).Put(kvrecord.RunKey("old"), runrec.EncodeRun(rec)).
+		Put(kvrecord.TerminalKey(2, "old"), runrec.EncodeTerminal(&kvrecord.Terminal{
 			RunID: "old", Status: uint8(terminal.Failed), Error: "x", FinalStep: 3, EndedAt: 2, DeadJob: "gone"}))
 	if _, err := q.Commit(ctx, txn); err != nil {
 		t.Fatal(err)

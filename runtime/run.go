@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/internal/handoff"
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -44,30 +45,30 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	g.Go(func() error {
 		// A member's claims bring each step's run record (see stepRun).
 		pf := handoff.WithPrefetch(gctx, handoff.Prefetch{Header: HeaderRunID, Prefix: kvrecord.RunPrefix})
-		return rt.q.Work(pf, rt.opts.queueName, rt.handleStep, queue.WorkOptions{
+		return rt.q.Work(pf, rt.opts.queueName, rt.handleStep, manualSettle(queue.WorkOptions{
 			Concurrency: rt.opts.maxConcurrent, DrainTimeout: rt.opts.drainTimeout,
-			ManualSettle: true, PollInterval: rt.opts.pollInterval,
-		})
+			PollInterval: rt.opts.pollInterval,
+		}))
 	})
 	if !terminal.IsNoop(rt.hook) {
 		g.Go(func() error {
-			return rt.q.Work(gctx, rt.opts.notifyQueueName, rt.handleNotification, queue.WorkOptions{
+			return rt.q.Work(gctx, rt.opts.notifyQueueName, rt.handleNotification, manualSettle(queue.WorkOptions{
 				Concurrency: rt.opts.notifyConcurrency, DrainTimeout: rt.opts.drainTimeout,
-				ManualSettle: true, PollInterval: rt.opts.pollInterval,
-			})
+				PollInterval: rt.opts.pollInterval,
+			}))
 		})
 	}
 	g.Go(func() error {
-		return rt.q.Work(gctx, rt.deadQueue(), rt.handleDeadStep, queue.WorkOptions{
+		return rt.q.Work(gctx, rt.deadQueue(), rt.handleDeadStep, manualSettle(queue.WorkOptions{
 			Concurrency: 1, DrainTimeout: rt.opts.drainTimeout,
-			ManualSettle: true, PollInterval: rt.opts.pollInterval,
-		})
+			PollInterval: rt.opts.pollInterval,
+		}))
 	})
 	g.Go(func() error {
-		return rt.q.Work(gctx, rt.timerQueue(), rt.handleTimer, queue.WorkOptions{
+		return rt.q.Work(gctx, rt.timerQueue(), rt.handleTimer, manualSettle(queue.WorkOptions{
 			Concurrency: 4, DrainTimeout: rt.opts.drainTimeout,
-			ManualSettle: true, PollInterval: rt.opts.pollInterval,
-		})
+			PollInterval: rt.opts.pollInterval,
+		}))
 	})
 	g.Go(func() error { rt.janitor(gctx); return nil })
 	return g.Wait()
@@ -146,7 +147,7 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 		e := ending{status: terminal.Cancelled, step: uint32(n64), deadJob: deadID}
 		if job != nil {
 			// Still dead when this commits; its payload is kept for Retry.
-			txn.RequireJobState(deadID, queue.JobDead)
+			requireJob(txn, deadID, queue.JobDead)
 			e.attempt, e.payload, e.queue = job.Attempt, job.Payload, job.Queue
 			e.traceParent = job.Headers[HeaderTraceParent]
 		}
@@ -354,12 +355,13 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 // that ran this one: it runs at once, without a claim of its own, and with
 // carry, the run record the settlement wrote (see stepRun).
 func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []byte) {
-	for _, e := range res.Enqueued {
-		if e.Claimed == nil || handoff.Give(claimCtx, e.Claimed.Queue, e.Claimed, carry) {
+	for i := range res.Enqueued {
+		j := qx.Claimed(res.Enqueued[i])
+		if j == nil || handoff.Give(claimCtx, j.Queue, j, carry) {
 			continue
 		}
 		// Not run from a worker (cannot happen in handleStep): give it back.
-		if err := rt.q.Release(context.WithoutCancel(claimCtx), e.Claimed); err != nil && !queue.IsClaimLost(err) {
+		if err := qx.Release(rt.q, context.WithoutCancel(claimCtx), j); err != nil && !queue.IsClaimLost(err) {
 			rt.opts.logger.Warn("stepwell: releasing a chained step failed", "err", err)
 		}
 	}
@@ -398,7 +400,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			} else {
 				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true, tp)
 			}
-			b := kvrecord.EncodeRun(&next)
+			b := runrec.EncodeRun(&next)
 			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, b)
 			return txn, b
 		case steprunner.KindSucceed:
@@ -481,7 +483,7 @@ func (rt *Runtime) expireTerminal(ctx context.Context) error {
 				rt.opts.logger.Warn("stepwell: expiring a run failed; will retry", "run_id", runID, "err", err)
 				continue
 			case rec.State == kvrecord.StateTerminal && rec.EndedAt == ended:
-				txn.CompareAndDelete(kvrecord.RunKey(runID), old).Delete(kvrecord.SubmittedKey(rec.SubmittedAt, runID))
+				txn.CompareAndDelete(kvrecord.RunKey(runID), old).Delete(runrec.SubmittedKey(rec.SubmittedAt, runID))
 				err = rt.deleteRunKeys(ctx, txn, rec, old) // mailbox: deleted with the record
 				if err != nil && !errors.Is(err, queue.ErrConditionFailed) {
 					return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/internal/handoff"
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -210,7 +211,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	if err := validateSpecPolicy(&spec); err != nil {
 		return SubmitOutcome{}, err
 	}
-	hash := kvrecord.HashInput(spec.Input)
+	hash := runrec.HashInput(spec.Input)
 	traceParent := rt.tel.traceParent(ctx)
 	for {
 		jobID := ulid.Make().String()
@@ -225,12 +226,12 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		}
 		setPolicy(rec, &spec)
 		opts := rt.stepOptions(rec, 0, jobID, traceParent)
-		opts.RunAt = spec.StartAt // zero or past: at once
-		opts.Dispatch = true      // starts at once if a local Run has a slot idle
-		b := kvrecord.EncodeRun(rec)
+		opts.RunAt = spec.StartAt          // zero or past: at once
+		opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
+		b := runrec.EncodeRun(rec)
 		txn := new(queue.Txn).
 			CompareAndPut(kvrecord.RunKey(id), nil, b).
-			Put(kvrecord.SubmittedKey(now, id), []byte{}).
+			Put(runrec.SubmittedKey(now, id), []byte{}).
 			Enqueue(rt.opts.queueName, spec.Input, opts)
 		// Dispatched, step 0 starts with the record (see stepRun).
 		_, err := rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
@@ -407,8 +408,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 		var txn *queue.Txn
 		switch job.State {
 		case queue.JobPending, queue.JobScheduled:
-			txn = new(queue.Txn).
-				RequireJobState(job.ID, queue.JobPending, queue.JobScheduled).
+			txn = requireJob(new(queue.Txn), job.ID, queue.JobPending, queue.JobScheduled).
 				CancelJob(job.ID)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
 				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, handOff: true})
@@ -416,14 +416,13 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			next := *rec
 			next.State, next.Cancel = kvrecord.StateCancelling, true
 			next.UpdatedAt = rt.opts.now().UnixNano()
-			txn = new(queue.Txn).
-				RequireJobState(job.ID, queue.JobClaimed).
-				CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next)).
+			txn = requireJob(new(queue.Txn), job.ID, queue.JobClaimed).
+				CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).
 				CancelJob(job.ID)
 		case queue.JobDead:
 			// The step died (its last attempt failed or its worker died)
 			// and the run has not been settled yet: settle it cancelled.
-			txn = new(queue.Txn).RequireJobState(job.ID, queue.JobDead)
+			txn = requireJob(new(queue.Txn), job.ID, queue.JobDead)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep,
 				attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue, handOff: true})
 		default:
@@ -497,11 +496,11 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		txn.CancelJob(rec.WaitTimer)
 	}
 	if rec.Parked {
-		txn.Delete(kvrecord.ParkedKey(rec.RunID))
+		txn.Delete(runrec.ParkedKey(rec.RunID))
 	}
 	clearWait(&next)
 	next.Paused, next.Parked = false, false
-	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, kvrecord.EncodeRun(&next))
+	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}
 	if e.status != terminal.Succeeded {
@@ -510,7 +509,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 			t.Payload = []byte{} // kept, and empty
 		}
 	}
-	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), kvrecord.EncodeTerminal(t))
+	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), runrec.EncodeTerminal(t))
 	n := notification{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
 	switch {
@@ -534,9 +533,10 @@ func notifyOptions(runID string, ended int64, traceParent string) queue.EnqueueO
 	if traceParent != "" {
 		headers[HeaderTraceParent] = traceParent
 	}
-	return queue.EnqueueOptions{
+	o := queue.EnqueueOptions{
 		DedupKey: fmt.Sprintf("notify:%s:%d", runID, ended),
 		Headers:  headers,
-		Dispatch: true,
 	}
+	o = qx.WithDispatch(o, true)
+	return o
 }

@@ -978,7 +978,7 @@ func TestStepChainingOrder(t *testing.T) {
 }
 
 // With a Run idle, a run goes from Submit to its hook in four commits: the
-// submit claims step 0 for an idle slot (queue.EnqueueOptions.Dispatch),
+// submit claims step 0 for an idle slot (queuex.API.WithDispatch),
 // each Continue chains the next step, and the last settlement claims the
 // notification for an idle hook slot. The notification's ack is the fifth.
 func TestIdleRunCommitsPerRun(t *testing.T) {

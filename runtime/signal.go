@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -109,9 +110,9 @@ func (rt *Runtime) Signal(ctx context.Context, runID, name string, payload []byt
 		} else {
 			next.MailSeq++
 			next.Mailbox++
-			txn.Put(kvrecord.MailboxKey(runID, name, next.MailSeq), payload)
+			txn.Put(runrec.MailboxKey(runID, name, next.MailSeq), payload)
 		}
-		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next))
+		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue // the run moved on meanwhile: read again
@@ -133,7 +134,7 @@ func clearWait(r *kvrecord.Run) {
 // "" for none); a parked step does not keep it.
 func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte, delay time.Duration, sig *steprunner.SignalDelivery, claim bool, traceParent string) {
 	if next.Paused {
-		p := &kvrecord.Parked{RunID: next.RunID, Step: next.CurrentStep, Payload: payload,
+		p := &runrec.Parked{RunID: next.RunID, Step: next.CurrentStep, Payload: payload,
 			DueAt: addNanos(rt.opts.now().UnixNano(), delay)}
 		if sig != nil {
 			p.Signal, p.TimedOut = sig.Name, sig.TimedOut
@@ -142,7 +143,7 @@ func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte,
 			p.Payload = []byte{}
 		}
 		next.CurrentJob, next.Parked = "", true
-		txn.Put(kvrecord.ParkedKey(next.RunID), kvrecord.EncodeParked(p))
+		txn.Put(runrec.ParkedKey(next.RunID), runrec.EncodeParked(p))
 		return
 	}
 	next.CurrentJob = newJobID()
@@ -157,9 +158,9 @@ func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte,
 	case delay > 0:
 		opts.Delay = delay
 	case claim:
-		opts.Claim = !rt.opts.noChain
+		opts = qx.WithClaim(opts, !rt.opts.noChain)
 	default:
-		opts.Dispatch = true
+		opts = qx.WithDispatch(opts, true)
 	}
 	txn.Enqueue(rt.opts.queueName, payload, opts)
 }
@@ -216,7 +217,7 @@ func (rt *Runtime) mailHead(ctx context.Context, rec *kvrecord.Run, name string)
 	if rec.Mailbox == 0 {
 		return nil, nil
 	}
-	page, err := rt.q.Scan(ctx, kvrecord.MailboxNamePrefix(rec.RunID, name), queue.ScanOptions{Limit: 1})
+	page, err := rt.q.Scan(ctx, runrec.MailboxNamePrefix(rec.RunID, name), queue.ScanOptions{Limit: 1})
 	if err != nil || len(page.Items) == 0 {
 		return nil, err
 	}
@@ -249,7 +250,7 @@ func (rt *Runtime) handleTimer(claimCtx context.Context, job *queue.Job) error {
 		clearWait(&next)
 		txn := new(queue.Txn).Ack(job)
 		rt.startStep(txn, &next, []byte{}, 0, sig, false, job.Headers[HeaderTraceParent])
-		txn.CompareAndPut(kvrecord.RunKey(runID), old, kvrecord.EncodeRun(&next))
+		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			continue
@@ -267,14 +268,14 @@ func (rt *Runtime) handleTimer(claimCtx context.Context, job *queue.Job) error {
 // of its own, each conditional on the record being old.
 func (rt *Runtime) deleteRunKeys(ctx context.Context, txn *queue.Txn, rec *kvrecord.Run, old []byte) error {
 	if rec.Parked {
-		txn.Delete(kvrecord.ParkedKey(rec.RunID))
+		txn.Delete(runrec.ParkedKey(rec.RunID))
 	}
 	if rec.MailSeq == 0 {
 		return nil
 	}
 	const batch = 500
 	for {
-		page, err := rt.q.Scan(ctx, kvrecord.MailboxRunPrefix(rec.RunID), queue.ScanOptions{Limit: batch})
+		page, err := rt.q.Scan(ctx, runrec.MailboxRunPrefix(rec.RunID), queue.ScanOptions{Limit: batch})
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -54,7 +55,7 @@ func wakeRunner(log *stepLog, names []string, timeouts []time.Duration) steprunn
 
 func mailbox(t *testing.T, q *queue.Queue, runID string) []string {
 	t.Helper()
-	page, err := q.Scan(context.Background(), kvrecord.MailboxRunPrefix(runID), queue.ScanOptions{})
+	page, err := q.Scan(context.Background(), runrec.MailboxRunPrefix(runID), queue.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

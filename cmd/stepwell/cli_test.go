@@ -90,7 +90,7 @@ func deadEmail(ctx context.Context, t *testing.T, q *queue.Queue, headers map[st
 	if _, err := q.Enqueue(ctx, "emails", []byte("hello"), queue.EnqueueOptions{JobID: "email-1", MaxAttempts: 1, Headers: headers}); err != nil {
 		t.Fatal(err)
 	}
-	j, err := q.Claim(ctx, "emails")
+	j, err := claimOne(ctx, q, "emails")
 	if err != nil || j == nil {
 		t.Fatalf("claim email-1: %v, %v", err, j)
 	}
@@ -178,7 +178,7 @@ func newFixture(t *testing.T) *fixture {
 	// order-4: claim its step as a worker would, and "die": the next Open
 	// dead-letters it, as it was on its last attempt.
 	submit(rt, runtime.RunSpec{RunID: "order-4", Input: []byte("order four"), MaxAttemptsPerStep: 1})
-	job, err := q.Claim(ctx, "workflow-steps")
+	job, err := claimOne(ctx, q, "workflow-steps")
 	if err != nil || job == nil || job.Headers[runtime.HeaderRunID] != "order-4" {
 		t.Fatalf("claim order-4's step: %v, %+v", err, job)
 	}
@@ -736,4 +736,13 @@ func TestLockedMessage(t *testing.T) {
 		!strings.Contains(err.Error(), "--wait") || !strings.Contains(err.Error(), "--takeover") {
 		t.Errorf("unreachable cluster writer: %d %v", exitCode(err), err)
 	}
+}
+
+// claimOne claims the next job of the named queue by hand (nil: none).
+func claimOne(ctx context.Context, q *queue.Queue, name string) (*queue.Job, error) {
+	jobs, err := q.Claim(ctx, name, queue.ClaimOptions{})
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	return jobs[0], nil
 }

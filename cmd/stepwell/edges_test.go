@@ -35,7 +35,7 @@ func TestStepDeadWhileCancelling(t *testing.T) {
 	if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: "c-1", Input: []byte("x"), MaxAttemptsPerStep: 1}); err != nil {
 		t.Fatal(err)
 	}
-	job, err := q.Claim(ctx, "workflow-steps")
+	job, err := claimOne(ctx, q, "workflow-steps")
 	if err != nil || job == nil {
 		t.Fatalf("claim: %v, %v", err, job)
 	}

@@ -1,5 +1,5 @@
 // Package handoff lets a Work handler give the job its transaction just
-// claimed (queue.EnqueueOptions.Claim) to the worker slot running it, to
+// claimed (queuex.API.WithClaim) to the worker slot running it, to
 // run next in the same slot, with a value of its choosing carried along.
 // The queue package puts a Slot in each handler's context; the runtime
 // chains a run's steps with Give, carrying the run record its settlement
@@ -69,7 +69,7 @@ type dispatched struct {
 }
 
 // WithDispatched returns ctx carrying v for the job jobID, should a commit
-// under ctx dispatch it (queue.EnqueueOptions.Dispatch) into a slot: the
+// under ctx dispatch it (queuex.API.WithDispatch) into a slot: the
 // handler that runs it there finds v with Carried. The runtime's Submit
 // carries the record of the run it creates to the run's first step.
 func WithDispatched(ctx context.Context, jobID string, v any) context.Context {

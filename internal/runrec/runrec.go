@@ -1,0 +1,209 @@
+// Package runrec is the runtime's writing side of its records: the
+// encoders of the records package kvrecord defines and decodes, and the
+// keys and records that only the runtime reads. Users read runs with
+// kvrecord; nothing but the runtime (and its tests) writes them.
+//
+// # Keys
+//
+// Besides kvrecord's run and terminal records, the runtime keeps:
+//
+//	workflow/submitted/<inverted submit:020d>/<id>  empty: the newest-first
+//	                                                index of runs (ListRuns)
+//	workflow/mailbox/<id>/<name>/<seq:020d>         a signal's payload, kept
+//	                                                until an AwaitSignal of
+//	                                                that name consumes it
+//	workflow/parked/<id>                            Parked: the next step of
+//	                                                a paused run
+//
+// A run's mailbox entries are numbered by kvrecord.Run.MailSeq in arrival
+// order (seq 1 first), so a prefix scan of one name lists them oldest
+// first. Every write to a run's mailbox or parked step also
+// compare-and-puts its run record, so Run.Mailbox counts the entries
+// exactly. Both are deleted with the run record (expiry), not when the run
+// ends: a retried run keeps its mailbox.
+//
+// The submitted index key of a run holds MaxInt64 minus its SubmittedAt,
+// so that a forward scan lists the newest runs first. It is written in the
+// transaction that writes the run record from absent (Submit) and deleted
+// in the one that deletes it (expiry).
+//
+// # Encoding
+//
+// As kvrecord's (see its Encoding section): the encoders here write the
+// bytes of format.Marshal without reflection, newest shape only, and tests
+// hold them to it. DO NOT reorder or remove fields.
+//
+//	Parked    shape 1: 7 fields
+package runrec
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/kvrecord"
+)
+
+// Key prefixes of the runtime's own keys.
+const (
+	SubmittedPrefix = "workflow/submitted/"
+	MailboxPrefix   = "workflow/mailbox/"
+	ParkedPrefix    = "workflow/parked/"
+)
+
+// Field counts of the records written (see kvrecord's Encoding section).
+const (
+	runFields      = 30
+	terminalFields = 11
+	parkedFields   = 7
+)
+
+// HashInput returns the input hash kept in a run record.
+func HashInput(input []byte) [32]byte { return sha256.Sum256(input) }
+
+// MailboxKey returns the key of a run's mailbox entry number seq.
+func MailboxKey(runID, name string, seq uint64) []byte {
+	return []byte(fmt.Sprintf("%s%s/%s/%020d", MailboxPrefix, runID, name, seq))
+}
+
+// MailboxNamePrefix returns the prefix of a run's mailbox entries of one
+// signal name; MailboxRunPrefix (name "") of all of them.
+func MailboxNamePrefix(runID, name string) []byte {
+	return []byte(MailboxPrefix + runID + "/" + name + "/")
+}
+
+// MailboxRunPrefix returns the prefix of all of a run's mailbox entries.
+func MailboxRunPrefix(runID string) []byte { return []byte(MailboxPrefix + runID + "/") }
+
+// ParkedKey returns the key of a paused run's parked step.
+func ParkedKey(runID string) []byte { return []byte(ParkedPrefix + runID) }
+
+// SubmittedKey returns the key of a run's entry in the newest-first index.
+func SubmittedKey(submittedAt int64, runID string) []byte {
+	return []byte(fmt.Sprintf("%s%020d/%s", SubmittedPrefix, math.MaxInt64-submittedAt, runID))
+}
+
+// ParseSubmittedKey returns the submit time and run ID of a SubmittedKey.
+func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) {
+	rest, ok := strings.CutPrefix(string(key), SubmittedPrefix)
+	if !ok || len(rest) < 22 || rest[20] != '/' {
+		return 0, "", fmt.Errorf("%w: key %q", kvrecord.ErrCorrupt, key)
+	}
+	var inv int64
+	for _, c := range rest[:20] {
+		d := int64(c - '0')
+		if c < '0' || c > '9' || inv > (math.MaxInt64-d)/10 {
+			return 0, "", fmt.Errorf("%w: key %q", kvrecord.ErrCorrupt, key)
+		}
+		inv = inv*10 + d
+	}
+	return math.MaxInt64 - inv, rest[21:], nil
+}
+
+// EncodeRun encodes a run record: the bytes of format.Marshal, written
+// without reflection. It sets r.Version.
+func EncodeRun(r *kvrecord.Run) []byte {
+	r.Version = kvrecord.Version
+	size := 160 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer)
+	size += format.StringMapSize(r.Headers)
+	return appendRun(make([]byte, 0, size), r)
+}
+func appendRun(b []byte, r *kvrecord.Run) []byte {
+	b = format.AppendArrayLen(b, runFields)
+	b = format.AppendUint8(b, r.Version)
+	b = format.AppendString(b, r.RunID)
+	b = format.AppendInt64(b, r.SubmittedAt)
+	b = format.AppendBytes(b, r.InputHash[:])
+	b = format.AppendUint8(b, r.State)
+	b = format.AppendUint32(b, r.CurrentStep)
+	b = format.AppendString(b, r.CurrentJob)
+	b = format.AppendBool(b, r.Cancel)
+	b = format.AppendStringMap(b, r.Headers)
+	b = format.AppendInt32(b, r.Priority)
+	b = format.AppendUint32(b, r.MaxAttempts)
+	b = format.AppendUint8(b, r.Status)
+	b = format.AppendInt64(b, r.EndedAt)
+	b = format.AppendString(b, r.NotifyQueue)
+	b = format.AppendUint32(b, r.Retries)
+	b = format.AppendInt64(b, r.UpdatedAt)
+	b = format.AppendString(b, r.WaitFor)
+	b = format.AppendInt64(b, r.WaitDeadline)
+	b = format.AppendString(b, r.WaitTimer)
+	b = format.AppendBool(b, r.Paused)
+	b = format.AppendBool(b, r.Parked)
+	b = format.AppendUint64(b, r.MailSeq)
+	b = format.AppendUint32(b, r.Mailbox)
+
+	b = format.AppendInt64(b, r.StepTimeout)
+	b = format.AppendInt64(b, r.StartAt)
+	b = format.AppendUint32(b, r.RetryMaxAttempts)
+	b = format.AppendInt64(b, r.RetryInitialBackoff)
+	b = format.AppendInt64(b, r.RetryMaxBackoff)
+	b = format.AppendFloat64(b, r.RetryMultiplier)
+	return format.AppendFloat64(b, r.RetryJitter)
+}
+
+// EncodeTerminal encodes a terminal record: the bytes of format.Marshal,
+// written without reflection. It sets t.Version.
+func EncodeTerminal(t *kvrecord.Terminal) []byte {
+	t.Version = kvrecord.Version
+	size := 80 + len(t.RunID) + len(t.Result) + len(t.Error) + len(t.DeadJob) + len(t.Payload) + len(t.Queue)
+	return appendTerminal(make([]byte, 0, size), t)
+}
+func appendTerminal(b []byte, t *kvrecord.Terminal) []byte {
+	b = format.AppendArrayLen(b, terminalFields)
+	b = format.AppendUint8(b, t.Version)
+	b = format.AppendString(b, t.RunID)
+	b = format.AppendUint8(b, t.Status)
+	b = format.AppendBytes(b, t.Result)
+	b = format.AppendString(b, t.Error)
+	b = format.AppendUint32(b, t.FinalStep)
+	b = format.AppendInt64(b, t.EndedAt)
+	b = format.AppendUint32(b, t.Attempt)
+	b = format.AppendString(b, t.DeadJob)
+	b = format.AppendBytes(b, t.Payload)
+	return format.AppendString(b, t.Queue)
+}
+
+// Parked is the next step of a paused run, kept for Resume.
+type Parked struct {
+	Version uint8
+	RunID   string
+	Step    uint32
+	Payload []byte
+	// DueAt is when the step is due (unix ns): Resume enqueues it for then,
+	// or now if that has passed.
+	DueAt int64
+	// Signal is the signal name that woke the step ("" if the step did not
+	// follow an await); TimedOut says the await timed out instead.
+	Signal   string
+	TimedOut bool
+}
+
+// EncodeParked encodes a parked step (format.Marshal's bytes). It sets
+// p.Version.
+func EncodeParked(p *Parked) []byte {
+	p.Version = kvrecord.Version
+	b := format.AppendArrayLen(make([]byte, 0, 64+len(p.RunID)+len(p.Payload)+len(p.Signal)), parkedFields)
+	b = format.AppendUint8(b, p.Version)
+	b = format.AppendString(b, p.RunID)
+	b = format.AppendUint32(b, p.Step)
+	b = format.AppendBytes(b, p.Payload)
+	b = format.AppendInt64(b, p.DueAt)
+	b = format.AppendString(b, p.Signal)
+	return format.AppendBool(b, p.TimedOut)
+}
+
+// DecodeParked decodes a parked step. Its errors wrap kvrecord.ErrCorrupt.
+func DecodeParked(b []byte) (*Parked, error) {
+	var p Parked
+	if err := format.UnmarshalExact(b, &p); err != nil {
+		return nil, fmt.Errorf("%w: parked step: %v", kvrecord.ErrCorrupt, err)
+	}
+	if p.Version != kvrecord.Version || p.RunID == "" {
+		return nil, fmt.Errorf("%w: parked step version %d, id %q", kvrecord.ErrCorrupt, p.Version, p.RunID)
+	}
+	return &p, nil
+}
