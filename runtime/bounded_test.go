@@ -283,7 +283,7 @@ func TestLateSettlementIsLogged(t *testing.T) {
 	lose := runtime.WithBeforeSettle(func(ctx context.Context, j *queue.Job) {
 		if j.Headers[runtime.HeaderStep] == "0" && lost.CompareAndSwap(false, true) {
 			lostJob.Store(j.ID)
-			if err := q.Release(ctx, j); err != nil {
+			if err := runtime.ReleaseJob(ctx, q, j); err != nil {
 				t.Errorf("Release: %v", err)
 			}
 		}

@@ -24,3 +24,9 @@ func WithBeforeSettle(f func(ctx context.Context, job *queue.Job)) Option {
 		return nil
 	}
 }
+
+// ReleaseJob returns a claimed job to its queue without counting the
+// attempt (the queue's Release, which its public API leaves out).
+func ReleaseJob(ctx context.Context, q *queue.Queue, j *queue.Job) error {
+	return qx.Release(q, ctx, j)
+}
