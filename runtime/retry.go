@@ -109,7 +109,7 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 		stepQueue = rt.opts.queueName
 	}
 	opts := rt.stepOptions(next, t.FinalStep, next.CurrentJob, rt.tel.traceParent(ctx))
-	opts.DeadLetterQueue = stepQueue + ".dead"
+	opts.DeadLetterQueue = runrec.NoticesQueue(stepQueue)
 	// A dedup key of its own: the step's first job may still be around.
 	opts.DedupKey = fmt.Sprintf("%s:retry%d", opts.DedupKey, next.Retries)
 	opts = qx.WithDispatch(opts, true)

@@ -59,13 +59,13 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
-		return rt.q.Work(gctx, rt.deadQueue(), rt.handleDeadStep, manualSettle(queue.WorkOptions{
+		return rt.q.Work(gctx, rt.noticesQueue(), rt.handleDeadStep, manualSettle(queue.WorkOptions{
 			Concurrency: 1, DrainTimeout: rt.opts.drainTimeout,
 			PollInterval: rt.opts.pollInterval,
 		}))
 	})
 	g.Go(func() error {
-		return rt.q.Work(gctx, rt.timerQueue(), rt.handleTimer, manualSettle(queue.WorkOptions{
+		return rt.q.Work(gctx, rt.timersQueue(), rt.handleTimer, manualSettle(queue.WorkOptions{
 			Concurrency: 4, DrainTimeout: rt.opts.drainTimeout,
 			PollInterval: rt.opts.pollInterval,
 		}))

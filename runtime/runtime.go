@@ -289,7 +289,7 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent s
 	return queue.EnqueueOptions{
 		Headers: h, Priority: rec.Priority, MaxAttempts: maxAttempts(rec),
 		DedupKey: fmt.Sprintf("run:%s:%d", rec.RunID, n), JobID: jobID,
-		DeadLetterQueue: rt.deadQueue(),
+		DeadLetterQueue: rt.noticesQueue(),
 	}
 }
 
@@ -328,13 +328,10 @@ func (rt *Runtime) resolveNotify(ctx context.Context, rec *kvrecord.Run) error {
 	return err
 }
 
-// deadQueue is this Runtime's notices queue: it receives the notices of
+// noticesQueue is this Runtime's notices queue: it receives the notices of
 // dead step jobs (see handleDeadStep) and the notifications that Cancel
 // hands over (see resolveNotify).
-func (rt *Runtime) deadQueue() string { return noticeQueue(rt.opts.queueName) }
-
-// noticeQueue names the notices queue of the step queue stepQueue.
-func noticeQueue(stepQueue string) string { return stepQueue + ".dead" }
+func (rt *Runtime) noticesQueue() string { return runrec.NoticesQueue(rt.opts.queueName) }
 
 // headerNotice marks a job on a notices queue that is not a dead step's
 // notice: noticeHandOff, a notification handed over by Cancel.
@@ -522,7 +519,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		}
 		opts := notifyOptions(rec.RunID, ended, e.traceParent)
 		opts.Headers[headerNotice] = noticeHandOff
-		txn.Enqueue(noticeQueue(stepQueue), n.encode(), opts)
+		txn.Enqueue(runrec.NoticesQueue(stepQueue), n.encode(), opts)
 	}
 }
 

@@ -183,8 +183,8 @@ func addNanos(ns int64, d time.Duration) int64 {
 	return ns + int64(d)
 }
 
-// timerQueue carries the timeout jobs of awaits (see handleTimer).
-func (rt *Runtime) timerQueue() string { return rt.opts.queueName + ".timers" }
+// timersQueue carries the timeout jobs of awaits (see handleTimer).
+func (rt *Runtime) timersQueue() string { return runrec.TimersQueue(rt.opts.queueName) }
 
 // await adds to txn (which acks step n) the rest of an AwaitSignal
 // settlement into next: consume mail (the oldest signal of that name in
@@ -206,7 +206,7 @@ func (rt *Runtime) await(txn *queue.Txn, next *kvrecord.Run, out steprunner.Outc
 		if traceParent != "" {
 			h[HeaderTraceParent] = traceParent
 		}
-		txn.Enqueue(rt.timerQueue(), nil, queue.EnqueueOptions{
+		txn.Enqueue(rt.timersQueue(), nil, queue.EnqueueOptions{
 			JobID: next.WaitTimer, Delay: t, MaxAttempts: timerAttempts, Headers: h,
 		})
 	}

@@ -35,9 +35,11 @@
 //	job     JOB_ID               one job: fields, headers, payload preview,
 //	                             attempt history
 //
-// stats and queues leave out a Runtime's internal notices queue
-// ("workflow-steps.dead" beside "workflow-steps": dead-step notices, and
-// notifications of cancelled runs not yet forwarded); --all shows it.
+// stats and queues leave out a Runtime's internal queues beside its step
+// queue: its notices queue ("workflow-steps.dead" beside "workflow-steps":
+// dead-step notices, and notifications of cancelled runs not yet
+// forwarded) and its timers queue ("workflow-steps.timers": signal
+// timeouts); --all shows them.
 // A run's step_dead (and "(step dead)" in text) says that its step job is
 // dead: for a pending or cancelling run, the run is stuck until the job is
 // requeued or a Runtime settles it; for a failed or cancelled run, the step

@@ -5,9 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/queue"
 )
 
@@ -58,10 +58,10 @@ scheduled, claimed, dead and done jobs and how long the oldest pending job has
 waited, then a storage summary: the keys in the store's state, the
 requests this command made to load it, and the store's health as those
 requests saw it (queue.Health; a writer process reports its own through
-Queue.Health and StorageStats). The runtime's internal notices queues
-("<step queue>.dead": dead-step notices, and notifications of cancelled
-runs waiting for a Runtime to forward them) are left out unless --all is
-given or --queue names one. Opens the store read-only.
+Queue.Health and StorageStats). A Runtime's internal
+queues beside its step queue (its notices queue "<step queue>.dead" and
+timers queue "<step queue>.timers") are left out unless --all is given or
+--queue names one. Opens the store read-only.
 `,
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&queueName, "queue", "", "only this `queue`")
@@ -142,10 +142,11 @@ func queuesCommand() *command {
 	return &command{
 		name:     "queues",
 		synopsis: "[--all]",
-		help: `Prints the names of the queues that have or had jobs, one per line. The
-runtime's internal notices queues ("<step queue>.dead": dead-step notices,
-and notifications of cancelled runs waiting for a Runtime to forward them)
-are left out unless --all is given. Opens the store read-only.
+		help: `Prints the names of the queues that have or had jobs, one per line. A
+Runtime's internal queues beside its step queue (its notices queue
+"<step queue>.dead": dead-step notices, and notifications of cancelled runs
+waiting for a Runtime to forward them; its timers queue
+"<step queue>.timers": signal timeouts) are left out unless --all is given. Opens the store read-only.
 `,
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&all, "all", false, "include internal queues")
@@ -176,23 +177,16 @@ are left out unless --all is given. Opens the store read-only.
 	}
 }
 
-// deadNoticeSuffix ends the name of a runtime's notices queue: the queue
-// hands a Runtime the notice of a step job it dead-lettered by itself there
-// ("workflow-steps.dead" for "workflow-steps"), and a Cancel that knows no
-// notify queue hands over the run's notification there.
-const deadNoticeSuffix = ".dead"
-
-// listQueues returns the store's queues; without all, not the internal
-// ones: a queue "X.dead" beside a queue "X" holds a Runtime's notices, not
-// jobs of the user's.
+// listQueues returns the store's queues; without all, not a Runtime's
+// internal ones: the notices and timers queues beside its step queue
+// (runrec.NoticesQueue, runrec.TimersQueue).
 func listQueues(ctx context.Context, q *queue.Queue, all bool) ([]string, error) {
 	names, err := q.Queues(ctx)
 	if err != nil || all {
 		return names, err
 	}
 	return slices.DeleteFunc(slices.Clone(names), func(n string) bool {
-		base, ok := strings.CutSuffix(n, deadNoticeSuffix)
-		return ok && slices.Contains(names, base)
+		return runrec.IsInternalQueue(n, names)
 	}), nil
 }
 

@@ -27,6 +27,20 @@
 // transaction that writes the run record from absent (Submit) and deleted
 // in the one that deletes it (expiry).
 //
+// # Queues
+//
+// Beside each step queue Q that a Runtime serves, it keeps two queues of
+// its own, named here and nowhere else:
+//
+//	Q.dead    the notices queue: the queue hands it a notice of each step
+//	          job it dead-lettered (EnqueueOptions.DeadLetterQueue), and a
+//	          Cancel that knows no notify queue hands the run's
+//	          notification over there
+//	Q.timers  the timers queue: AwaitSignal's timeout jobs
+//
+// Their names are part of the on-bucket state (jobs wait on them across
+// restarts): never change them.
+//
 // # Encoding
 //
 // As kvrecord's (see its Encoding section): the encoders here write the
@@ -206,4 +220,21 @@ func DecodeParked(b []byte) (*Parked, error) {
 		return nil, fmt.Errorf("%w: parked step version %d, id %q", kvrecord.ErrCorrupt, p.Version, p.RunID)
 	}
 	return &p, nil
+}
+
+// NoticesQueue names the notices queue of the step queue stepQueue.
+func NoticesQueue(stepQueue string) string { return stepQueue + ".dead" }
+
+// TimersQueue names the timers queue of the step queue stepQueue.
+func TimersQueue(stepQueue string) string { return stepQueue + ".timers" }
+
+// IsInternalQueue reports whether name is the notices or timers queue of
+// one of the step queues in names.
+func IsInternalQueue(name string, names []string) bool {
+	for _, base := range names {
+		if name == NoticesQueue(base) || name == TimersQueue(base) {
+			return true
+		}
+	}
+	return false
 }

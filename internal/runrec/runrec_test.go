@@ -111,3 +111,27 @@ func TestParked(t *testing.T) {
 		t.Errorf("MailboxKey = %q", k)
 	}
 }
+
+func TestInternalQueues(t *testing.T) {
+	if got := NoticesQueue("steps"); got != "steps.dead" {
+		t.Errorf("NoticesQueue = %q: the name is on-bucket state and must not change", got)
+	}
+	if got := TimersQueue("steps"); got != "steps.timers" {
+		t.Errorf("TimersQueue = %q: the name is on-bucket state and must not change", got)
+	}
+	names := []string{"emails", "steps", "steps.dead", "steps.timers", "orphan.dead"}
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"steps.dead", true},
+		{"steps.timers", true},
+		{"steps", false},
+		{"emails", false},
+		{"orphan.dead", false}, // no queue "orphan": a user's queue
+	} {
+		if got := IsInternalQueue(c.name, names); got != c.want {
+			t.Errorf("IsInternalQueue(%q) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
