@@ -60,6 +60,13 @@ store's writer for a moment when no process has it open):
   retry   RUN_ID [--wait D] [--takeover]
                                     run a failed or cancelled run again from
                                     the step that ended it
+  signal  RUN_ID NAME [--payload STR | --payload-file F] [--wait D] [--takeover]
+                                    send a signal to a run (wakes it if it
+                                    waits for NAME, else kept in its mailbox)
+  pause   RUN_ID [--wait D] [--takeover]
+                                    stop a run from starting its next step
+  resume  RUN_ID [--wait D] [--takeover]
+                                    let a paused run go on
 
 Measure (a store or prefix of its own; without --store, a new mem:// store):
   bench   [--scenario S] [--runs N] [--steps K] [flags]
@@ -137,6 +144,7 @@ func commands() []*command {
 	return []*command{
 		statsCommand(), queuesCommand(), runsCommand(), runCommand(),
 		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(), retryCommand(),
+		signalCommand(), pauseCommand(), resumeCommand(),
 		benchCommand(),
 	}
 }
