@@ -707,6 +707,12 @@ func TestWriteCommandsWhileLocked(t *testing.T) {
 	if out := f.ok(t, "stats"); !strings.Contains(out, "workflow-steps") {
 		t.Errorf("stats while another process writes: %q", out)
 	}
+	// A program's Open says why once: not "store is locked by another
+	// writer" once per layer.
+	if _, err := queue.Open(t.Context(), f.url); !errors.Is(err, queue.ErrStoreLocked) ||
+		strings.Count(err.Error(), "locked") != 1 || !strings.Contains(err.Error(), "pid of last holder") {
+		t.Errorf("queue.Open while another process writes: %v", err)
+	}
 	for _, args := range [][]string{{"cancel", "order-3"}, {"requeue", "email-1"}, {"requeue", "email-1", "--takeover"}} {
 		r := f.on(t, args...)
 		if r.code != exitLocked || !strings.Contains(r.stderr, "in use by a live writer") ||
