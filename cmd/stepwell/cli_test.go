@@ -451,6 +451,7 @@ func TestUsageAndErrors(t *testing.T) {
 	f := newFixture(t)
 	env := map[string]string{storeEnv: f.url}
 	missingDir := filepath.Join(t.TempDir(), "nothing-here")
+	emptyDir := t.TempDir()
 	for _, tc := range []struct {
 		name   string
 		env    map[string]string
@@ -462,7 +463,10 @@ func TestUsageAndErrors(t *testing.T) {
 		{"bad scheme", nil, []string{"stats", "--store", "nope://x"}, exitUsage, "invalid store URL"},
 		{"relative file URL", nil, []string{"--store", "file://relative/dir", "queues"}, exitUsage, "invalid store URL"},
 		{"bad URL for a write", nil, []string{"cancel", "x", "--store", "nope://x"}, exitUsage, "invalid store URL"},
-		{"missing directory", nil, []string{"stats", "--store", "file://" + missingDir}, exitFailed, "does not exist"},
+		{"missing directory", nil, []string{"stats", "--store", "file://" + missingDir}, exitNotFound, "does not exist"},
+		{"missing directory for a write", nil, []string{"cancel", "x", "--store", "file://" + missingDir}, exitNotFound, "does not exist"},
+		{"empty directory", nil, []string{"stats", "--store", "file://" + emptyDir}, exitNotFound, "no store at file://" + emptyDir},
+		{"empty directory, runs", nil, []string{"runs", "--store", "file://" + emptyDir}, exitNotFound, "no store at"},
 		{"missing run", env, []string{"run", "order-99"}, exitNotFound, `run "order-99" not found`},
 		{"missing job", env, []string{"job", "nope"}, exitNotFound, `job "nope" not found`},
 		{"invalid run ID", env, []string{"run", "a/b"}, exitUsage, "invalid run ID"},

@@ -18,6 +18,11 @@
 // the state as it is durable in the bucket, write nothing, and never fence
 // or block the live writer, so they are safe to run against a production
 // store at any time. What they show is a snapshot as of the command's start.
+// A store they cannot read fails them within seconds with the store's own
+// error (exit 1): requests it refuses (wrong credentials) are not retried,
+// and other failures (an endpoint that refuses connections) for 5s only. A
+// URL where no store is (a directory, bucket or prefix that holds none:
+// a typo) is exit 4.
 //
 //	stats   [--queue Q] [--all]  per-queue counts (pending, scheduled,
 //	                             claimed, dead, done) and the age of the
@@ -151,7 +156,8 @@
 //	3  a live writer holds the store and this command cannot join it: it
 //	   is not in cluster mode, or does not answer within --wait (write
 //	   commands)
-//	4  not found: the run or job does not exist
+//	4  not found: the run or job does not exist, or there is no store at
+//	   the URL (a directory or bucket prefix that holds none)
 //
 // # Examples
 //

@@ -107,7 +107,7 @@ Exit codes:
   2  usage error (bad flags, missing argument, no store, invalid store URL)
   3  a live writer holds the store and this command cannot join it (not in
      cluster mode, or not answering within --wait)
-  4  not found (run or job)
+  4  not found (run or job, or no store at the URL)
 
 Examples:
   export STEPWELL_STORE='s3://acme-jobs?prefix=orders/&region=eu-west-1'
@@ -378,9 +378,54 @@ func (c *cli) storeURL() (string, error) {
 	return u, nil
 }
 
+// readRetry bounds the retries of a transient failure of one request while
+// a read command loads the store (queue.WithWriteRetry; a program's
+// default, 60s, suits a service that waits out an outage). A read fails
+// soon instead, with the store's error: an endpoint that refuses
+// connections, a server that does not answer. Wrong credentials and other
+// refused requests are not retried at all.
+const readRetry = 5 * time.Second
+
 // openRead opens the store read-only: it never fences or blocks the writer.
+// A URL where no store is (a bucket prefix or a directory that holds no
+// store's objects: a typo) is exit 4.
 func (c *cli) openRead(ctx context.Context) (*queue.Queue, error) {
-	return c.open(ctx, false, queue.WithReadOnly())
+	q, err := c.open(ctx, false, queue.WithReadOnly(), queue.WithWriteRetry(readRetry))
+	if err != nil {
+		return nil, err
+	}
+	if q.StorageStats().Keys == 0 { // empty, or nothing there
+		raw, _ := c.storeURL()
+		if err := checkStoreExists(ctx, raw); err != nil {
+			q.Close(context.Background())
+			return nil, err
+		}
+	}
+	return q, nil
+}
+
+// checkStoreExists returns a not-found error if no object is stored under
+// raw: no writer ever opened a store there. mem:// stores, new in each
+// process, are left alone.
+func checkStoreExists(ctx context.Context, raw string) error {
+	where, scheme := redact(raw)
+	if scheme == "mem" {
+		return nil
+	}
+	b, err := objstore.Open(ctx, raw)
+	if err != nil {
+		return fmt.Errorf("opening the store: %w", err)
+	}
+	defer b.Close()
+	objs, err := b.List(ctx, "")
+	switch {
+	case errors.Is(err, objstore.ErrNotFound): // no such bucket
+	case err != nil:
+		return fmt.Errorf("listing the store: %w", err)
+	case len(objs) > 0:
+		return nil
+	}
+	return notFound("no store at %s: nothing is stored there (check the bucket or directory, and the prefix)", where)
 }
 
 // writeFlags are the flags every write command accepts.
@@ -613,11 +658,11 @@ func checkFileStore(raw string) error {
 	fi, err := os.Stat(u.Path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return failed("no store at %s: the directory does not exist", raw)
+		return notFound("no store at %s: the directory does not exist", raw)
 	case err != nil:
 		return failed("store directory: %v", err)
 	case !fi.IsDir():
-		return failed("no store at %s: not a directory", raw)
+		return notFound("no store at %s: not a directory", raw)
 	}
 	return nil
 }
