@@ -254,14 +254,16 @@ var (
 	ageRE     = regexp.MustCompile(`(?m)\b(\d+h)?(\d+m)?\d+s$`)
 	storageRE = regexp.MustCompile(`(?m)^(storage:.*)$`)
 	digitsRE  = regexp.MustCompile(`\d+`)
+	epochRE   = regexp.MustCompile(`\bepoch \d+`)
 )
 
 // normalize replaces what changes from run to run: generated IDs, times,
-// ages and the request counts of loading the store.
+// ages, writer epochs and the request counts of loading the store.
 func normalize(s string) string {
 	s = ulidRE.ReplaceAllString(s, "<ULID>")
 	s = timeRE.ReplaceAllString(s, "<TIME>")
 	s = ageRE.ReplaceAllString(s, "<AGE>")
+	s = epochRE.ReplaceAllString(s, "epoch <N>")
 	return storageRE.ReplaceAllStringFunc(s, func(line string) string {
 		return digitsRE.ReplaceAllString(line, "N")
 	})

@@ -379,6 +379,15 @@ func testWriteCommandsJoinCluster(t *testing.T, url string) {
 	// A service whose advertised address does not answer: exit 3 after
 	// --wait, with the address in the message, and nothing changed.
 	svc = startService(t, f.url, "127.0.0.1:1")
+	// stats names the writer, as the store's owner object does.
+	var st statsJSON
+	f.okJSON(t, &st, "stats")
+	if w := st.Writer; w == nil || w.ClusterAddr != "127.0.0.1:1" || w.Closed || w.Epoch == 0 || w.ID == "" {
+		t.Errorf("stats: writer %+v, want the service's, at 127.0.0.1:1", w)
+	}
+	if out := f.ok(t, "stats"); !strings.Contains(out, "(cluster mode, serving members at 127.0.0.1:1)") {
+		t.Errorf("stats does not name the writer:\n%s", out)
+	}
 	r := f.cliProcess(t, "retry", "slow-1", "--wait", "1s")
 	if r.code != exitLocked || r.stdout != "" || !strings.Contains(r.stderr, "127.0.0.1:1") ||
 		!strings.Contains(r.stderr, "did not answer within 1s") {
