@@ -384,8 +384,11 @@ func testWriteCommandsJoinCluster(t *testing.T, url string) {
 	f.okJSON(t, &st, "stats")
 	if w := st.Writer; w == nil || w.ClusterAddr != "127.0.0.1:1" || w.Closed || w.Epoch == 0 || w.ID == "" {
 		t.Errorf("stats: writer %+v, want the service's, at 127.0.0.1:1", w)
+	} else if strings.HasPrefix(f.url, "s3:") && (w.HeartbeatAgeSeconds == nil || *w.HeartbeatAgeSeconds > 10) {
+		t.Errorf("stats: the live writer's heartbeat age is %v, want a few seconds at most (%+v)", w.HeartbeatAgeSeconds, w)
 	}
-	if out := f.ok(t, "stats"); !strings.Contains(out, "(cluster mode, serving members at 127.0.0.1:1)") {
+	if out := f.ok(t, "stats"); !strings.Contains(out, "(cluster mode, serving members at 127.0.0.1:1)") ||
+		strings.HasPrefix(f.url, "s3:") && !strings.Contains(out, "ago (#") {
 		t.Errorf("stats does not name the writer:\n%s", out)
 	}
 	r := f.cliProcess(t, "retry", "slow-1", "--wait", "1s")

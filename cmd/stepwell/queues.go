@@ -55,15 +55,21 @@ type statsJSON struct {
 }
 
 // writerJSON is the store's owner object: the writer that last opened the
-// store. The object carries no time: whether that writer is alive is told
-// by watching its heartbeat counter change (a writer opening the store
-// watches it for 2.5 heartbeats), which a read command does not wait for.
-// A writer's members are known to that writer only; they are not listed.
+// store. A writer on a bucket store rewrites it every heartbeat (2s by
+// default): HeartbeatAgeSeconds well past that says the writer stopped.
+// (A writer opening the store does not trust clocks: it watches the
+// heartbeat counter change for 2.5 heartbeats.) A writer's members are
+// known to that writer only; they are not listed.
 type writerJSON struct {
 	ID    string `json:"id"`    // the writer's ID, new at each open
 	Epoch uint64 `json:"epoch"` // raised by each writer that opens the store
-	// Heartbeat counts the writer's heartbeats (bucket stores).
+	// Heartbeat counts the writer's heartbeats since it opened the store
+	// (bucket stores; 0 on file:// stores, whose writer holds the
+	// directory's lock instead).
 	Heartbeat uint64 `json:"heartbeat"`
+	// HeartbeatAgeSeconds is how long ago the last heartbeat was written,
+	// by the store's clock against this host's; null without heartbeats.
+	HeartbeatAgeSeconds *float64 `json:"heartbeat_age_seconds"`
 	// Closed: the writer closed the store cleanly; no writer holds it.
 	Closed bool `json:"closed"`
 	// ClusterAddr is where the writer serves its members in cluster mode
@@ -86,9 +92,21 @@ func readWriter(ctx context.Context, raw string) (*writerJSON, error) {
 	if err != nil || own == nil {
 		return nil, err
 	}
-	return &writerJSON{ID: own.Writer, Epoch: own.Epoch, Heartbeat: own.Beat, Closed: own.Closed,
-		ClusterAddr: own.Addr, DurableSeq: own.Durable}, nil
+	w := &writerJSON{ID: own.Writer, Epoch: own.Epoch, Heartbeat: own.Beat, Closed: own.Closed,
+		ClusterAddr: own.Addr, DurableSeq: own.Durable}
+	// A file:// store's writer does not beat (its lock tells it is live):
+	// the object's time is only when it opened the store.
+	if mt, ok := b.(objstore.ModTimer); ok && !strings.HasPrefix(raw, "file:") {
+		if at, err := mt.ModTime(ctx, ownerKey); err == nil {
+			age := max(time.Since(at), 0).Seconds()
+			w.HeartbeatAgeSeconds = &age
+		}
+	}
+	return w, nil
 }
+
+// ownerKey is the key of the store's owner object (engine.ReadOwner).
+const ownerKey = "owner"
 
 // printWriter writes the writer line of "stats".
 func printWriter(w io.Writer, wr *writerJSON) {
@@ -105,8 +123,9 @@ func printWriter(w io.Writer, wr *writerJSON) {
 		mode = "cluster mode, serving members at " + wr.ClusterAddr
 	}
 	beat := ""
-	if wr.Heartbeat > 0 {
-		beat = fmt.Sprintf(", heartbeat %d", wr.Heartbeat)
+	if wr.HeartbeatAgeSeconds != nil {
+		age := time.Duration(*wr.HeartbeatAgeSeconds * float64(time.Second)).Round(100 * time.Millisecond)
+		beat = fmt.Sprintf(", last heartbeat %v ago (#%d)", age, wr.Heartbeat)
 	}
 	fmt.Fprintf(w, "writer: %s, epoch %d%s (%s)\n", wr.ID, wr.Epoch, beat, mode)
 }
@@ -126,10 +145,10 @@ Queue.Health and StorageStats). The runtime's internal notices queues
 ("<step queue>.dead": dead-step notices, and notifications of cancelled
 runs waiting for a Runtime to forward them) are left out unless --all is
 given or --queue names one. Last, the writer as the store's owner object
-names it: its ID, epoch, heartbeat count and, in cluster mode, the address
-where it serves its members (whom only the writer knows: they are not
-listed). The object carries no time, so whether that writer is still alive
-is not shown. Opens the store read-only.
+names it: its ID, epoch, heartbeat count and age (bucket stores: a writer
+beats every 2s by default, so an age well past that says it stopped) and,
+in cluster mode, the address where it serves its members (whom only the
+writer knows: they are not listed). Opens the store read-only.
 `,
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&queueName, "queue", "", "only this `queue`")

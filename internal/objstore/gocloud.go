@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -144,6 +145,18 @@ func (g *gocloudBucket) Delete(ctx context.Context, key string) error {
 		return mapGocloudErr("delete", key, err, false)
 	}
 	return nil
+}
+
+// ModTime implements ModTimer.
+func (g *gocloudBucket) ModTime(ctx context.Context, key string) (time.Time, error) {
+	if err := g.check(ctx, "head", key); err != nil {
+		return time.Time{}, err
+	}
+	a, err := g.b.Attributes(ctx, g.prefix+key)
+	if err != nil {
+		return time.Time{}, mapGocloudErr("head", key, err, false)
+	}
+	return a.ModTime, nil
 }
 
 // List implements Bucket. It pages through the listing listPageSize keys
