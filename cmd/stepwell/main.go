@@ -405,13 +405,11 @@ func (c *cli) openRead(ctx context.Context) (*queue.Queue, error) {
 }
 
 // checkStoreExists returns a not-found error if no object is stored under
-// raw: no writer ever opened a store there. mem:// stores, new in each
-// process, are left alone.
+// raw: no writer ever opened a store there. (A mem:// store is new in each
+// process: a read command finds nothing there unless its own process made
+// it.)
 func checkStoreExists(ctx context.Context, raw string) error {
-	where, scheme := redact(raw)
-	if scheme == "mem" {
-		return nil
-	}
+	where, _ := redact(raw)
 	b, err := objstore.Open(ctx, raw)
 	if err != nil {
 		return fmt.Errorf("opening the store: %w", err)
@@ -597,6 +595,12 @@ func (c *cli) open(ctx context.Context, takeover bool, opts ...queue.Option) (*q
 		return nil, usageError("invalid store URL: %v", err)
 	case errors.Is(err, queue.ErrStoreLocked):
 		return nil, lockedError(raw, takeover)
+	case errors.Is(err, objstore.ErrNotFound):
+		// No such bucket, or nothing there: say so. (Else an object
+		// missing from a store: a corrupt store.)
+		if nf := checkStoreExists(ctx, raw); exitCode(nf) == exitNotFound {
+			return nil, nf
+		}
 	}
 	return nil, fmt.Errorf("opening the store: %w", err)
 }

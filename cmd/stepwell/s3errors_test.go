@@ -32,12 +32,16 @@ func TestReadFailsFastOnS3(t *testing.T) {
 		t.Fatalf("queues: exit %d, %q, %q", r.code, r.stdout, r.stderr)
 	}
 
-	// A prefix with a typo.
-	typo := strings.Replace(url, "prefix=", "prefix=typo-", 1)
-	for _, cmd := range []string{"stats", "queues", "runs", "dead"} {
-		r := runCLI(t, nil, "--store", typo, cmd)
-		if r.code != exitNotFound || !strings.Contains(r.stderr, "no store at s3://") || r.stdout != "" {
-			t.Errorf("%s on a prefix with no store: exit %d, stdout %q, stderr %q", cmd, r.code, r.stdout, r.stderr)
+	// A prefix with a typo, a bucket that does not exist.
+	for _, typo := range []string{
+		strings.Replace(url, "prefix=", "prefix=typo-", 1),
+		strings.Replace(url, "s3://"+testenv.Bucket, "s3://no-such-bucket", 1),
+	} {
+		for _, cmd := range []string{"stats", "queues", "runs", "dead"} {
+			r := runCLI(t, nil, "--store", typo, cmd)
+			if r.code != exitNotFound || !strings.Contains(r.stderr, "no store at s3://") || r.stdout != "" {
+				t.Errorf("%s on %s: exit %d, stdout %q, stderr %q", cmd, typo, r.code, r.stdout, r.stderr)
+			}
 		}
 	}
 
@@ -69,5 +73,37 @@ func TestReadFailsFastOnS3(t *testing.T) {
 	if _, err := queue.Open(octx, url, queue.WithReadOnly()); err == nil || time.Since(start) > 20*time.Second ||
 		!strings.Contains(err.Error(), "SignatureDoesNotMatch") {
 		t.Errorf("read-only Open with a wrong secret key: %v after %v", err, time.Since(start))
+	}
+}
+
+// TestNoStoreThere: a read of a URL where no store is, of every kind, is
+// exit 4 "no store at", where it printed an empty listing and exit 0.
+func TestNoStoreThere(t *testing.T) {
+	gs := testenv.GCS(t)
+	q, err := queue.Open(t.Context(), gs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(t.Context(), "emails", []byte("hi"), queue.EnqueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, nil, "--store", gs, "queues"); r.code != exitOK || r.stdout != "emails\n" {
+		t.Fatalf("queues on gs://: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+	for _, url := range []string{
+		"mem://nothing-here",
+		"file://" + t.TempDir(),
+		strings.Replace(gs, "prefix=", "prefix=typo-", 1),
+		strings.Replace(gs, "gs://"+testenv.Bucket, "gs://no-such-bucket", 1),
+	} {
+		for _, cmd := range []string{"stats", "queues"} {
+			r := runCLI(t, nil, "--store", url, cmd, "--json")
+			if r.code != exitNotFound || !strings.Contains(r.stdout, `"error": "no store at `) {
+				t.Errorf("%s on %s: exit %d, stdout %q, stderr %q", cmd, url, r.code, r.stdout, r.stderr)
+			}
+		}
 	}
 }
