@@ -26,7 +26,10 @@
 //
 //	stats   [--queue Q] [--all]  per-queue counts (pending, scheduled,
 //	                             claimed, dead, done) and the age of the
-//	                             oldest pending job; a storage summary line
+//	                             oldest pending job; a storage summary line;
+//	                             the writer as the store's owner object
+//	                             names it (ID, epoch, age of its last
+//	                             heartbeat, cluster address)
 //	queues  [--all]              queue names
 //	runs    [--state S] [--limit N]
 //	                             runs, newest first, with state, current

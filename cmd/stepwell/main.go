@@ -41,7 +41,8 @@ Usage:
   stepwell [--store URL] [--json] COMMAND [flags] [ARG]
 
 Read commands (open the store read-only; never disturb the live writer):
-  stats   [--queue Q]               per-queue counts and oldest pending age
+  stats   [--queue Q]               per-queue counts and oldest pending age;
+                                    the writer (epoch, heartbeat, address)
   queues                            queue names
   runs    [--state S] [--limit N]   runs: ID, state, current step, submitted
                                     (S: pending, running, cancelling,
