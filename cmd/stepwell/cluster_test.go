@@ -366,6 +366,27 @@ func testWriteCommandsJoinCluster(t *testing.T, url string) {
 		t.Errorf("fail-1 after retry = %+v, want the service's result", r)
 	}
 
+	// pause, resume and signal, through the service's writer: slow-2's
+	// step runs on meanwhile.
+	var p pauseJSON
+	f.cliProcessJSON(t, &p, "pause", "slow-2")
+	if p != (pauseJSON{RunID: "slow-2", Changed: true, State: "running"}) {
+		t.Errorf("pause slow-2 = %+v", p)
+	}
+	var r2 runJSON
+	if f.okJSON(t, &r2, "run", "slow-2"); !r2.Paused {
+		t.Errorf("slow-2 after pause = %+v", r2)
+	}
+	f.cliProcessJSON(t, &p, "resume", "slow-2")
+	if p != (pauseJSON{RunID: "slow-2", Changed: true, State: "running"}) {
+		t.Errorf("resume slow-2 = %+v", p)
+	}
+	var sig signalJSON
+	f.cliProcessJSON(t, &sig, "signal", "slow-2", "nudge", "--payload", "hi")
+	if sig != (signalJSON{RunID: "slow-2", Signal: "nudge", State: "running"}) {
+		t.Errorf("signal slow-2 = %+v", sig)
+	}
+
 	// The service is killed while its slow-2 step runs: the store still
 	// names its address, and the command becomes the writer in its place.
 	svc.kill(t)
