@@ -66,6 +66,12 @@ func TestReadFailsFastOnS3(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Second || r.code != exitFailed || !strings.Contains(r.stderr, "SignatureDoesNotMatch") {
 		t.Errorf("stats with a wrong secret key: %v, exit %d, stderr %q", d, r.code, r.stderr)
 	}
+	// A write command too.
+	start = time.Now()
+	r = runCLI(t, nil, "--store", url, "cancel", "order-1")
+	if d := time.Since(start); d > 20*time.Second || r.code != exitFailed || !strings.Contains(r.stderr, "SignatureDoesNotMatch") {
+		t.Errorf("cancel with a wrong secret key: %v, exit %d, stderr %q", d, r.code, r.stderr)
+	}
 	// A program's Open too.
 	start = time.Now()
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
