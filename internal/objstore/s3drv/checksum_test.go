@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
@@ -75,13 +74,11 @@ func TestNoChecksumSkipWarnings(t *testing.T) {
 func multipartUpload(t *testing.T, url, key string, data []byte, partSize int) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(testenv.S3Region))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := s3.NewFromConfig(cfg, func(o *s3.Options) {
-		o.BaseEndpoint = aws.String(testenv.S3Endpoint(t))
-		o.UsePathStyle = true
+	c := s3.New(s3.Options{
+		Region: testenv.S3Region, BaseEndpoint: aws.String(testenv.S3Endpoint(t)), UsePathStyle: true,
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: testenv.S3AccessKey, SecretAccessKey: testenv.S3SecretKey}, nil
+		}),
 	})
 	_, rest, _ := strings.Cut(url, "prefix=")
 	prefix, _, _ := strings.Cut(rest, "&")
