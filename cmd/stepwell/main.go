@@ -133,7 +133,7 @@ type command struct {
 	help     string // what it does, for "stepwell help NAME"
 	// flags registers the command's own flags; may be nil.
 	flags func(fs *flag.FlagSet)
-	// nargs is the number of positional arguments required (0 or 1).
+	// nargs is the number of positional arguments required (0, 1 or 2).
 	nargs int
 	// exec runs the command with its positional arguments.
 	exec func(ctx context.Context, c *cli, args []string) error
