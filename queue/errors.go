@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/format"
@@ -126,7 +127,7 @@ func mapErr(err error) error {
 	case errors.Is(err, engine.ErrReadOnly):
 		return ErrReadOnly
 	case errors.Is(err, engine.ErrLocked):
-		return fmt.Errorf("%w (%v)", ErrStoreLocked, err)
+		return &storeLockedError{err}
 	case errors.Is(err, engine.ErrFenced):
 		return fmt.Errorf("%w (%v)", ErrFenced, err)
 	case errors.Is(err, engine.ErrClosed):
@@ -134,6 +135,29 @@ func mapErr(err error) error {
 	}
 	return err
 }
+
+// storeLockedError is ErrStoreLocked for an engine error that wraps
+// engine.ErrLocked. Each layer below (the file lock, the engine) says
+// "store is locked by another writer" before its detail: the message says
+// it once, with the innermost detail.
+type storeLockedError struct{ err error }
+
+func (e *storeLockedError) Error() string {
+	const phrase = "store is locked by another writer"
+	detail := e.err.Error()
+	if i := strings.LastIndex(detail, phrase); i >= 0 {
+		detail = detail[i+len(phrase):]
+	}
+	if detail = strings.TrimLeft(detail, ": "); detail != "" {
+		return ErrStoreLocked.Error() + ": " + detail
+	}
+	return ErrStoreLocked.Error()
+}
+
+// Is makes errors.Is(err, ErrStoreLocked) true; Unwrap keeps the engine's
+// error in the chain.
+func (e *storeLockedError) Is(target error) bool { return target == ErrStoreLocked }
+func (e *storeLockedError) Unwrap() error        { return e.err }
 
 // Job errors.
 var (

@@ -81,7 +81,8 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 	if o.readOnly {
 		// The heartbeat tells the reader that the store has an owner
 		// object, whose durable sequence the log must reach.
-		eng, err := engine.OpenReadOnly(ctx, engine.Options{Bucket: counting, Heartbeat: heartbeat, Logger: o.logger, Indexer: l.ix})
+		eng, err := engine.OpenReadOnly(ctx, engine.Options{Bucket: counting, Heartbeat: heartbeat, Logger: o.logger, Indexer: l.ix,
+			WriteRetry: o.writeRetry})
 		if err != nil {
 			_ = bucket.Close()
 			return nil, err

@@ -254,14 +254,16 @@ var (
 	ageRE     = regexp.MustCompile(`(?m)\b(\d+h)?(\d+m)?\d+s$`)
 	storageRE = regexp.MustCompile(`(?m)^(storage:.*)$`)
 	digitsRE  = regexp.MustCompile(`\d+`)
+	epochRE   = regexp.MustCompile(`\bepoch \d+`)
 )
 
 // normalize replaces what changes from run to run: generated IDs, times,
-// ages and the request counts of loading the store.
+// ages, writer epochs and the request counts of loading the store.
 func normalize(s string) string {
 	s = ulidRE.ReplaceAllString(s, "<ULID>")
 	s = timeRE.ReplaceAllString(s, "<TIME>")
 	s = ageRE.ReplaceAllString(s, "<AGE>")
+	s = epochRE.ReplaceAllString(s, "epoch <N>")
 	return storageRE.ReplaceAllStringFunc(s, func(line string) string {
 		return digitsRE.ReplaceAllString(line, "N")
 	})
@@ -451,6 +453,7 @@ func TestUsageAndErrors(t *testing.T) {
 	f := newFixture(t)
 	env := map[string]string{storeEnv: f.url}
 	missingDir := filepath.Join(t.TempDir(), "nothing-here")
+	emptyDir := t.TempDir()
 	for _, tc := range []struct {
 		name   string
 		env    map[string]string
@@ -462,7 +465,10 @@ func TestUsageAndErrors(t *testing.T) {
 		{"bad scheme", nil, []string{"stats", "--store", "nope://x"}, exitUsage, "invalid store URL"},
 		{"relative file URL", nil, []string{"--store", "file://relative/dir", "queues"}, exitUsage, "invalid store URL"},
 		{"bad URL for a write", nil, []string{"cancel", "x", "--store", "nope://x"}, exitUsage, "invalid store URL"},
-		{"missing directory", nil, []string{"stats", "--store", "file://" + missingDir}, exitFailed, "does not exist"},
+		{"missing directory", nil, []string{"stats", "--store", "file://" + missingDir}, exitNotFound, "does not exist"},
+		{"missing directory for a write", nil, []string{"cancel", "x", "--store", "file://" + missingDir}, exitNotFound, "does not exist"},
+		{"empty directory", nil, []string{"stats", "--store", "file://" + emptyDir}, exitNotFound, "no store at file://" + emptyDir},
+		{"empty directory, runs", nil, []string{"runs", "--store", "file://" + emptyDir}, exitNotFound, "no store at"},
 		{"missing run", env, []string{"run", "order-99"}, exitNotFound, `run "order-99" not found`},
 		{"missing job", env, []string{"job", "nope"}, exitNotFound, `job "nope" not found`},
 		{"invalid run ID", env, []string{"run", "a/b"}, exitUsage, "invalid run ID"},
@@ -706,6 +712,12 @@ func TestWriteCommandsWhileLocked(t *testing.T) {
 
 	if out := f.ok(t, "stats"); !strings.Contains(out, "workflow-steps") {
 		t.Errorf("stats while another process writes: %q", out)
+	}
+	// A program's Open says why once: not "store is locked by another
+	// writer" once per layer.
+	if _, err := queue.Open(t.Context(), f.url); !errors.Is(err, queue.ErrStoreLocked) ||
+		strings.Count(err.Error(), "locked") != 1 || !strings.Contains(err.Error(), "pid of last holder") {
+		t.Errorf("queue.Open while another process writes: %v", err)
 	}
 	for _, args := range [][]string{{"cancel", "order-3"}, {"requeue", "email-1"}, {"requeue", "email-1", "--takeover"}} {
 		r := f.on(t, args...)

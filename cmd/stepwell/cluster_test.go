@@ -366,6 +366,27 @@ func testWriteCommandsJoinCluster(t *testing.T, url string) {
 		t.Errorf("fail-1 after retry = %+v, want the service's result", r)
 	}
 
+	// pause, resume and signal, through the service's writer: slow-2's
+	// step runs on meanwhile.
+	var p pauseJSON
+	f.cliProcessJSON(t, &p, "pause", "slow-2")
+	if p != (pauseJSON{RunID: "slow-2", Changed: true, State: "running"}) {
+		t.Errorf("pause slow-2 = %+v", p)
+	}
+	var r2 runJSON
+	if f.okJSON(t, &r2, "run", "slow-2"); !r2.Paused {
+		t.Errorf("slow-2 after pause = %+v", r2)
+	}
+	f.cliProcessJSON(t, &p, "resume", "slow-2")
+	if p != (pauseJSON{RunID: "slow-2", Changed: true, State: "running"}) {
+		t.Errorf("resume slow-2 = %+v", p)
+	}
+	var sig signalJSON
+	f.cliProcessJSON(t, &sig, "signal", "slow-2", "nudge", "--payload", "hi")
+	if sig != (signalJSON{RunID: "slow-2", Signal: "nudge", State: "running"}) {
+		t.Errorf("signal slow-2 = %+v", sig)
+	}
+
 	// The service is killed while its slow-2 step runs: the store still
 	// names its address, and the command becomes the writer in its place.
 	svc.kill(t)
@@ -379,6 +400,18 @@ func testWriteCommandsJoinCluster(t *testing.T, url string) {
 	// A service whose advertised address does not answer: exit 3 after
 	// --wait, with the address in the message, and nothing changed.
 	svc = startService(t, f.url, "127.0.0.1:1")
+	// stats names the writer, as the store's owner object does.
+	var st statsJSON
+	f.okJSON(t, &st, "stats")
+	if w := st.Writer; w == nil || w.ClusterAddr != "127.0.0.1:1" || w.Closed || w.Epoch == 0 || w.ID == "" {
+		t.Errorf("stats: writer %+v, want the service's, at 127.0.0.1:1", w)
+	} else if strings.HasPrefix(f.url, "s3:") && (w.HeartbeatAgeSeconds == nil || *w.HeartbeatAgeSeconds > 10) {
+		t.Errorf("stats: the live writer's heartbeat age is %v, want a few seconds at most (%+v)", w.HeartbeatAgeSeconds, w)
+	}
+	if out := f.ok(t, "stats"); !strings.Contains(out, "(cluster mode, serving members at 127.0.0.1:1)") ||
+		strings.HasPrefix(f.url, "s3:") && !strings.Contains(out, "ago (#") {
+		t.Errorf("stats does not name the writer:\n%s", out)
+	}
 	r := f.cliProcess(t, "retry", "slow-1", "--wait", "1s")
 	if r.code != exitLocked || r.stdout != "" || !strings.Contains(r.stderr, "127.0.0.1:1") ||
 		!strings.Contains(r.stderr, "did not answer within 1s") {

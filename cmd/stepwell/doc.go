@@ -1,7 +1,7 @@
 // Command stepwell is the operator CLI of a Stepwell store: it shows queues,
-// runs, jobs and dead letters, cancels and retries runs and requeues dead jobs, on any
-// store URL the queue package opens (mem://, file://, s3://, gs://,
-// azblob://).
+// runs, jobs and dead letters; cancels, retries, signals, pauses and
+// resumes runs; and requeues dead jobs, on any store URL the queue package
+// opens (mem://, file://, s3://, gs://, azblob://).
 //
 // # Usage
 //
@@ -18,10 +18,18 @@
 // the state as it is durable in the bucket, write nothing, and never fence
 // or block the live writer, so they are safe to run against a production
 // store at any time. What they show is a snapshot as of the command's start.
+// A store they cannot read fails them within seconds with the store's own
+// error (exit 1): requests it refuses (wrong credentials) are not retried,
+// and other failures (an endpoint that refuses connections) for 5s only. A
+// URL where no store is (a directory, bucket or prefix that holds none:
+// a typo) is exit 4.
 //
 //	stats   [--queue Q] [--all]  per-queue counts (pending, scheduled,
 //	                             claimed, dead, done) and the age of the
-//	                             oldest pending job; a storage summary line
+//	                             oldest pending job; a storage summary line;
+//	                             the writer as the store's owner object
+//	                             names it (ID, epoch, age of its last
+//	                             heartbeat, cluster address)
 //	queues  [--all]              queue names
 //	runs    [--state S] [--limit N]
 //	                             runs, newest first, with state, current
@@ -29,7 +37,9 @@
 //	                             running, cancelling, succeeded, failed or
 //	                             cancelled (runtime.Runtime.ListRuns)
 //	run     RUN_ID               one run: record, outcome (result, error),
-//	                             its step job with attempt history
+//	                             the signal a waiting run awaits and its
+//	                             deadline, whether it is paused, its step
+//	                             job with attempt history
 //	dead    [--queue Q] [--limit N]
 //	                             dead-lettered jobs of one queue or all
 //	job     JOB_ID               one job: fields, headers, payload preview,
@@ -56,6 +66,17 @@
 //	                             run a failed or cancelled run again from
 //	                             the step that ended it
 //	                             (runtime.Runtime.Retry)
+//	signal  RUN_ID NAME [--payload STR | --payload-file F] [--wait D] [--takeover]
+//	                             send a signal to a run
+//	                             (runtime.Runtime.Signal): a run waiting
+//	                             for NAME goes on with the payload; else
+//	                             the signal waits in the run's mailbox
+//	pause   RUN_ID [--wait D] [--takeover]
+//	                             stop a run from starting its next step
+//	                             (runtime.Runtime.Pause)
+//	resume  RUN_ID [--wait D] [--takeover]
+//	                             let a paused run go on
+//	                             (runtime.Runtime.Resume)
 //
 // bench runs a synthetic workload through a real Runtime and reports what
 // it achieved and cost (see "stepwell help bench" and docs/BENCHMARKS.md);
@@ -102,8 +123,8 @@
 // its owner object for 2.5 heartbeats (5s by default) to tell a live
 // writer from a crashed one.
 //
-// cancel and retry use a client Runtime (runtime.New without a runner),
-// which never runs steps. When cancel ends a queued run,
+// cancel, retry, signal, pause and resume use a client Runtime
+// (runtime.New without a runner), which never runs steps. When cancel ends a queued run,
 // it enqueues the terminal notification where the service's Runtime recorded
 // it in the store; the service's hook delivers it once the service runs.
 //
@@ -140,7 +161,8 @@
 //	3  a live writer holds the store and this command cannot join it: it
 //	   is not in cluster mode, or does not answer within --wait (write
 //	   commands)
-//	4  not found: the run or job does not exist
+//	4  not found: the run or job does not exist, or there is no store at
+//	   the URL (a directory or bucket prefix that holds none)
 //
 // # Examples
 //

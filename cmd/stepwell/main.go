@@ -41,7 +41,8 @@ Usage:
   stepwell [--store URL] [--json] COMMAND [flags] [ARG]
 
 Read commands (open the store read-only; never disturb the live writer):
-  stats   [--queue Q]               per-queue counts and oldest pending age
+  stats   [--queue Q]               per-queue counts and oldest pending age;
+                                    the writer (epoch, heartbeat, address)
   queues                            queue names
   runs    [--state S] [--limit N]   runs: ID, state, current step, submitted
                                     (S: pending, running, cancelling,
@@ -60,6 +61,13 @@ store's writer for a moment when no process has it open):
   retry   RUN_ID [--wait D] [--takeover]
                                     run a failed or cancelled run again from
                                     the step that ended it
+  signal  RUN_ID NAME [--payload STR | --payload-file F] [--wait D] [--takeover]
+                                    send a signal to a run (wakes it if it
+                                    waits for NAME, else kept in its mailbox)
+  pause   RUN_ID [--wait D] [--takeover]
+                                    stop a run from starting its next step
+  resume  RUN_ID [--wait D] [--takeover]
+                                    let a paused run go on
 
 Measure (a store or prefix of its own; without --store, a new mem:// store):
   bench   [--scenario S] [--runs N] [--steps K] [flags]
@@ -100,7 +108,7 @@ Exit codes:
   2  usage error (bad flags, missing argument, no store, invalid store URL)
   3  a live writer holds the store and this command cannot join it (not in
      cluster mode, or not answering within --wait)
-  4  not found (run or job)
+  4  not found (run or job, or no store at the URL)
 
 Examples:
   export STEPWELL_STORE='s3://acme-jobs?prefix=orders/&region=eu-west-1'
@@ -125,7 +133,7 @@ type command struct {
 	help     string // what it does, for "stepwell help NAME"
 	// flags registers the command's own flags; may be nil.
 	flags func(fs *flag.FlagSet)
-	// nargs is the number of positional arguments required (0 or 1).
+	// nargs is the number of positional arguments required (0, 1 or 2).
 	nargs int
 	// exec runs the command with its positional arguments.
 	exec func(ctx context.Context, c *cli, args []string) error
@@ -137,6 +145,7 @@ func commands() []*command {
 	return []*command{
 		statsCommand(), queuesCommand(), runsCommand(), runCommand(),
 		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(), retryCommand(),
+		signalCommand(), pauseCommand(), resumeCommand(),
 		benchCommand(),
 	}
 }
@@ -370,9 +379,52 @@ func (c *cli) storeURL() (string, error) {
 	return u, nil
 }
 
+// readRetry bounds the retries of a transient failure of one request while
+// a read command loads the store (queue.WithWriteRetry; a program's
+// default, 60s, suits a service that waits out an outage). A read fails
+// soon instead, with the store's error: an endpoint that refuses
+// connections, a server that does not answer. Wrong credentials and other
+// refused requests are not retried at all.
+const readRetry = 5 * time.Second
+
 // openRead opens the store read-only: it never fences or blocks the writer.
+// A URL where no store is (a bucket prefix or a directory that holds no
+// store's objects: a typo) is exit 4.
 func (c *cli) openRead(ctx context.Context) (*queue.Queue, error) {
-	return c.open(ctx, false, queue.WithReadOnly())
+	q, err := c.open(ctx, false, queue.WithReadOnly(), queue.WithWriteRetry(readRetry))
+	if err != nil {
+		return nil, err
+	}
+	if q.StorageStats().Keys == 0 { // empty, or nothing there
+		raw, _ := c.storeURL()
+		if err := checkStoreExists(ctx, raw); err != nil {
+			q.Close(context.Background())
+			return nil, err
+		}
+	}
+	return q, nil
+}
+
+// checkStoreExists returns a not-found error if no object is stored under
+// raw: no writer ever opened a store there. (A mem:// store is new in each
+// process: a read command finds nothing there unless its own process made
+// it.)
+func checkStoreExists(ctx context.Context, raw string) error {
+	where, _ := redact(raw)
+	b, err := objstore.Open(ctx, raw)
+	if err != nil {
+		return fmt.Errorf("opening the store: %w", err)
+	}
+	defer b.Close()
+	objs, err := b.List(ctx, "")
+	switch {
+	case errors.Is(err, objstore.ErrNotFound): // no such bucket
+	case err != nil:
+		return fmt.Errorf("listing the store: %w", err)
+	case len(objs) > 0:
+		return nil
+	}
+	return notFound("no store at %s: nothing is stored there (check the bucket or directory, and the prefix)", where)
 }
 
 // writeFlags are the flags every write command accepts.
@@ -544,6 +596,12 @@ func (c *cli) open(ctx context.Context, takeover bool, opts ...queue.Option) (*q
 		return nil, usageError("invalid store URL: %v", err)
 	case errors.Is(err, queue.ErrStoreLocked):
 		return nil, lockedError(raw, takeover)
+	case errors.Is(err, objstore.ErrNotFound):
+		// No such bucket, or nothing there: say so. (Else an object
+		// missing from a store: a corrupt store.)
+		if nf := checkStoreExists(ctx, raw); exitCode(nf) == exitNotFound {
+			return nil, nf
+		}
 	}
 	return nil, fmt.Errorf("opening the store: %w", err)
 }
@@ -605,11 +663,11 @@ func checkFileStore(raw string) error {
 	fi, err := os.Stat(u.Path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return failed("no store at %s: the directory does not exist", raw)
+		return notFound("no store at %s: the directory does not exist", raw)
 	case err != nil:
 		return failed("store directory: %v", err)
 	case !fi.IsDir():
-		return failed("no store at %s: not a directory", raw)
+		return notFound("no store at %s: not a directory", raw)
 	}
 	return nil
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/queue"
 )
@@ -45,6 +49,86 @@ type storageJSON struct {
 type statsJSON struct {
 	Queues  []queueStatsJSON `json:"queues"`
 	Storage storageJSON      `json:"storage"`
+	// Writer is what the store's owner object says of its writer; null
+	// when it has none (a file:// store outside cluster mode: its writer
+	// holds the directory's lock instead).
+	Writer *writerJSON `json:"writer"`
+}
+
+// writerJSON is the store's owner object: the writer that last opened the
+// store. A writer on a bucket store rewrites it every heartbeat (2s by
+// default): HeartbeatAgeSeconds well past that says the writer stopped.
+// (A writer opening the store does not trust clocks: it watches the
+// heartbeat counter change for 2.5 heartbeats.) A writer's members are
+// known to that writer only; they are not listed.
+type writerJSON struct {
+	ID    string `json:"id"`    // the writer's ID, new at each open
+	Epoch uint64 `json:"epoch"` // raised by each writer that opens the store
+	// Heartbeat counts the writer's heartbeats since it opened the store
+	// (bucket stores; 0 on file:// stores, whose writer holds the
+	// directory's lock instead).
+	Heartbeat uint64 `json:"heartbeat"`
+	// HeartbeatAgeSeconds is how long ago the last heartbeat was written,
+	// by the store's clock against this host's; null without heartbeats.
+	HeartbeatAgeSeconds *float64 `json:"heartbeat_age_seconds"`
+	// Closed: the writer closed the store cleanly; no writer holds it.
+	Closed bool `json:"closed"`
+	// ClusterAddr is where the writer serves its members in cluster mode
+	// ("" outside it); write commands join the writer there.
+	ClusterAddr string `json:"cluster_addr"`
+	// DurableSeq is the highest WAL sequence the writer knew durable at
+	// its last heartbeat.
+	DurableSeq uint64 `json:"durable_seq"`
+}
+
+// readWriter reads the owner object of the store at raw; nil if it has
+// none.
+func readWriter(ctx context.Context, raw string) (*writerJSON, error) {
+	b, err := objstore.Open(ctx, raw)
+	if err != nil {
+		return nil, fmt.Errorf("opening the store: %w", err)
+	}
+	defer b.Close()
+	own, err := engine.ReadOwner(ctx, b)
+	if err != nil || own == nil {
+		return nil, err
+	}
+	w := &writerJSON{ID: own.Writer, Epoch: own.Epoch, Heartbeat: own.Beat, Closed: own.Closed,
+		ClusterAddr: own.Addr, DurableSeq: own.Durable}
+	// A file:// store's writer does not beat (its lock tells it is live):
+	// the object's time is only when it opened the store.
+	if mt, ok := b.(objstore.ModTimer); ok && !strings.HasPrefix(raw, "file:") {
+		if at, err := mt.ModTime(ctx, ownerKey); err == nil {
+			age := max(time.Since(at), 0).Seconds()
+			w.HeartbeatAgeSeconds = &age
+		}
+	}
+	return w, nil
+}
+
+// ownerKey is the key of the store's owner object (engine.ReadOwner).
+const ownerKey = "owner"
+
+// printWriter writes the writer line of "stats".
+func printWriter(w io.Writer, wr *writerJSON) {
+	switch {
+	case wr == nil:
+		fmt.Fprintln(w, "writer: - (no owner object: a file:// store outside cluster mode, or never written)")
+		return
+	case wr.Closed:
+		fmt.Fprintf(w, "writer: none: the last one (%s, epoch %d) closed the store\n", wr.ID, wr.Epoch)
+		return
+	}
+	mode := "not in cluster mode"
+	if wr.ClusterAddr != "" {
+		mode = "cluster mode, serving members at " + wr.ClusterAddr
+	}
+	beat := ""
+	if wr.HeartbeatAgeSeconds != nil {
+		age := time.Duration(*wr.HeartbeatAgeSeconds * float64(time.Second)).Round(100 * time.Millisecond)
+		beat = fmt.Sprintf(", last heartbeat %v ago (#%d)", age, wr.Heartbeat)
+	}
+	fmt.Fprintf(w, "writer: %s, epoch %d%s (%s)\n", wr.ID, wr.Epoch, beat, mode)
 }
 
 func statsCommand() *command {
@@ -61,7 +145,11 @@ requests saw it (queue.Health; a writer process reports its own through
 Queue.Health and StorageStats). A Runtime's internal
 queues beside its step queue (its notices queue "<step queue>.dead" and
 timers queue "<step queue>.timers") are left out unless --all is given or
---queue names one. Opens the store read-only.
+--queue names one. Last, the writer as the store's owner object
+names it: its ID, epoch, heartbeat count and age (bucket stores: a writer
+beats every 2s by default, so an age well past that says it stopped) and,
+in cluster mode, the address where it serves its members (whom only the
+writer knows: they are not listed). Opens the store read-only.
 `,
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&queueName, "queue", "", "only this `queue`")
@@ -106,6 +194,10 @@ timers queue "<step queue>.timers") are left out unless --all is given or
 			if ss.Health.LastError != nil {
 				out.Storage.LastError = ss.Health.LastError.Error()
 			}
+			raw, _ := c.storeURL()
+			if out.Writer, err = readWriter(ctx, raw); err != nil {
+				return fmt.Errorf("reading the owner object: %w", err)
+			}
 			if c.asJSON {
 				return writeJSON(c.stdout, out)
 			}
@@ -132,6 +224,7 @@ timers queue "<step queue>.timers") are left out unless --all is given or
 				fmt.Fprintf(c.stdout, "health: UNHEALTHY: stalled for %v (since %s); last error: %v\n",
 					h.Stalled.Round(time.Second), h.Since.Format(time.RFC3339), h.LastError)
 			}
+			printWriter(c.stdout, out.Writer)
 			return nil
 		},
 	}

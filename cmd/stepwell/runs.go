@@ -232,6 +232,13 @@ type runJSON struct {
 	Result             []byte            `json:"result"`      // base64; null unless succeeded with a result
 	ResultText         *string           `json:"result_text"`
 	Error              string            `json:"error"`
+	// WaitingFor is the signal a waiting run awaits (steprunner.AwaitSignal;
+	// "stepwell signal" sends it); "" otherwise. WaitDeadline is when that
+	// await times out (null: no timeout).
+	WaitingFor   string     `json:"waiting_for"`
+	WaitDeadline *time.Time `json:"wait_deadline"`
+	// Paused is true while a pause is in effect ("stepwell resume").
+	Paused bool `json:"paused"`
 	// StepJob is the current step's job; for a failed run, the dead job of
 	// its final step when it is still kept. Its payload is left out (null):
 	// see "stepwell job".
@@ -242,8 +249,9 @@ func runCommand() *command {
 	return &command{
 		name:     "run",
 		synopsis: "RUN_ID",
-		help: `Shows one run: its record (state, step, headers, submit time, input hash),
-its outcome once finished (result as text when printable, else base64; error),
+		help: `Shows one run: its record (state, step, headers, submit time, input hash;
+the signal a waiting run awaits and when that wait times out; whether it is
+paused), its outcome once finished (result as text when printable, else base64; error),
 and its step job with attempts and attempt history: the current step's job,
 or for a failed run the dead job of its final step. Opens the store read-only.
 Exits 4 if the run does not exist (or finished longer ago than the terminal
@@ -301,6 +309,7 @@ func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
 		MaxAttemptsPerStep: rec.MaxAttempts, CancelRequested: rec.Cancel,
 		Headers: headersJSON(rec.Headers), CurrentJob: rec.CurrentJob,
 		Result: st.Result, ResultText: textOf(st.Result), Error: st.Error,
+		WaitingFor: st.WaitingFor, WaitDeadline: jsonTime(st.WaitDeadline), Paused: st.Paused,
 	}
 	var job *queue.Job
 	switch {
@@ -417,6 +426,16 @@ func printRun(w io.Writer, r *runJSON) {
 	}
 	fmt.Fprintf(tw, "max attempts per step:\t%s\n", maxAttempts)
 	fmt.Fprintf(tw, "cancel requested:\t%s\n", yesNo(r.CancelRequested))
+	if r.Paused {
+		fmt.Fprintf(tw, "paused:\tyes (stepwell resume %s)\n", r.RunID)
+	}
+	if r.WaitingFor != "" {
+		deadline := "no timeout"
+		if r.WaitDeadline != nil {
+			deadline = "times out at " + textTime(*r.WaitDeadline)
+		}
+		fmt.Fprintf(tw, "waiting for:\tsignal %q (%s)\n", r.WaitingFor, deadline)
+	}
 	if r.State == runtime.StateSucceeded.String() {
 		fmt.Fprintf(tw, "result:\t%s\n", preview(r.Result))
 	}

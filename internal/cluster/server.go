@@ -130,7 +130,10 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 func (s *Server) Serve() error { return s.g.Serve(s.lis) }
 
 // Stop closes every connection at once; calls in progress fail.
-func (s *Server) Stop() { s.g.Stop() }
+func (s *Server) Stop() {
+	s.g.Stop()
+	s.refuse.stop()
+}
 
 // GracefulStop stops taking calls and waits for those in progress, until
 // ctx ends, then stops.
@@ -147,6 +150,7 @@ func (s *Server) GracefulStop(ctx context.Context) {
 		s.g.Stop()
 		<-done
 	}
+	s.refuse.stop()
 }
 
 // tap refuses a call that is not authenticated for this epoch as soon as
@@ -208,22 +212,59 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 }
 
 // refusalLog logs refused calls at WARN, at most one line per second; the
-// line counts the refusals it stands for.
+// line counts the refusals it stands for and names the latest one. The
+// refusals that come within a second of a line are logged by a timer a
+// second after it, so the last ones of a burst are logged even when no
+// refusal follows them.
 type refusalLog struct {
 	log *slog.Logger
 
-	mu      sync.Mutex
-	last    time.Time
-	pending int // refusals since the last line
+	mu          sync.Mutex
+	last        time.Time   // when the last line was logged
+	pending     int         // refusals since the last line
+	method, why string      // the latest of them
+	timer       *time.Timer // logs the pending refusals; nil if not armed
+	stopped     bool
 }
 
 func (r *refusalLog) note(method, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pending++
-	if time.Since(r.last) < time.Second {
+	r.method, r.why = method, why
+	if wait := time.Second - time.Since(r.last); wait > 0 {
+		if r.timer == nil && !r.stopped {
+			r.timer = time.AfterFunc(wait, r.flush)
+		}
 		return
 	}
-	r.log.Warn("stepwell: cluster call refused", "method", method, "reason", why, "refused", r.pending)
+	r.emit()
+}
+
+// flush logs the refusals not logged yet, if any.
+func (r *refusalLog) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timer = nil
+	if r.pending > 0 {
+		r.emit()
+	}
+}
+
+// stop logs the refusals not logged yet and disarms the timer: the server
+// stops.
+func (r *refusalLog) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.mu.Unlock()
+	r.flush()
+}
+
+// emit logs the pending refusals. REQUIRES: r.mu held.
+func (r *refusalLog) emit() {
+	r.log.Warn("stepwell: cluster call refused", "method", r.method, "reason", r.why, "refused", r.pending)
 	r.last, r.pending = time.Now(), 0
 }

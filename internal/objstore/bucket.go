@@ -3,6 +3,7 @@ package objstore
 import (
 	"context"
 	"io"
+	"time"
 )
 
 // Bucket is the narrow object-store interface the engine is written against.
@@ -193,4 +194,14 @@ func AsSegmenter(b Bucket) (Segmenter, bool) {
 		s = w.WrapSegmenter(s)
 	}
 	return s, true
+}
+
+// ModTimer is implemented by buckets that can tell when an object was last
+// written (the cloud drivers: by the server's clock; the file driver: its
+// modification time). The operator CLI uses it to show the age of a
+// writer's last heartbeat; the engine never compares clocks.
+type ModTimer interface {
+	// ModTime returns when key was last written; ErrNotFound if it does
+	// not exist.
+	ModTime(ctx context.Context, key string) (time.Time, error)
 }

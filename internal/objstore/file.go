@@ -110,6 +110,21 @@ func (f *fileBucket) Get(ctx context.Context, key string) ([]byte, error) {
 	return data, nil
 }
 
+// ModTime implements ModTimer.
+func (f *fileBucket) ModTime(ctx context.Context, key string) (time.Time, error) {
+	if err := f.check(ctx, "head", key); err != nil {
+		return time.Time{}, err
+	}
+	fi, err := os.Stat(f.path(key))
+	if err != nil {
+		if notFound(err) {
+			err = ErrNotFound
+		}
+		return time.Time{}, opErr("head", key, err)
+	}
+	return fi.ModTime(), nil
+}
+
 // NewReader implements Bucket.
 func (f *fileBucket) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := f.check(ctx, "get", key); err != nil {

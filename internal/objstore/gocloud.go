@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -146,6 +147,18 @@ func (g *gocloudBucket) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// ModTime implements ModTimer.
+func (g *gocloudBucket) ModTime(ctx context.Context, key string) (time.Time, error) {
+	if err := g.check(ctx, "head", key); err != nil {
+		return time.Time{}, err
+	}
+	a, err := g.b.Attributes(ctx, g.prefix+key)
+	if err != nil {
+		return time.Time{}, mapGocloudErr("head", key, err, false)
+	}
+	return a.ModTime, nil
+}
+
 // List implements Bucket. It pages through the listing listPageSize keys
 // at a time.
 func (g *gocloudBucket) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
@@ -269,6 +282,10 @@ func mapGocloudErr(op, key string, err error, ifNotExist bool) error {
 		err = fmt.Errorf("%w: %w", ErrExists, err)
 	case errors.Is(err, context.Canceled):
 		// Not retryable, whatever code the driver gave it.
+	case clientError(err):
+		// Wrong credentials, a request the server refuses: the same
+		// request fails again. (gocloud's s3blob reports them as Unknown.)
+		err = &permanentError{err}
 	case code == gcerrors.Unknown, code == gcerrors.Internal,
 		code == gcerrors.ResourceExhausted, code == gcerrors.DeadlineExceeded:
 		// gocloud has no Unavailable code: HTTP 5xx, gRPC UNAVAILABLE,
@@ -277,4 +294,32 @@ func mapGocloudErr(op, key string, err error, ifNotExist bool) error {
 		err = &transientError{err}
 	}
 	return opErr(op, key, err)
+}
+
+// clientError reports whether err carries an HTTP 4xx status that retrying
+// the same request cannot fix: 400, 401, 403 and 404 (wrong credentials,
+// SignatureDoesNotMatch, InvalidAccessKeyId, AccessDenied, NoSuchBucket),
+// but not 408 (timeout), 409 (S3's ConditionalRequestConflict), 429
+// (throttling), nor the S3 codes of transient 400s and 403s
+// (RequestTimeout, RequestTimeTooSkewed, ExpiredToken: the SDK corrects the
+// clock or refreshes the credentials on a retry). The status comes from
+// the AWS SDK's response error (HTTPStatusCode) or a Google API error
+// (googleapi.Error's Code, which gocloud's gcsblob maps by itself).
+func clientError(err error) bool {
+	var sc interface{ HTTPStatusCode() int }
+	if !errors.As(err, &sc) {
+		return false
+	}
+	status := sc.HTTPStatusCode()
+	if status < 400 || status >= 500 || status == 408 || status == 409 || status == 429 {
+		return false
+	}
+	var api interface{ ErrorCode() string }
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "RequestTimeout", "RequestTimeTooSkewed", "ExpiredToken", "TokenRefreshRequired", "SlowDown":
+			return false
+		}
+	}
+	return true
 }

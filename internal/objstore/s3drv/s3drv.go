@@ -69,6 +69,12 @@ func open(ctx context.Context, p objstore.OpenParams) (*blob.Bucket, error) {
 		return nil, err
 	}
 	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(t.Apply)
+	// The SDK validates a GetObject's checksum when the object has a
+	// full-object one; a multipart object's (a checksum of its parts'
+	// checksums, "...-N") cannot be, and the SDK then prints a warning to
+	// stderr on every read: thousands for a large value read in ranges.
+	// Only the warning is turned off: such a read is not validated either way.
+	s3opts = append(s3opts, func(o *s3.Options) { o.DisableLogOutputChecksumValidationSkipped = true })
 	client := s3.NewFromConfig(cfg, s3opts...)
 	// As s3blob's opener: the upload manager does not take the checksum
 	// setting from the client.
