@@ -201,8 +201,8 @@ func (r *remote) markGone() { r.goneMu.Do(func() { close(r.gone) }) }
 
 // call makes one call. A refusal (stale epoch, wrong secret) changed
 // nothing: errWriterGone. Any other failure may have happened after the
-// writer acted: errOutcomeLost, which also wraps errWriterGone.
-func (r *remote) call(ctx context.Context, method string, req, reply any) error {
+// writer acted: an *outcomeLostError, which also wraps errWriterGone.
+func (r *remote) call(ctx context.Context, method string, req, reply message) error {
 	r.calls.Add(1)
 	err := r.c.Call(ctx, method, req, reply)
 	switch {
@@ -239,7 +239,7 @@ func (e *outcomeLostError) Unwrap() []error { return []error{errWriterGone, e.er
 
 func (r *remote) ping(ctx context.Context) error {
 	var h healthReply
-	if err := r.call(ctx, rpcHealth, struct{}{}, &h); err != nil {
+	if err := r.call(ctx, rpcHealth, &noArgs{}, &h); err != nil {
 		return err
 	}
 	r.setHealth(h)
@@ -623,7 +623,7 @@ func (r *remote) stats(ctx context.Context, queue string) (Stats, error) {
 
 func (r *remote) queues(ctx context.Context) ([]string, error) {
 	var reply queuesReply
-	if err := r.call(ctx, rpcQueues, struct{}{}, &reply); err != nil {
+	if err := r.call(ctx, rpcQueues, &noArgs{}, &reply); err != nil {
 		return nil, err
 	}
 	return reply.Names, errFromWire(reply.Err)

@@ -245,7 +245,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			return &statsReply{Stats: s, Err: toWireErr(err)}, nil
 		},
 		rpcQueues: func(ctx context.Context, dec func(any) error) (any, error) {
-			var req struct{}
+			var req noArgs
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
@@ -280,7 +280,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			return reply, nil
 		},
 		rpcHealth: func(ctx context.Context, dec func(any) error) (any, error) {
-			var req struct{}
+			var req noArgs
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
@@ -290,7 +290,8 @@ func (l *local) methods() map[string]cluster.Handler {
 				// (see takeOver), and must not be told the writer is alive.
 				return nil, err
 			}
-			return l.healthReply(), nil
+			h := l.healthReply()
+			return &h, nil
 		},
 	}
 }

@@ -117,8 +117,9 @@ func AppendFloat64(b []byte, v float64) []byte { return msgp.AppendFloat64(b, v)
 // Reads never allocate more than the input can hold (a declared length
 // past the end of the input is an error before anything is allocated).
 type Reader struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	copyBin bool // Bin copies (see NewCopyingReader)
 }
 
 // NewReader returns a Reader over b.
