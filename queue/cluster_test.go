@@ -706,10 +706,10 @@ func TestRetrySafe(t *testing.T) {
 // A member does not fence a writer that answers it, whatever the heartbeat
 // shows: here the writer beats every second and the member, by its own
 // WithHeartbeat, expects a beat every 100ms (as a CLI with the default
-// interval would of a service that set a longer one). Before, the member
-// fenced the live writer within half a second. (A store outage longer
-// than 2.25 beats did the same once it ended: runtime's
-// TestStoreOutageFailsNoRun in member mode.)
+// interval would of a service that set a longer one). Judged by the
+// heartbeat alone, the member would fence the live writer within half a
+// second. (A store outage longer than 2.25 beats would do the same once
+// it ended: runtime's TestStoreOutageFailsNoRun in member mode.)
 func TestClusterMemberDoesNotFenceLiveWriter(t *testing.T) {
 	url := testenv.S3(t)
 	w := openMember(t, url, WithHeartbeat(time.Second))

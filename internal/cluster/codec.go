@@ -32,7 +32,7 @@ type Message interface {
 }
 
 // buffers are reused: a busy member's commit call is tens of KiB, and a
-// buffer grown from empty for each one cost more than encoding it.
+// buffer grown from empty for each one costs more than encoding it.
 var buffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // maxPooled bounds the buffers kept for reuse: an encoding larger than
