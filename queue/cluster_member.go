@@ -16,12 +16,15 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// remote is the member backend: every operation is a call to the writer of
-// one epoch. Commits from many goroutines share calls (see flush), claims
-// wait on the writer (long-poll), and the writer tells the member of the
-// cancels and losses of its claims through a long-poll of its own (see
-// eventsLoop; claims are in cluster_member_claims.go). A remote never retries with another writer: the clustered
-// backend above it does, once it has found the next one.
+// remote is the member's side of cluster mode, its backend: every
+// operation is a call to the writer of one epoch (served by
+// cluster_writer.go, with the messages of cluster_messages.go). Commits
+// from many goroutines share calls (see flush), claims wait on the writer
+// (long-poll), and the writer tells the member of the cancels and losses
+// of its claims through a long-poll of its own (see eventsLoop; claims
+// are in cluster_member_claims.go). A remote never retries with another
+// writer: the clustered backend above it does, once it has found the next
+// one.
 type remote struct {
 	c      *cluster.Client
 	epoch  uint64

@@ -10,6 +10,11 @@ import (
 	"github.com/stepwell/stepwell/internal/handoff"
 )
 
+// The writer's side of cluster mode: the methods a writer (a *local)
+// serves to the members (methods; their messages are in
+// cluster_messages.go), and what it keeps of each member (memberSet). The
+// member's side is cluster_member.go.
+
 // memberSet is the writer's view of the cluster's members: for each, the
 // events (cancels, losses) of its claims that it has not collected yet.
 type memberSet struct {
