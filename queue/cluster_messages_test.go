@@ -349,14 +349,19 @@ func BenchmarkClusterWire(b *testing.B) {
 	})
 }
 
-// FuzzClusterWire: whatever bytes arrive as a commit call, its reply or a
-// claim's reply decode to a value or an error, never a panic; a value
-// decoded encodes again to bytes that decode to the same value.
+// FuzzClusterWire: whatever bytes arrive as a commit call, its reply, a
+// claim's reply or another message decode to a value or an error, never a
+// panic; a value decoded encodes again to bytes that decode to the same
+// value.
 func FuzzClusterWire(f *testing.F) {
 	for _, v := range []any{settlementCall(), &commitReply{Results: []wireTxnResult{{Enqueued: []wireEnqueued{{JobID: "j",
 		Claimed: &wireJob{Job: &Job{ID: "j", Queue: "q", Payload: []byte("p"), Headers: map[string]string{"a": "b"},
 			History: []Attempt{{Error: "e"}}}, Token: 3}}}, Cancelled: []CancelOutcome{CancelRemoved}}},
-		Claims: []claimReply{{Err: &wireErr{Kind: "closed", Msg: "closed"}}}}} {
+		Claims: []claimReply{{Err: &wireErr{Kind: "closed", Msg: "closed"}}}},
+		&eventsReply{Events: []claimEvent{{ID: "j", Token: 1, Lost: true}}, Health: healthReply{Healthy: true, LastError: "e"}},
+		&getReply{Values: [][]byte{[]byte("v"), nil}, Errs: []*wireErr{nil, {Kind: "key-not-found"}}},
+		&scanReply{KVs: []KV{{Key: []byte("k"), Value: []byte("v")}}, More: true},
+		&renewReq{Member: "m", Opts: wireOpts{Queues: map[string]QueueConfig{"q": {Lease: 1}}}, Claims: []claimRef{{ID: "j", Token: 2}}}} {
 		data, err := cluster.Encode(v)
 		if err != nil {
 			f.Fatal(err)
@@ -382,6 +387,12 @@ func FuzzClusterWire(f *testing.F) {
 		check(new(commitReq), new(commitReq))
 		check(new(commitReply), new(commitReply))
 		check(new(claimReply), new(claimReply))
+		check(new(claimReq), new(claimReq))
+		check(new(renewReq), new(renewReq))
+		check(new(eventsReply), new(eventsReply))
+		check(new(getReply), new(getReply))
+		check(new(scanReply), new(scanReply))
+		check(new(deadJobsReply), new(deadJobsReply))
 	})
 }
 
