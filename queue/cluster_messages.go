@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/cluster"
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/handoff"
@@ -48,10 +49,7 @@ const (
 
 // message is a request or a reply of a cluster call: the cluster codec
 // encodes it with MarshalMsg and decodes it with UnmarshalMsg.
-type message interface {
-	MarshalMsg(b []byte) ([]byte, error)
-	UnmarshalMsg(b []byte) ([]byte, error)
-}
+type message = cluster.Message
 
 var (
 	_ message = (*commitReq)(nil)

@@ -1404,7 +1404,7 @@ func TestClusterClaimedPayloadStaysWithMember(t *testing.T) {
 		{Kind: opPut, Key: []byte("k"), Value: []byte("v")},
 		{Kind: opEnqueue, Queue: "direct", Value: payload, Claim: true},
 	}}}
-	got, err := serve(t0ctx, func(v any) error { *v.(*commitReq) = req; return nil })
+	got, err := serve(t0ctx, func(v cluster.Message) error { *v.(*commitReq) = req; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1465,7 +1465,7 @@ func remoteOf(t *testing.T, commit cluster.Handler) (*remote, options) {
 // not match the transaction's enqueues (not this package's writer) is an
 // unknown outcome, not a panic or a payload given to the wrong job.
 func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
-	r, o := remoteOf(t, func(_ context.Context, dec func(any) error) (any, error) {
+	r, o := remoteOf(t, func(_ context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 		var req commitReq
 		if err := dec(&req); err != nil {
 			return nil, err
@@ -1488,7 +1488,7 @@ func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
 func TestClusterReplacedRemoteHandsCallsOn(t *testing.T) {
 	for _, replaced := range []bool{true, false} {
 		entered := make(chan struct{}, 1)
-		r, o := remoteOf(t, func(ctx context.Context, dec func(any) error) (any, error) {
+		r, o := remoteOf(t, func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req commitReq
 			if err := dec(&req); err != nil {
 				return nil, err

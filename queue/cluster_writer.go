@@ -99,7 +99,7 @@ func (l *local) wireJobs(ctx context.Context, jobs []*Job, prefetch handoff.Pref
 // methods returns the writer's cluster methods, served to members.
 func (l *local) methods() map[string]cluster.Handler {
 	return map[string]cluster.Handler{
-		rpcCommit: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcCommit: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req commitReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -135,7 +135,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
-		rpcClaim: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcClaim: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req claimReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -167,7 +167,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return &claimReply{Jobs: l.wireJobs(ctx, jobs, req.Prefetch), Err: toWireErr(err)}, nil
 		},
-		rpcRenew: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcRenew: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req renewReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -183,7 +183,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
-		rpcEvents: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcEvents: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req eventsReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -215,7 +215,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
-		rpcGet: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcGet: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req getReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -233,7 +233,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			wg.Wait()
 			return reply, nil
 		},
-		rpcScan: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcScan: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req scanReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -241,7 +241,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			kvs, more, err := l.scan(ctx, req.Prefix, req.After, req.Limit)
 			return &scanReply{KVs: kvs, More: more, Err: toWireErr(err)}, nil
 		},
-		rpcStats: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcStats: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req statsReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -249,7 +249,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			s, err := l.stats(ctx, req.Queue)
 			return &statsReply{Stats: s, Err: toWireErr(err)}, nil
 		},
-		rpcQueues: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcQueues: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req noArgs
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -257,7 +257,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			names, err := l.queues(ctx)
 			return &queuesReply{Names: names, Err: toWireErr(err)}, nil
 		},
-		rpcGetJob: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcGetJob: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req getJobReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -265,14 +265,14 @@ func (l *local) methods() map[string]cluster.Handler {
 			j, err := l.getJob(ctx, req.ID)
 			return &jobReply{Job: toWireJob(j), Err: toWireErr(err)}, nil
 		},
-		rpcRequeueDead: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcRequeueDead: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req getJobReq
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
 			return &jobReply{Err: toWireErr(l.requeueDead(ctx, req.ID))}, nil
 		},
-		rpcDeadJobs: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcDeadJobs: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req deadJobsReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -284,7 +284,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
-		rpcHealth: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcHealth: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req noArgs
 			if err := dec(&req); err != nil {
 				return nil, err

@@ -81,7 +81,7 @@ func serve(t *testing.T, cfg Config) (*Server, *atomic.Int64, *testenv.Buffer) {
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	var calls atomic.Int64
 	s := NewServer(lis, cfg, map[string]Handler{
-		"Echo": func(ctx context.Context, decode func(any) error) (any, error) {
+		"Echo": func(ctx context.Context, decode func(Message) error) (Message, error) {
 			var req echoReq
 			if err := decode(&req); err != nil {
 				return nil, err
