@@ -29,6 +29,9 @@ import (
 // The append and read primitives come from github.com/tinylib/msgp (slice
 // based, no interfaces or readers); only the fixed-width integers, which
 // msgp always writes in their shortest form, are written here.
+//
+// The same Reader reads the field-numbered messages of cluster calls
+// (fields.go), which are never stored.
 
 // AppendArrayLen appends an array header (a struct's field count or a
 // slice's length).
