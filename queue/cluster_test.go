@@ -1383,7 +1383,8 @@ func TestClusterRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 	waitFor(t, func() bool {
 		jj, err1 := w.GetJob(t0ctx, j.ID)
 		jk, err2 := w.GetJob(t0ctx, k)
-		return err1 != nil && errors.Is(err1, ErrJobNotFound) || err1 == nil && jj.State == JobDone && err2 == nil && jk.State == JobPending
+		jDone := errors.Is(err1, ErrJobNotFound) || err1 == nil && jj.State == JobDone
+		return jDone && err2 == nil && jk.State == JobPending
 	})
 	if jk, err := w.GetJob(t0ctx, k); err != nil || jk.State != JobPending {
 		t.Fatalf("k = %+v, %v: want pending again", jk, err)
