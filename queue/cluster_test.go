@@ -706,10 +706,10 @@ func TestRetrySafe(t *testing.T) {
 // A member does not fence a writer that answers it, whatever the heartbeat
 // shows: here the writer beats every second and the member, by its own
 // WithHeartbeat, expects a beat every 100ms (as a CLI with the default
-// interval would of a service that set a longer one). Before, the member
-// fenced the live writer within half a second. (A store outage longer
-// than 2.25 beats did the same once it ended: runtime's
-// TestStoreOutageFailsNoRun in member mode.)
+// interval would of a service that set a longer one). Judged by the
+// heartbeat alone, the member would fence the live writer within half a
+// second. (A store outage longer than 2.25 beats would do the same once
+// it ended: runtime's TestStoreOutageFailsNoRun in member mode.)
 func TestClusterMemberDoesNotFenceLiveWriter(t *testing.T) {
 	url := testenv.S3(t)
 	w := openMember(t, url, WithHeartbeat(time.Second))
@@ -1383,7 +1383,8 @@ func TestClusterRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 	waitFor(t, func() bool {
 		jj, err1 := w.GetJob(t0ctx, j.ID)
 		jk, err2 := w.GetJob(t0ctx, k)
-		return err1 != nil && errors.Is(err1, ErrJobNotFound) || err1 == nil && jj.State == JobDone && err2 == nil && jk.State == JobPending
+		jDone := errors.Is(err1, ErrJobNotFound) || err1 == nil && jj.State == JobDone
+		return jDone && err2 == nil && jk.State == JobPending
 	})
 	if jk, err := w.GetJob(t0ctx, k); err != nil || jk.State != JobPending {
 		t.Fatalf("k = %+v, %v: want pending again", jk, err)
@@ -1404,7 +1405,7 @@ func TestClusterClaimedPayloadStaysWithMember(t *testing.T) {
 		{Kind: opPut, Key: []byte("k"), Value: []byte("v")},
 		{Kind: opEnqueue, Queue: "direct", Value: payload, Claim: true},
 	}}}
-	got, err := serve(t0ctx, func(v any) error { *v.(*commitReq) = req; return nil })
+	got, err := serve(t0ctx, func(v cluster.Message) error { *v.(*commitReq) = req; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1465,7 +1466,7 @@ func remoteOf(t *testing.T, commit cluster.Handler) (*remote, options) {
 // not match the transaction's enqueues (not this package's writer) is an
 // unknown outcome, not a panic or a payload given to the wrong job.
 func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
-	r, o := remoteOf(t, func(_ context.Context, dec func(any) error) (any, error) {
+	r, o := remoteOf(t, func(_ context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 		var req commitReq
 		if err := dec(&req); err != nil {
 			return nil, err
@@ -1488,7 +1489,7 @@ func TestClusterMemberRefusesMismatchedReply(t *testing.T) {
 func TestClusterReplacedRemoteHandsCallsOn(t *testing.T) {
 	for _, replaced := range []bool{true, false} {
 		entered := make(chan struct{}, 1)
-		r, o := remoteOf(t, func(ctx context.Context, dec func(any) error) (any, error) {
+		r, o := remoteOf(t, func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req commitReq
 			if err := dec(&req); err != nil {
 				return nil, err

@@ -207,211 +207,45 @@
 //
 // # Cluster mode
 //
-// Without WithCluster nothing in this section applies, and nothing changes:
-// one process opens a store, and a second one gets ErrStoreLocked or, with
-// WithTakeover on a bucket store, fences the first.
+// Without WithCluster nothing in this section applies: one process opens a
+// store, and a second one gets ErrStoreLocked or, with WithTakeover on a
+// bucket store, fences the first.
 //
 // With WithCluster, any number of processes open the same URL, and each
-// gets a Queue that works as usual, in one of these roles (Queue.Role):
-//
-//   - RoleWriter: exactly one process is the writer, as above. It holds
-//     the state, makes every commit durable, and serves the other
-//     processes over gRPC (HTTP/2) on ClusterConfig.Listen.
-//   - RoleMember: every other process is a member. It loads nothing and
-//     forwards every operation (transactions, enqueues, claims and Work
-//     loops with lease renewal, settlements, KV reads and scans, stats,
-//     dead letters) to the writer, which applies it with the same
-//     guarantees: a call returns after the writer's commit is durable, and
-//     a read sees every write acknowledged before it, as the writer
-//     answers it. A Runtime on a member claims steps from the writer and
-//     runs them locally, and a Cancel from any process reaches the step
-//     running in any other: the writer tells the member that holds the
-//     claim, whose step's context is cancelled.
-//   - RoleReadOnly: a Queue opened WithReadOnly, cluster mode or not. It
-//     reads the store itself, as of Open or Refresh, and calls no writer.
-//
-// A member's role becomes RoleWriter when it takes over; a writer fenced by
-// another process becomes a member of the new writer. The API is the same
-// in every role. Use WithCluster in every process of a store (a writer
-// not in cluster mode serves no members, and requeues the claims that
-// members hold when it opens), with the same WithHeartbeat.
-//
-// Enabling it:
+// gets a Queue that works as usual, in a role (Queue.Role): one process is
+// the writer (RoleWriter), as above, and serves the others over gRPC on
+// ClusterConfig.Listen; every other process is a member (RoleMember),
+// which loads nothing and forwards every operation to the writer. A call
+// returns after the writer's commit is durable, and a read sees every
+// write acknowledged before it, so the guarantees above hold in every
+// role. A Runtime on a member claims steps from the writer and runs them
+// locally; a Cancel from any process reaches the step wherever it runs.
+// Use WithCluster, with the same options, in every process of a store:
+// any of them may become the writer.
 //
 //	q, err := queue.Open(ctx, url, queue.WithCluster(queue.ClusterConfig{
 //		Listen:    ":7420", // served while this process is the writer
 //		Advertise: net.JoinHostPort(os.Getenv("POD_IP"), "7420"), // what members dial
 //	}))
 //
-// Listen is required: the address a process serves members on while it is
-// the writer ("127.0.0.1:0", any free port, for processes on one host:
-// members read the port from the store). Advertise is the address members
-// dial, written into the store; it defaults to the address bound, with the
-// host name in place of an unspecified host (":7420" advertises
-// "HOSTNAME:7420"): set it where host names do not resolve. A set
-// Advertise must name a host and a port (":7420", from an unset POD_IP
-// above, is ErrInvalidOption). DialTimeout
-// (default 2s) bounds how long a member waits for the writer named in the
-// store to answer before it looks again. TLS is described below. A mem://
-// store cannot be shared and refuses WithCluster. WithTakeover has no
-// effect in cluster mode: only the store decides who writes.
+// Members find the writer through the store (its owner object), so there
+// is no other service to run. A member takes over when the store says the
+// writer is gone (its heartbeat stopped for 2.25 to 3 intervals, its
+// file:// lock freed, or a clean Close), never on a failed call, and the
+// claims of running steps survive the switch. A call that the switch
+// interrupted is retried with the next writer when it cannot apply twice,
+// and otherwise returns ErrOutcomeUnknown. A mem:// store refuses
+// WithCluster; WithTakeover has no effect in cluster mode.
 //
-// Open in cluster mode returns as the writer if the store is free, or as a
-// member once the writer answers. A live writer that is not in cluster
-// mode makes it fail with ErrStoreLocked once it has seen that writer serve
-// no members for two heartbeat intervals (2s at least). A writer in
-// cluster mode that this process cannot reach makes it look again until
-// ctx ends: give it a deadline.
+// Security: bucket access is cluster access. The owner object holds the
+// writer's address and its epoch's secret, and whoever can read it can
+// call the writer and change the store. Without ClusterConfig.TLS, calls
+// are plaintext HTTP/2 and the secret can be read off the network: use it
+// on a trusted network only, or require client certificates.
 //
-// Discovery goes through the store: the writer writes its advertised
-// address and a random secret drawn for its epoch into the owner object
-// (on file:// the file "owner" in the store's directory, beside the lock),
-// and members read them there. There is no other service to run.
-//
-// What a member costs: every operation is a call to the writer, one round
-// trip on top of the writer's own work (a commit still waits for the
-// writer's WAL write). Calls are batched and long-polled, so that a member
-// is not bound by round trips: transactions from concurrent goroutines
-// share a commit call (each with up to 512 transactions or 16 MiB), as
-// transactions share a WAL write on the writer; a second call goes while
-// one is in flight only for a full batch (12 transactions). The writer
-// applies a call's transactions from one goroutine. A Work loop that wants
-// a job while a commit call is in flight adds its claim to the next one
-// (the writer claims after the call's transactions, without waiting), and a
-// settlement made in a Work handler that frees its slot (it claims no next
-// job) claims the slot's next job in the same call; otherwise a claim waits
-// on the writer for a job (a long-poll of up to 10s) instead of polling.
-// One standing long-poll brings the cancels and losses of the member's
-// claims. The runtime's dispatched enqueues (a submitted run's first step
-// started in an idle slot of this process) work in a member too: the
-// member takes an idle slot of its own Work loop before it sends the
-// commit, and the writer claims the job for it in the transaction (no
-// claim call). The runtime's steps bring their run record with them (the
-// transaction that started a step wrote it, or the writer reads it with
-// the claim), so a member's step costs one call, its settlement: about
-// 0.12 calls per step transition at saturation (docs/BENCHMARKS.md). Lease renewals share calls
-// too (as do reads), and a renewal makes none while the writer confirmed
-// the lease less than a quarter lease ago. A member makes no object-store
-// requests for its operations and holds no state. To watch the writer, a
-// member reads the owner object every quarter heartbeat interval on bucket
-// stores (two GETs a second with the default heartbeat); on file:// it
-// tries to take the lock every 2s, and as soon as its connection to the
-// writer breaks. The writer does the work of every member: its commits,
-// memory and object-store requests are those of one process doing all of
-// it.
-//
-// Options: a member's calls carry its queue settings (WithLease,
-// WithMaxAttempts, WithRetryBackoff, WithQueueConfig), and the writer
-// applies each call with them, as the member's own process would. A
-// transaction's limits (WithMaxValueSize, MaxTxnInlineBytes) are checked
-// by the process that commits it, before any call. How the store is
-// written is the writer's alone (WithLargeValueThreshold,
-// WithSnapshotThreshold, WithHeartbeat, WithWriteRetry). Give every
-// process of a store the same options: any of them may become the writer.
-//
-// Failover: a member takes over only when the store says the writer is
-// gone, and opens the store as a new writer does (fencing, claim 2):
-//
-//   - bucket stores: when a member, reading the owner object every quarter
-//     heartbeat interval, has seen its heartbeat unchanged for 2.25
-//     intervals, and after a random pause of up to a quarter of an
-//     interval that keeps members from racing: 2.25 to 3 intervals after
-//     the writer's last beat (4.5 to 6s with the default 2s heartbeat),
-//     then it loads the state. Having won its open markers, a new writer
-//     names its epoch in the owner object before it loads the state, so
-//     that members that judged the old writer dead at the same moment see
-//     it, look again, and join it rather than fence it. Measured on MinIO with the default
-//     heartbeat: a member was the writer 3.6 to 3.8s after the writer
-//     stopped.
-//   - file:// stores: as soon as the lock is free, which is when the
-//     writer's process exits, however it exits. Members see their
-//     connection to the writer break and try at once (then every 200ms
-//     while it stays broken; every 2s in any case).
-//   - a clean Close: the writer ends its members' long-polls, then closes
-//     the store, which marks it free (on bucket stores, a closed owner
-//     object): a member takes over at once. Measured in tests: a member
-//     was the writer 5 to 60ms after Close returned (file://, MinIO).
-//
-// Claims survive the switch. A job record carries the token of its claim,
-// so claims are part of the committed state: a writer that opens the store
-// in cluster mode adopts every recorded claim with a fresh lease (the
-// queue's, from its open) instead of requeueing it. The members holding
-// them renew and settle them with the new writer with the same tokens,
-// and their steps go on undisturbed. A claim that no one renews (the steps
-// the dead writer ran itself) expires after its lease, and its job runs
-// again: after a crash such jobs wait up to one lease (WithLease, 30s by
-// default) longer than without cluster mode, where Open requeues them at
-// once. A call that a change of writer interrupted is sent again to the
-// next writer when it cannot apply twice: when one of its operations
-// fails if applied a second time (a settlement, by its claim token; a
-// compare-and-put or -delete that changes its key; an enqueue with a
-// JobID; a RequeueDead), since a transaction applies whole or not at all.
-// Any other returns ErrOutcomeUnknown. Nothing
-// acknowledged is lost: every acknowledgement is a writer's, after its
-// commit was durable.
-//
-// Sizes: a call is at most 512 MiB and carries a transaction's values,
-// large ones too (which a writer stores outside its WAL, so that in one
-// process they do not count towards MaxTxnInlineBytes): a member's
-// transaction that would not fit is refused before it is sent, with a
-// *TooLargeError. A member's claims take fewer jobs rather than carry more
-// than 128 MiB of payloads in the reply of one call (the first claim takes
-// at least one job).
-//
-// Ports and TLS: members dial the writer; the writer never dials a member.
-// Every process's Listen port must be reachable from the others, as any of
-// them may become the writer. Without ClusterConfig.TLS, calls are
-// plaintext HTTP/2, each authenticated by the epoch's secret, which an
-// observer of the network can read: use it on a trusted network only.
-// With TLS, a process serves with the config while it is the writer
-// (Certificates; ClientAuth and ClientCAs for mutual TLS) and dials with it
-// as a member (RootCAs; Certificates for mutual TLS), so give every process
-// both halves: a certificate valid for the name it advertises (usable for
-// client authentication too, with mutual TLS), and the CA of the others'.
-// The epoch's secret is checked with TLS as without.
-//
-// Permissions: bucket access is cluster access. Whoever can read the
-// owner object (the bucket and prefix, or the file:// directory) learns the
-// writer's address and its epoch's secret, and can call the writer: make
-// any change to the store. Read access to a store thus grants write access
-// through its writer, wherever the writer's port is reachable: give read
-// access only to processes you would let write, or require client
-// certificates (mutual TLS), which a caller must hold as well. Calls
-// without the secret, with a wrong one, or for another epoch are refused
-// before anything runs, and logged at WARN (at most one line a second).
-// Each writer draws a new secret, and a member never acts on a reply from
-// a writer of another epoch.
-//
-// Network partitions: takeover is decided by the store alone, never by a
-// failed call, so a member that cannot reach a live writer waits and never
-// fences it.
-//
-//   - A member cut off from the writer (not from the store): its calls wait
-//     and go out again once a writer answers, or end with their ctx
-//     (ErrOutcomeUnknown when the writer may have applied one). Its running
-//     steps go on while their claims' leases, as the writer last confirmed
-//     them, last: a renewal it cannot send is not a loss until then. Once
-//     a lease has run out, the next renewal reports the claim lost and the
-//     step's context ends (a ClaimLostError). The writer, getting no
-//     renewals, has requeued the job by then, and it runs elsewhere: the
-//     step may run twice, as with any expired lease. A settlement of such a
-//     claim is refused (ErrClaimLost) when it reaches a writer: none
-//     settles twice.
-//   - A writer cut off from its bucket stops beating: a member that can
-//     read the bucket takes over, as above, and fences it; the old
-//     writer acknowledges nothing more (its next write fails with
-//     ErrFenced) and joins the new writer as a member. On file:// the
-//     writer keeps the lock as long as its process lives.
-//   - Processes that reach neither the writer nor the store wait: nothing
-//     is acknowledged meanwhile.
-//
-// Toward several writers: one writer's CPU bounds a store. The way past it
-// is shards, each a store of its own (a prefix of the bucket) with its own
-// writer, and runs routed by a hash of the run ID; a member would keep a
-// map of the shards' owner objects. Nothing in cluster mode assumes one
-// writer per process: a member's backend talks to one writer epoch,
-// claim tokens and member IDs are per writer, and every call names the
-// epoch it is meant for. Shards are not built.
+// The design (roles, batching and costs, failover, the wire, partitions)
+// is described in CLUSTER.md beside this package's code
+// (https://github.com/stepwell/stepwell/blob/main/queue/CLUSTER.md).
 //
 // # Caveats
 //

@@ -13,12 +13,15 @@ import (
 	"github.com/stepwell/stepwell/internal/objstore"
 )
 
-// local is the in-process backend: this process is the writer.
+// local is the single-process backend: this process holds the state and
+// is the store's writer (or, opened WithReadOnly, reads it). In cluster
+// mode it is also the writer's side, serving the members
+// (cluster_writer.go). backend.go lists every backend.
 //
 // The package's files follow the life of a job: enqueue.go, claim.go,
 // lease.go, settle.go, reaper.go, inspect.go; kv.go is the key-value
-// space, commit.go the stages of a transaction, and cluster*.go and
-// remote.go cluster mode (the other backend).
+// space and commit.go the stages of a transaction. Cluster mode is in the
+// cluster_*.go files, described in CLUSTER.md.
 //
 // # Lock order
 //

@@ -20,40 +20,6 @@ type Queue struct {
 	closed bool
 }
 
-// backend is the narrow interface between the public Queue and the engine
-// that holds the state. Requests and results are plain values so that a
-// remote writer can implement it later without changing the public API.
-type backend interface {
-	commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error)
-	get(ctx context.Context, key string) ([]byte, error)
-	scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error)
-	// claim and claimWait claim up to n jobs; with s, only as many as they
-	// can take slots of s for.
-	claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error)
-	claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error)
-	// addSlots makes a Work loop's slots available to dispatched enqueues;
-	// removeSlots withdraws them and stops further takes.
-	addSlots(s *slots)
-	removeSlots(s *slots)
-	renew(id string, token uint64, o options) error
-	watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error)
-	stats(ctx context.Context, queue string) (Stats, error)
-	queues(ctx context.Context) ([]string, error)
-	getJob(ctx context.Context, id string) (*Job, error)
-	deadJobs(ctx context.Context, queue, after string, limit int) ([]*Job, string, error)
-	requeueDead(ctx context.Context, id string) error
-	refresh(ctx context.Context) error
-	storageStats() StorageStats
-	health() Health
-	// heldClaims lists the claims this process holds; adopt takes over
-	// such a list from the backend it replaces (cluster mode: a role
-	// change keeps the claims of running jobs).
-	heldClaims() []claimRef
-	adopt(refs []claimRef)
-	err() error
-	close(ctx context.Context) error
-}
-
 // shared is one open store in this process, shared by every Queue handle
 // opened on it.
 type shared struct {

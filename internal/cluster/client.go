@@ -51,7 +51,7 @@ func Dial(addr string, cfg Config) (*Client, error) {
 // Call calls method with req and decodes the reply into reply. A refused
 // call returns ErrUnauthenticated or ErrStaleEpoch; a reply from a writer
 // of another epoch is discarded with ErrStaleEpoch.
-func (c *Client) Call(ctx context.Context, method string, req, reply any) error {
+func (c *Client) Call(ctx context.Context, method string, req, reply Message) error {
 	var hdr metadata.MD
 	err := c.conn.Invoke(ctx, "/"+ServiceName+"/"+method, req, reply, grpc.Header(&hdr))
 	if err != nil {

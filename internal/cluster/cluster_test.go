@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,8 +24,49 @@ type echoReq struct {
 	Count int
 }
 
+func (e *echoReq) MarshalMsg(b []byte) ([]byte, error) {
+	w := format.BeginFields(b)
+	w.String(1, e.Text)
+	w.Int(2, int64(e.Count))
+	return w.End(), nil
+}
+
+func (e *echoReq) UnmarshalMsg(b []byte) ([]byte, error) {
+	r := format.NewReader(b)
+	r.Numbered("echoReq", func(f uint64) {
+		switch f {
+		case 1:
+			e.Text = r.String()
+		case 2:
+			e.Count = int(r.Int32())
+		default:
+			r.Skip()
+		}
+	})
+	return r.Rest(), r.Err()
+}
+
 type echoReply struct {
 	Text string
+}
+
+func (e *echoReply) MarshalMsg(b []byte) ([]byte, error) {
+	w := format.BeginFields(b)
+	w.String(1, e.Text)
+	return w.End(), nil
+}
+
+func (e *echoReply) UnmarshalMsg(b []byte) ([]byte, error) {
+	r := format.NewCopyingReader(b)
+	r.Numbered("echoReply", func(f uint64) {
+		switch f {
+		case 1:
+			e.Text = r.String()
+		default:
+			r.Skip()
+		}
+	})
+	return r.Rest(), r.Err()
 }
 
 // serve starts a server of an "Echo" method for cfg and returns it, the
@@ -39,7 +81,7 @@ func serve(t *testing.T, cfg Config) (*Server, *atomic.Int64, *testenv.Buffer) {
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	var calls atomic.Int64
 	s := NewServer(lis, cfg, map[string]Handler{
-		"Echo": func(ctx context.Context, decode func(any) error) (any, error) {
+		"Echo": func(ctx context.Context, decode func(Message) error) (Message, error) {
 			var req echoReq
 			if err := decode(&req); err != nil {
 				return nil, err

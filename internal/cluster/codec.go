@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/tinylib/msgp/msgp"
-	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 )
@@ -14,50 +12,45 @@ import (
 // CodecName is the gRPC content-subtype of Codec.
 const CodecName = "stepwell-msgpack"
 
-// Codec encodes requests and replies as msgpack: structs as maps of their
-// field names (the reflective codec of github.com/vmihailenco/msgpack), or
-// of field numbers for the hot messages that encode themselves, so that a
-// field added on one side is ignored by the other.
+// Codec encodes requests and replies, each a Message: a field-numbered
+// struct of internal/format (see its documentation, "Field-numbered
+// messages"), so that a field added on one side is ignored by the other.
 //
-// A hot message implements msgp.Marshaler and msgp.Unmarshaler (slice
-// based: no reflection, no reader interface). Its decoder may keep slices
-// of the bytes it decodes: Codec hands it a buffer of its own, which
-// nothing else writes to or reuses.
+// A Message's decoder may keep slices of the bytes it decodes: Codec hands
+// it a buffer of its own, which nothing else writes to or reuses.
 type Codec struct{}
 
-// buffers are reused: a busy member's commit call is tens of KiB, and a
-// buffer grown from empty for each one cost more than encoding it.
-var buffers = sync.Pool{New: func() any { return new(pooledBuffer) }}
-
-type pooledBuffer struct {
-	b   []byte
-	buf bytes.Buffer
-	enc *msgpack.Encoder
+// Message is a request or a reply: it encodes and decodes itself, slice
+// based (no reflection, no reader interface), as the msgp.Marshaler and
+// msgp.Unmarshaler of github.com/tinylib/msgp do.
+type Message interface {
+	// MarshalMsg appends the message to b.
+	MarshalMsg(b []byte) ([]byte, error)
+	// UnmarshalMsg decodes the message at the start of b and returns the
+	// rest of b.
+	UnmarshalMsg(b []byte) ([]byte, error)
 }
+
+// buffers are reused: a busy member's commit call is tens of KiB, and a
+// buffer grown from empty for each one costs more than encoding it.
+var buffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // maxPooled bounds the buffers kept for reuse: an encoding larger than
 // that is returned as it is, not copied.
 const maxPooled = 1 << 20
 
-// Encode returns v's encoding.
+// Encode returns v's encoding; v must be a Message.
 func Encode(v any) ([]byte, error) {
-	p := buffers.Get().(*pooledBuffer)
-	var out []byte
-	var err error
-	if m, ok := v.(msgp.Marshaler); ok {
-		p.b, err = m.MarshalMsg(p.b[:0])
-		out = p.b
-	} else {
-		if p.enc == nil {
-			p.enc = msgpack.NewEncoder(&p.buf)
-		}
-		p.buf.Reset()
-		err = p.enc.Encode(v)
-		out = p.buf.Bytes()
+	m, ok := v.(Message)
+	if !ok {
+		return nil, fmt.Errorf("cluster: %T is not a Message", v)
 	}
-	if cap(p.b) > maxPooled || p.buf.Cap() > maxPooled {
-		return out, err // p is not reused: out is the caller's
+	p := buffers.Get().(*[]byte)
+	out, err := m.MarshalMsg((*p)[:0])
+	if cap(out) > maxPooled {
+		return out, err // not reused: out is the caller's
 	}
+	*p = out
 	if err == nil {
 		out = bytes.Clone(out)
 	}
@@ -65,14 +58,14 @@ func Encode(v any) ([]byte, error) {
 	return out, err
 }
 
-// Decode decodes data into v. A hot message (msgp.Unmarshaler) may keep
-// slices of data: the caller must not change data afterwards.
+// Decode decodes data into v, a Message, which may keep slices of data:
+// the caller must not change data afterwards.
 func Decode(data []byte, v any) error {
-	u, ok := v.(msgp.Unmarshaler)
+	m, ok := v.(Message)
 	if !ok {
-		return msgpack.Unmarshal(data, v)
+		return fmt.Errorf("cluster: %T is not a Message", v)
 	}
-	rest, err := u.UnmarshalMsg(data)
+	rest, err := m.UnmarshalMsg(data)
 	if err != nil {
 		return err
 	}

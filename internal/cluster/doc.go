@@ -7,10 +7,10 @@
 // gRPC over HTTP/2 (keepalive, deadlines, health checks, interceptors that
 // OpenTelemetry instruments), with one service whose methods the caller
 // registers by name, and a msgpack codec (Codec, content-subtype
-// "stepwell-msgpack") in place of protobuf: requests and replies are plain
-// Go structs, so no protoc step. The reflective msgpack codec encodes them,
-// except the hot messages, which encode themselves (msgp.Marshaler and
-// msgp.Unmarshaler, see Codec).
+// "stepwell-msgpack") in place of protobuf, so no protoc step: requests
+// and replies are Messages, Go structs that encode themselves as the
+// field-numbered structs of internal/format (see its documentation,
+// "Field-numbered messages"), without reflection.
 //
 // # Trust
 //

@@ -29,7 +29,7 @@ const ServiceName = "stepwell.cluster.v1.Writer"
 // Handler serves one method: decode reads the request into a value of the
 // method's request type; the reply is encoded with Codec. decode is called
 // only for authenticated calls of the server's epoch.
-type Handler func(ctx context.Context, decode func(req any) error) (reply any, err error)
+type Handler func(ctx context.Context, decode func(req Message) error) (reply Message, err error)
 
 // Config configures a Server or a Client.
 type Config struct {
@@ -109,7 +109,7 @@ func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server
 		desc.Methods = append(desc.Methods, grpc.MethodDesc{
 			MethodName: name,
 			Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-				call := func(ctx context.Context, _ any) (any, error) { return h(ctx, dec) }
+				call := func(ctx context.Context, _ any) (any, error) { return h(ctx, func(m Message) error { return dec(m) }) }
 				if ic == nil {
 					return call(ctx, nil)
 				}

@@ -29,6 +29,9 @@ import (
 // The append and read primitives come from github.com/tinylib/msgp (slice
 // based, no interfaces or readers); only the fixed-width integers, which
 // msgp always writes in their shortest form, are written here.
+//
+// The same Reader reads the field-numbered messages of cluster calls
+// (fields.go), which are never stored.
 
 // AppendArrayLen appends an array header (a struct's field count or a
 // slice's length).
@@ -117,8 +120,9 @@ func AppendFloat64(b []byte, v float64) []byte { return msgp.AppendFloat64(b, v)
 // Reads never allocate more than the input can hold (a declared length
 // past the end of the input is an error before anything is allocated).
 type Reader struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	copyBin bool // Bin copies (see NewCopyingReader)
 }
 
 // NewReader returns a Reader over b.

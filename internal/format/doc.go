@@ -1,7 +1,9 @@
-// Package format defines Stepwell's on-bucket object formats: WAL batches,
-// snapshots and the owner (heartbeat) object. Everything here is part of the
-// durable format: the constants and layouts below must not change without a
-// new version number, and decoders for every released version must be kept.
+// Package format defines Stepwell's on-bucket object formats (WAL batches,
+// snapshots and the owner (heartbeat) object) and the encoding of cluster
+// messages, with one msgpack reader and writer for both (codec.go,
+// fields.go). Everything on the bucket is part of the durable format: the
+// constants and layouts below must not change without a new version
+// number, and decoders for every released version must be kept.
 //
 // # Object names
 //
@@ -57,4 +59,34 @@
 //
 // Every decoder returns an error wrapping ErrCorrupt for any malformed input
 // and never panics; fuzz targets in this package keep it so.
+//
+// # Field-numbered messages
+//
+// The messages of cluster calls (queue's cluster_messages.go, carried by
+// internal/cluster) are never stored: they are exchanged between processes
+// that may run different versions, so each struct is a msgpack map from
+// small field numbers to values, written with a FieldWriter and read with
+// Reader.Numbered:
+//
+//	+------+-----------+-----+---------+-----+---------+  ...
+//	| 0xde | count     | num | value   | num | value   |
+//	| map16| u16 BE    | 1 B | msgpack | 1 B | msgpack |
+//	+------+-----------+-----+---------+-----+---------+  ...
+//	0      1           3     4
+//
+// A field number is a positive fixint (1 to 127), a value any msgpack
+// value: a nested struct is a map of its own, a slice an array of values,
+// integers take their shortest form. A field at its zero value (0, false,
+// "", a nil slice, map or pointer) is left out; an empty slice or map is
+// written, so nil and empty stay apart. A decoder reads the fields in any
+// order, skips a number it does not know, and a nil in place of a map
+// reads as a struct of no fields: a field added on one side is ignored by
+// the other. A number, once used, keeps its meaning; each message lists
+// its numbers beside its type.
+//
+// Decoding never allocates more than the input could hold: a map or array
+// header counting more entries than the bytes left is an error, and
+// slices (List) start at up to 1024 elements and grow as they are read.
+// Byte fields are slices of the message, capped to their length, or
+// copies (NewCopyingReader) for a message whose fields outlive its buffer.
 package format

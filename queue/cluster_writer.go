@@ -10,6 +10,11 @@ import (
 	"github.com/stepwell/stepwell/internal/handoff"
 )
 
+// The writer's side of cluster mode: the methods a writer (a *local)
+// serves to the members (methods; their messages are in
+// cluster_messages.go), and what it keeps of each member (memberSet). The
+// member's side is cluster_member.go.
+
 // memberSet is the writer's view of the cluster's members: for each, the
 // events (cancels, losses) of its claims that it has not collected yet.
 type memberSet struct {
@@ -94,7 +99,7 @@ func (l *local) wireJobs(ctx context.Context, jobs []*Job, prefetch handoff.Pref
 // methods returns the writer's cluster methods, served to members.
 func (l *local) methods() map[string]cluster.Handler {
 	return map[string]cluster.Handler{
-		rpcCommit: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcCommit: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req commitReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -130,7 +135,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
-		rpcClaim: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcClaim: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req claimReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -162,7 +167,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return &claimReply{Jobs: l.wireJobs(ctx, jobs, req.Prefetch), Err: toWireErr(err)}, nil
 		},
-		rpcRenew: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcRenew: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req renewReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -178,7 +183,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
-		rpcEvents: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcEvents: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req eventsReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -210,7 +215,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
-		rpcGet: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcGet: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req getReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -228,7 +233,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			wg.Wait()
 			return reply, nil
 		},
-		rpcScan: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcScan: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req scanReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -236,7 +241,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			kvs, more, err := l.scan(ctx, req.Prefix, req.After, req.Limit)
 			return &scanReply{KVs: kvs, More: more, Err: toWireErr(err)}, nil
 		},
-		rpcStats: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcStats: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req statsReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -244,15 +249,15 @@ func (l *local) methods() map[string]cluster.Handler {
 			s, err := l.stats(ctx, req.Queue)
 			return &statsReply{Stats: s, Err: toWireErr(err)}, nil
 		},
-		rpcQueues: func(ctx context.Context, dec func(any) error) (any, error) {
-			var req struct{}
+		rpcQueues: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
+			var req noArgs
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
 			names, err := l.queues(ctx)
 			return &queuesReply{Names: names, Err: toWireErr(err)}, nil
 		},
-		rpcGetJob: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcGetJob: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req getJobReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -260,14 +265,14 @@ func (l *local) methods() map[string]cluster.Handler {
 			j, err := l.getJob(ctx, req.ID)
 			return &jobReply{Job: toWireJob(j), Err: toWireErr(err)}, nil
 		},
-		rpcRequeueDead: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcRequeueDead: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req getJobReq
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
 			return &jobReply{Err: toWireErr(l.requeueDead(ctx, req.ID))}, nil
 		},
-		rpcDeadJobs: func(ctx context.Context, dec func(any) error) (any, error) {
+		rpcDeadJobs: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req deadJobsReq
 			if err := dec(&req); err != nil {
 				return nil, err
@@ -279,8 +284,8 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
-		rpcHealth: func(ctx context.Context, dec func(any) error) (any, error) {
-			var req struct{}
+		rpcHealth: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
+			var req noArgs
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
@@ -290,7 +295,8 @@ func (l *local) methods() map[string]cluster.Handler {
 				// (see takeOver), and must not be told the writer is alive.
 				return nil, err
 			}
-			return l.healthReply(), nil
+			h := l.healthReply()
+			return &h, nil
 		},
 	}
 }
