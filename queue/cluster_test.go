@@ -67,14 +67,7 @@ func clusterStores(t *testing.T) map[string]func(testing.TB) string {
 
 func waitRole(t *testing.T, q *Queue, want Role, within time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for q.Role() != want {
-		if time.Since(start) > within {
-			t.Fatalf("role is %v after %v, want %v", q.Role(), within, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
+	return testenv.Eventually(t, within, "role "+want.String(), func() bool { return q.Role() == want })
 }
 
 // Every operation works from a member, with the writer's guarantees.
@@ -424,24 +417,23 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 			}
 			// Healed, the member works again with the same writer.
 			link.setCut(false)
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			var putErr error
+			var h Health
+			defer func() {
+				if t.Failed() {
+					t.Logf("last Put: %v; last Health: %+v", putErr, h)
+				}
+			}()
+			testenv.Eventually(t, 30*time.Second, "a Put through the member after the network healed", func() bool {
 				cctx, cancel := context.WithTimeout(ctx, time.Second)
-				err := cut.Put(cctx, []byte("healed"), []byte("1"))
-				cancel()
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the member does not work after the network healed: %v", err)
-				}
-			}
-			for h := cut.Health(); !h.Healthy; h = cut.Health() {
-				if time.Now().After(deadline) {
-					t.Fatalf("the healed member's Health = %+v", h)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				defer cancel()
+				putErr = cut.Put(cctx, []byte("healed"), []byte("1"))
+				return putErr == nil
+			})
+			testenv.Eventually(t, 30*time.Second, "the healed member to be healthy", func() bool {
+				h = cut.Health()
+				return h.Healthy
+			})
 			if v, err := w.Get(ctx, []byte("healed")); err != nil || string(v) != "1" {
 				t.Fatalf("writer Get = %q, %v", v, err)
 			}
@@ -765,7 +757,7 @@ func TestClusterMemberDispatch(t *testing.T) {
 	// for its job, when the test fails first.
 	releaseJob := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseJob)
-	waitFor(t, func() bool { return m.idleSlots("w") == 1 })
+	testenv.Eventually(t, 10*time.Second, "one idle slot on the member", func() bool { return m.idleSlots("w") == 1 })
 
 	// Commit calls with transactions the writer serves from now: the
 	// Work loop's claims may also ride commit calls of their own, or
@@ -814,7 +806,7 @@ func TestClusterMemberDispatch(t *testing.T) {
 		t.Fatal("the writer did not claim the job that was not dispatched")
 	}
 	releaseJob()
-	waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 }
 
 // hookServe has the writer call onClaim and onCommit (either may be nil)
@@ -898,7 +890,7 @@ func TestClusterClaimsRideCommitCalls(t *testing.T) {
 			}, WorkOptions{Concurrency: 1})
 			// The loop's claim waits for the next call.
 			r := m.be.(*clustered).rem
-			waitFor(t, func() bool { r.bmu.Lock(); defer r.bmu.Unlock(); return len(r.riders) == 1 })
+			testenv.Eventually(t, 10*time.Second, "one rider in the commit batch", func() bool { r.bmu.Lock(); defer r.bmu.Unlock(); return len(r.riders) == 1 })
 			var id string
 			if tc.enqueue {
 				id = mustEnqueue(t, w, "w", "job", EnqueueOptions{}).JobID
@@ -909,7 +901,7 @@ func TestClusterClaimsRideCommitCalls(t *testing.T) {
 			}
 			if !tc.enqueue {
 				// The ride found nothing; the loop waits on the writer.
-				waitFor(t, func() bool { return claimCalls.Load() == 1 })
+				testenv.Eventually(t, 10*time.Second, "one claim call", func() bool { return claimCalls.Load() == 1 })
 				id = mustEnqueue(t, w, "w", "job", EnqueueOptions{}).JobID
 			}
 			select {
@@ -926,7 +918,7 @@ func TestClusterClaimsRideCommitCalls(t *testing.T) {
 			if rides.Load() == 0 {
 				t.Fatal("no claim rode a commit call")
 			}
-			waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+			testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 		})
 	}
 }
@@ -966,7 +958,7 @@ func TestClusterSecondCommitCallOnlyForFullBatch(t *testing.T) {
 	for i := range fullCommitBatch - 1 {
 		go put(fmt.Sprint("k", i), done)
 	}
-	waitFor(t, func() bool { p, _ := state(); return p == fullCommitBatch-1 })
+	testenv.Eventually(t, 10*time.Second, "a commit batch one short of full", func() bool { p, _ := state(); return p == fullCommitBatch-1 })
 	if p, n := state(); n != 1 {
 		t.Fatalf("%d calls in flight with %d transactions waiting, want 1", n, p)
 	}
@@ -1171,7 +1163,7 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 			t.Fatalf("job %q did not run", want)
 		}
 	}
-	waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 	// One claim for a (the loop's first), none for b: a's Ack claimed it.
 	if n := claimsBeforeB.Load(); n != 1 {
 		t.Errorf("%d claim calls before b ran, want 1 (b comes with a's settlement)", n)
@@ -1308,7 +1300,7 @@ func TestClusterMemberCloseUnderLoad(t *testing.T) {
 				}
 			}()
 		}
-		waitFor(t, func() bool { return committed.Load() > 50 })
+		testenv.Eventually(t, 10*time.Second, "more than 50 commits", func() bool { return committed.Load() > 50 })
 		closed := make(chan error, 1)
 		go func() { closed <- m.Close(context.Background()) }()
 		select {
@@ -1380,7 +1372,7 @@ func TestClusterRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the refilled job was not given back")
 	}
-	waitFor(t, func() bool {
+	testenv.Eventually(t, 10*time.Second, "the first job done or gone and the second pending", func() bool {
 		jj, err1 := w.GetJob(t0ctx, j.ID)
 		jk, err2 := w.GetJob(t0ctx, k)
 		return err1 != nil && errors.Is(err1, ErrJobNotFound) || err1 == nil && jj.State == JobDone && err2 == nil && jk.State == JobPending

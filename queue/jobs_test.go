@@ -10,13 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 var t0ctx = context.Background()
 
 // jobsStore returns the store URL of the job tests: memory by default;
 // backends_test.go runs them on MinIO and the GCS emulator too.
-var jobsStore = func(t testing.TB) string { return memURL(t) }
+var jobsStore = func(t testing.TB) string { return testenv.MemURL(t.Name()) }
 
 func openJobs(t *testing.T, opts ...Option) (*Queue, *fakeClock) {
 	clk := newFakeClock()
@@ -310,7 +312,7 @@ func restartRequeuesClaims(t *testing.T, url string) {
 }
 
 func TestClaimWaitWakesOnEnqueue(t *testing.T) {
-	q := openT(t, memURL(t), WithPollInterval(time.Hour))
+	q := openT(t, testenv.MemURL(t.Name()), WithPollInterval(time.Hour))
 	got := make(chan *Job)
 	go func() {
 		jobs, err := q.ClaimWait(t0ctx, "q", 1)
@@ -337,7 +339,7 @@ func TestClaimWaitWakesOnEnqueue(t *testing.T) {
 }
 
 func TestWorkerLoop(t *testing.T) {
-	q := openT(t, memURL(t), WithRetryBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	q := openT(t, testenv.MemURL(t.Name()), WithRetryBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
 	for i := 0; i < 20; i++ {
 		mustEnqueue(t, q, "w", fmt.Sprint(i), EnqueueOptions{})
 	}
@@ -491,7 +493,7 @@ func TestIdleFileStoreMakesNoRequests(t *testing.T) {
 	}
 	// Open's blob sweep (a List) and the staging of the next WAL segment
 	// (the enqueue took the first) are not idling.
-	waitFor(t, q.be.(*local).eng.Settled)
+	testenv.Eventually(t, 10*time.Second, "the engine to settle", q.be.(*local).eng.Settled)
 	before := requests()
 	time.Sleep(10 * hb)
 	if after := requests(); after != before {
@@ -499,7 +501,7 @@ func TestIdleFileStoreMakesNoRequests(t *testing.T) {
 	}
 }
 
-func TestTakeoverFencesFirstWriter(t *testing.T) { takeoverFences(t, memURL(t)) }
+func TestTakeoverFencesFirstWriter(t *testing.T) { takeoverFences(t, testenv.MemURL(t.Name())) }
 
 // takeoverFences: a second writer opened WithTakeover fences the first; no
 // commit the first acknowledged is lost and its later calls fail.
@@ -561,7 +563,7 @@ func TestDeadLetterNotice(t *testing.T) {
 // FIFO, scheduled jobs when due, and dedup keys still held.
 func TestReopenFromSnapshotKeepsOrder(t *testing.T) {
 	clk := newFakeClock()
-	url := memURL(t)
+	url := testenv.MemURL(t.Name())
 	q, err := Open(t0ctx, url, withClock(clk), WithSnapshotThreshold(1, 1))
 	if err != nil {
 		t.Fatal(err)

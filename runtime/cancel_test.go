@@ -325,7 +325,7 @@ func TestCancelFromNoopRuntimeStillNotifiesHook(t *testing.T) {
 	api := newRuntime(t, q, nil, nil)
 	// The worker has Run on the store before (a deployment's steady state).
 	first := startRun(t, worker)
-	eventually(t, waitTimeout, "the worker to record its notify queue", func() bool {
+	testenv.Eventually(t, waitTimeout, "the worker to record its notify queue", func() bool {
 		v, err := q.Get(context.Background(), []byte("workflow/config/notify_queue"))
 		return err == nil && string(v) == notifyQueue
 	})
@@ -339,7 +339,7 @@ func TestCancelFromNoopRuntimeStillNotifiesHook(t *testing.T) {
 	if o := hook.wait(t, "api-done"); o.Status != terminal.Succeeded {
 		t.Errorf("outcome = %+v", o)
 	}
-	eventually(t, stuckTimeout, "the worker's hook to hear about the run cancelled through the Noop Runtime", func() bool {
+	testenv.Eventually(t, stuckTimeout, "the worker's hook to hear about the run cancelled through the Noop Runtime", func() bool {
 		return len(hook.outcomes("api-cancelled")) == 1
 	})
 }
@@ -400,7 +400,7 @@ func TestCancelRunWhoseStepIsDeadReturns(t *testing.T) {
 	if j, err := q.Claim(context.Background(), stepsQueue); err != nil || j == nil {
 		t.Fatalf("Claim = %v, %v", j, err)
 	}
-	eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool { return mustStats(t, q, stepsQueue).Dead == 1 })
+	testenv.Eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool { return mustStats(t, q, stepsQueue).Dead == 1 })
 
 	type result struct {
 		ok  bool
@@ -463,7 +463,7 @@ func TestCancelBeforeWorkerRunsStillNotifiesHook(t *testing.T) {
 			t.Errorf("outcome of run %s, cancelled before the worker ran = %+v", id, o)
 		}
 	}
-	eventually(t, waitTimeout, "the notices queue drained", func() bool {
+	testenv.Eventually(t, waitTimeout, "the notices queue drained", func() bool {
 		s := mustStats(t, q, deadStepsQueue)
 		return s.Pending+s.Claimed+s.Dead == 0
 	})
@@ -485,7 +485,7 @@ func TestCancelHandOffWithoutAnyHook(t *testing.T) {
 	}
 	worker := newRuntime(t, q, succeedRunner(nil), nil)
 	startRun(t, worker)
-	eventually(t, waitTimeout, "the hand-off dropped", func() bool {
+	testenv.Eventually(t, waitTimeout, "the hand-off dropped", func() bool {
 		s := mustStats(t, q, deadStepsQueue)
 		return s.Pending+s.Claimed+s.Dead == 0
 	})
@@ -538,7 +538,7 @@ func TestNewDoesNoIO(t *testing.T) {
 		t.Errorf("notify queue recorded by New: Get = %v", err)
 	}
 	r := startRun(t, worker)
-	eventually(t, waitTimeout, "Run to record the notify queue", func() bool {
+	testenv.Eventually(t, waitTimeout, "Run to record the notify queue", func() bool {
 		v, err := q.Get(ctx, []byte("workflow/config/notify_queue"))
 		return err == nil && string(v) == "workflow-notify"
 	})

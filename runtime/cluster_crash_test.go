@@ -519,20 +519,22 @@ func (c *crashCluster) live() []*crashHelper {
 // output) after clusterDeadline.
 func (c *crashCluster) waitFor(what string, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(clusterDeadline)
 	c.detail = ""
-	for !cond() {
-		if time.Now().After(deadline) {
-			var out strings.Builder
-			for _, h := range c.helpers {
-				if h.alive() {
-					out.WriteString(h.output())
-				}
-			}
-			c.t.Fatalf("timed out after %v waiting for %s (%s)\n%s", clusterDeadline, what, c.detail, out.String())
+	done := false
+	defer func() {
+		if done {
+			return
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		var out strings.Builder
+		for _, h := range c.helpers {
+			if h.alive() {
+				out.WriteString(h.output())
+			}
+		}
+		c.t.Logf("(%s)\n%s", c.detail, out.String())
+	}()
+	testenv.Eventually(c.t, clusterDeadline, what, cond)
+	done = true
 }
 
 // writers returns the live helpers whose last report is RoleWriter.

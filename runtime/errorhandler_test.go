@@ -74,13 +74,13 @@ func TestStepErrorsAreLoggedAndReported(t *testing.T) {
 	if st := waitTerminal(t, rt, "doomed"); st.State != runtime.StateFailed {
 		t.Fatalf("doomed: %v", st.State)
 	}
-	eventually(t, waitTimeout, "a failed hook delivery to be logged", func() bool {
+	testenv.Eventually(t, waitTimeout, "a failed hook delivery to be logged", func() bool {
 		return len(linesWith(logs.String(), "level=WARN", "terminal hook failed", "receiver down")) > 0
 	})
 	// A failed attempt is logged and then reported once its settlement
 	// committed: that can come after the run's next attempt, or its end,
 	// is visible. Wait for the three, then check that there are no more.
-	eventually(t, waitTimeout, "3 failed attempts reported", func() bool {
+	testenv.Eventually(t, waitTimeout, "3 failed attempts reported", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(reported) >= 3

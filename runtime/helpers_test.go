@@ -55,7 +55,7 @@ func memURL() string {
 	case "member":
 		return "file://" + memberStoreDir()
 	}
-	return fmt.Sprintf("mem://runtime-test-%d-%d", os.Getpid(), storeSeq.Add(1))
+	return testenv.MemURL("runtime-test")
 }
 
 // fileURL returns the URL of a fresh local-disk store in a temp dir.
@@ -136,34 +136,23 @@ func (r *running) stop() error {
 	return r.err
 }
 
-// eventually polls cond until it holds, failing the test after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // waitStatus polls Status until pred holds and returns that status.
 func waitStatus(t testing.TB, rt *runtime.Runtime, runID string, what string, pred func(runtime.RunStatus) bool) runtime.RunStatus {
 	t.Helper()
 	var st runtime.RunStatus
 	var lastErr error
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	done := false
+	defer func() {
+		if !done {
+			t.Logf("run %s: last status %+v, err %v", runID, st, lastErr)
+		}
+	}()
+	testenv.Eventually(t, waitTimeout, "run "+runID+": "+what, func() bool {
 		st, lastErr = rt.Status(context.Background(), runID)
-		if lastErr == nil && pred(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s: timed out waiting for %s; last status %+v, err %v", runID, what, st, lastErr)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return lastErr == nil && pred(st)
+	})
+	done = true
+	return st
 }
 
 // waitTerminal waits until the run is in a final state.
@@ -220,7 +209,7 @@ func (h *hookRecorder) total() int {
 // wait waits for the first call for runID and returns it.
 func (h *hookRecorder) wait(t testing.TB, runID string) terminal.Outcome {
 	t.Helper()
-	eventually(t, waitTimeout, "the hook to be called for "+runID, func() bool { return len(h.outcomes(runID)) > 0 })
+	testenv.Eventually(t, waitTimeout, "the hook to be called for "+runID, func() bool { return len(h.outcomes(runID)) > 0 })
 	return h.outcomes(runID)[0]
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -264,7 +265,7 @@ func TestCancelPausedRun(t *testing.T) {
 	if err := rt.Retry(ctx, "cp"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "the retried run to end", func() bool { return len(hook.outcomes("cp")) == 2 })
+	testenv.Eventually(t, waitTimeout, "the retried run to end", func() bool { return len(hook.outcomes("cp")) == 2 })
 	if o := hook.outcomes("cp")[1]; o.Status != terminal.Succeeded || string(o.Result) != "parked" {
 		t.Fatalf("retried run %+v", o)
 	}
@@ -284,7 +285,7 @@ func TestExpiryDeletesMailbox(t *testing.T) {
 		}
 	}
 	startRun(t, rt)
-	eventually(t, waitTimeout, "the run to expire", func() bool {
+	testenv.Eventually(t, waitTimeout, "the run to expire", func() bool {
 		_, err := rt.Status(ctx, "ex")
 		return errors.Is(err, runtime.ErrRunNotFound)
 	})
@@ -318,7 +319,7 @@ func TestPauseParksRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	eventually(t, waitTimeout, "the retry to be parked", func() bool {
+	testenv.Eventually(t, waitTimeout, "the retry to be parked", func() bool {
 		_, err := q.Get(ctx, kvrecord.ParkedKey("pr"))
 		return err == nil
 	})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -102,7 +103,7 @@ func TestSingleStepSucceeds(t *testing.T) {
 		t.Errorf("step headers = %v, want only the submitter's", s.Headers)
 	}
 	// The run leaves nothing behind in the queues.
-	eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
+	testenv.Eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
 		return mustStats(t, q, notifyQueue) == queue.Stats{}
 	})
 	if s := mustStats(t, q, stepsQueue); s != (queue.Stats{}) {
@@ -174,7 +175,7 @@ func TestManyRunsConcurrently(t *testing.T) {
 	for i := range n {
 		mustSubmit(t, rt, runtime.RunSpec{RunID: fmt.Sprintf("r%02d", i), Input: []byte(fmt.Sprint(i))})
 	}
-	eventually(t, waitTimeout, "every run to end", func() bool { return hook.total() >= n })
+	testenv.Eventually(t, waitTimeout, "every run to end", func() bool { return hook.total() >= n })
 	for i := range n {
 		id := fmt.Sprintf("r%02d", i)
 		o := hook.outcomes(id)
@@ -260,7 +261,7 @@ func TestPermanentErrorFailsAndDeadLetters(t *testing.T) {
 // pile up for steps it dead-lettered itself.
 func checkDeadNoticesDrained(t testing.TB, q *queue.Queue) {
 	t.Helper()
-	eventually(t, waitTimeout, "the dead-step notices to be handled", func() bool {
+	testenv.Eventually(t, waitTimeout, "the dead-step notices to be handled", func() bool {
 		names, err := q.Queues(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -415,7 +416,7 @@ func TestRetryBackoffShowsScheduled(t *testing.T) {
 	}), terminal.Noop)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "backoff"})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "the first attempt", func() bool { return calls.Load() == 1 })
+	testenv.Eventually(t, waitTimeout, "the first attempt", func() bool { return calls.Load() == 1 })
 	st := waitStatus(t, rt, "backoff", "scheduled retry", func(s runtime.RunStatus) bool { return s.Scheduled })
 	if st.State != runtime.StatePending || st.CurrentStep != 0 {
 		t.Errorf("Status = %+v, want pending (scheduled) at step 0", st)
@@ -512,7 +513,7 @@ func TestPriorityOrdersRuns(t *testing.T) {
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "mid"})
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "high", Priority: 5})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "three steps", func() bool { return log.count() == 3 })
+	testenv.Eventually(t, waitTimeout, "three steps", func() bool { return log.count() == 3 })
 	var order []string
 	log.mu.Lock()
 	for _, s := range log.steps {
@@ -599,8 +600,8 @@ func TestHookRetriedUntilItSucceeds(t *testing.T) {
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "hooked", Input: []byte("r")})
 	startRun(t, rt)
 
-	eventually(t, waitTimeout, "three hook calls", func() bool { return len(hook.outcomes("hooked")) >= 3 })
-	eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
+	testenv.Eventually(t, waitTimeout, "three hook calls", func() bool { return len(hook.outcomes("hooked")) >= 3 })
+	testenv.Eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
 		return mustStats(t, q, notifyQueue) == queue.Stats{}
 	})
 	calls := hook.outcomes("hooked")
@@ -627,7 +628,7 @@ func TestHookPermanentErrorDeadLettersNotification(t *testing.T) {
 	rt := newRuntime(t, q, succeedRunner(nil), hook)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "gone"})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "the notification to be dead-lettered", func() bool { return len(deadJobs(t, q, notifyQueue)) == 1 })
+	testenv.Eventually(t, waitTimeout, "the notification to be dead-lettered", func() bool { return len(deadJobs(t, q, notifyQueue)) == 1 })
 	if n := len(hook.outcomes("gone")); n != 1 {
 		t.Errorf("hook called %d times, want 1 (permanent error)", n)
 	}
@@ -648,8 +649,8 @@ func TestHookPanicIsRetried(t *testing.T) {
 	rt := newRuntime(t, q, succeedRunner(nil), hook)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "hookpanic"})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "a second hook call", func() bool { return len(hook.outcomes("hookpanic")) == 2 })
-	eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
+	testenv.Eventually(t, waitTimeout, "a second hook call", func() bool { return len(hook.outcomes("hookpanic")) == 2 })
+	testenv.Eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
 		return mustStats(t, q, notifyQueue) == queue.Stats{}
 	})
 }
@@ -871,7 +872,7 @@ func TestDrainTimeoutCancelsStepWithShutdownCause(t *testing.T) {
 	// One attempt: the one the drain cut short must not use it up.
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "shutdown", MaxAttemptsPerStep: 1})
 	r := startRun(t, rt)
-	eventually(t, waitTimeout, "the step to start", func() bool { return log.count() == 1 })
+	testenv.Eventually(t, waitTimeout, "the step to start", func() bool { return log.count() == 1 })
 	r.stop()
 	select {
 	case c := <-causes:
@@ -929,7 +930,7 @@ func TestSettleWhileRenewingLeases(t *testing.T) {
 		mustSubmit(t, rt, runtime.RunSpec{RunID: fmt.Sprintf("renew-%02d", i), MaxAttemptsPerStep: 1000})
 	}
 	startRun(t, rt)
-	eventually(t, waitTimeout, "every run to end", func() bool { return hook.total() >= n })
+	testenv.Eventually(t, waitTimeout, "every run to end", func() bool { return hook.total() >= n })
 	for i := range n {
 		id := fmt.Sprintf("renew-%02d", i)
 		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded || string(st.Result) != "01" {
@@ -958,7 +959,7 @@ func TestStepChainingOrder(t *testing.T) {
 			mustSubmit(t, rt, runtime.RunSpec{RunID: "a"})
 			mustSubmit(t, rt, runtime.RunSpec{RunID: "b"})
 			startRun(t, rt)
-			eventually(t, waitTimeout, "six steps", func() bool { return log.count() == 6 })
+			testenv.Eventually(t, waitTimeout, "six steps", func() bool { return log.count() == 6 })
 			var order []string
 			log.mu.Lock()
 			for _, s := range log.steps {
@@ -988,14 +989,14 @@ func TestIdleRunCommitsPerRun(t *testing.T) {
 	// A first run makes sure the Run's workers are up and idle.
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "warm"})
 	hooks.wait(t, "warm")
-	eventually(t, waitTimeout, "the warm-up notification acked", func() bool {
+	testenv.Eventually(t, waitTimeout, "the warm-up notification acked", func() bool {
 		return mustStats(t, q, "workflow-notify").Claimed == 0
 	})
 	before, callsBefore := q.StorageStats().Transactions, q.StorageStats().ClusterCalls
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "r"})
 	hooks.wait(t, "r")
 	statsCalls := int64(0)
-	eventually(t, waitTimeout, "the notification acked", func() bool {
+	testenv.Eventually(t, waitTimeout, "the notification acked", func() bool {
 		statsCalls++
 		s := mustStats(t, q, "workflow-notify")
 		return s.Claimed+s.Pending == 0

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
 	"github.com/stepwell/stepwell/terminal"
@@ -191,7 +192,7 @@ func TestSubmitAfterRetentionReusesRunID(t *testing.T) {
 	}
 
 	// The janitor forgets the run after the retention.
-	eventually(t, waitTimeout, "the janitor to expire the run", func() bool {
+	testenv.Eventually(t, waitTimeout, "the janitor to expire the run", func() bool {
 		_, err := rt.Status(context.Background(), "reuse")
 		return errors.Is(err, runtime.ErrRunNotFound)
 	})
@@ -206,7 +207,7 @@ func TestSubmitAfterRetentionReusesRunID(t *testing.T) {
 	if !out.NewlySubmitted {
 		t.Fatalf("Submit after the retention = %+v, want newly submitted", out)
 	}
-	eventually(t, waitTimeout, "the second run's hook", func() bool { return len(hook.outcomes("reuse")) == 2 })
+	testenv.Eventually(t, waitTimeout, "the second run's hook", func() bool { return len(hook.outcomes("reuse")) == 2 })
 	second := hook.outcomes("reuse")[1]
 	if string(first.Result) != "first|0" || string(second.Result) != "second|0" || !second.EndedAt.After(first.EndedAt) {
 		t.Errorf("outcomes = %+v then %+v", first, second)

@@ -16,6 +16,7 @@ import (
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 var memSeq atomic.Int64
@@ -264,13 +265,7 @@ func TestGroupCommitMergesCohorts(t *testing.T) {
 // cancel one in progress).
 func waitSnapshot(t *testing.T, e *Engine, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Stats().Snapshots < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot after 10s (have %d, want %d)", e.Stats().Snapshots, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d background snapshots", n), func() bool { return e.Stats().Snapshots >= n })
 }
 
 func countKeys(t *testing.T, b objstore.Bucket, prefix string) int {
@@ -489,10 +484,7 @@ func TestTakeoverFencesIdleWriterByHeartbeat(t *testing.T) {
 	a := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
 	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: hb, Takeover: true})
 	defer c.Close(ctx)
-	deadline := time.Now().Add(5 * time.Second)
-	for a.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(hb)
-	}
+	testenv.Eventually(t, 5*time.Second, "the idle replaced writer to stop", func() bool { return a.Err() != nil })
 	if !errors.Is(a.Err(), ErrFenced) {
 		t.Fatalf("idle replaced writer: Err = %v, want ErrFenced", a.Err())
 	}
@@ -519,10 +511,7 @@ func TestTakeoverFencesIdleWriterByMarker(t *testing.T) {
 	if c.Epoch() != a.Stats().DurableSeq+1 {
 		t.Fatalf("new writer's marker at %d, want a's next sequence %d", c.Epoch(), a.Stats().DurableSeq+1)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(hb)
-	}
+	testenv.Eventually(t, 10*time.Second, "the idle replaced writer to stop", func() bool { return a.Err() != nil })
 	if !errors.Is(a.Err(), ErrFenced) {
 		t.Fatalf("idle replaced writer with blind owner checks: Err = %v, want ErrFenced", a.Err())
 	}
@@ -546,7 +535,7 @@ func TestGarbageAtNextSequenceFencesIdleWriter(t *testing.T) {
 	if err := reopen().Put(ctx, walKey(a.Stats().DurableSeq+1), []byte("not a batch"), true); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the idle writer fenced", func() bool { return a.Err() != nil })
+	testenv.Eventually(t, 10*time.Second, "the idle writer fenced", func() bool { return a.Err() != nil })
 	if !errors.Is(a.Err(), ErrFenced) {
 		t.Fatalf("Err = %v, want ErrFenced", a.Err())
 	}
@@ -732,7 +721,7 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 		put(t, e, "k", "v")
 		// Open's blob sweep (a List) and the staging of the next WAL
 		// segment (the put took the first) are not idling.
-		waitFor(t, "background work ended (Engine.Settled)", e.Settled)
+		testenv.Eventually(t, 10*time.Second, "background work ended (Engine.Settled)", e.Settled)
 		before := b.Counts()
 		time.Sleep(10 * hb)
 		if err := e.Close(ctx); err != nil {

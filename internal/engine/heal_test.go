@@ -16,6 +16,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // testClock is a settable clock for stall accounting.
@@ -70,7 +71,7 @@ func TestOutageLongerThanWriteRetryDoesNotClose(t *testing.T) {
 			errs[i] = e.Update(ctx, func(tx *Tx) error { tx.Put(fmt.Sprint("during", i), Inline(nil)); return nil })
 		}()
 	}
-	waitFor(t, "the store stalled for 10 times the write retry budget", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the store stalled for 10 times the write retry budget", func() bool {
 		h := e.Health()
 		return !h.Healthy && h.Stalled > 10*retry && h.LastError != nil
 	})
@@ -113,7 +114,7 @@ func TestStallAccounting(t *testing.T) {
 	f.Stall()
 	done := make(chan error, 1)
 	go func() { done <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline(nil)); return nil }) }()
-	waitFor(t, "the write in flight", e.writing)
+	testenv.Eventually(t, 10*time.Second, "the write in flight", e.writing)
 	clock.Advance(stallGrace - time.Millisecond)
 	if h := e.Health(); !h.Healthy || e.StallTime() != 0 {
 		t.Fatalf("Health within the grace = %+v, StallTime %v", h, e.StallTime())
