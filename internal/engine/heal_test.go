@@ -19,26 +19,6 @@ import (
 	"github.com/stepwell/stepwell/internal/testenv"
 )
 
-// testClock is a settable clock for stall accounting.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock { return &testClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // writing reports whether a WAL write is in flight.
 func (e *Engine) writing() bool {
 	e.health.mu.Lock()
@@ -108,7 +88,7 @@ func TestStallAccounting(t *testing.T) {
 	ctx := context.Background()
 	b, _ := memBucket(t)
 	f := objstoretest.NewFault(b, 1)
-	clock := newTestClock()
+	clock := testenv.NewClock()
 	e := mustOpen(t, Options{Bucket: f, Now: clock.Now})
 	defer e.Close(ctx)
 	f.Stall()
