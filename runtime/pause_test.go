@@ -138,7 +138,13 @@ func TestPauseRacesSettlement(t *testing.T) {
 			return s.State == runtime.StatePaused || s.State.Terminal()
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // nothing more may start
+	// Nothing more may start. Wait until no step job is queued or claimed
+	// (a paused run's next step is parked, not queued): a step that a lost
+	// Pause let through has then run, and is in the log.
+	testenv.Eventually(t, waitTimeout, "no step queued or claimed", func() bool {
+		s := mustStats(t, q, stepsQueue)
+		return s.Pending+s.Scheduled+s.Claimed == 0
+	})
 	for i := range runs {
 		id := fmt.Sprintf("pr-%d", i)
 		if n := len(log.of(id)); n > atPause[i]+1 {
