@@ -48,7 +48,7 @@ func TestCancelPendingRun(t *testing.T) {
 	if o.Status != terminal.Cancelled || o.Error != "" || o.FinalStep != 0 || o.Result != nil || o.Headers["h"] != "v" {
 		t.Errorf("outcome = %+v, want cancelled with empty error", o)
 	}
-	quiet(t, 100*time.Millisecond, "a cancelled run executed", func() bool { return calls.Load() == 0 })
+	whenIdle(t, q, "a cancelled run executed", func() bool { return calls.Load() == 0 })
 	if out := mustSubmit(t, rt, runtime.RunSpec{RunID: "pending", Headers: map[string]string{"h": "v"}}); out.NewlySubmitted {
 		t.Errorf("Submit of the cancelled run = %+v, want a duplicate", out)
 	}
@@ -181,7 +181,7 @@ func TestCancelRunningStep(t *testing.T) {
 				t.Errorf("step queue = %+v, want empty (no next step, no retry)", s)
 			}
 			mustCancel(t, rt, "running", false)
-			quiet(t, 100*time.Millisecond, "the step ran again or the hook fired twice", func() bool {
+			whenIdle(t, q, "the step ran again or the hook fired twice", func() bool {
 				return br.calls.Load() == 1 && len(hook.outcomes("running")) == 1
 			})
 			// Whatever the step returned, the cancel ended the run: the
@@ -260,7 +260,7 @@ func TestCancelFinishedAndUnknownRuns(t *testing.T) {
 	}
 	mustCancel(t, rt, "unknown", false)
 	mustCancel(t, rt, "a/b", false) // not even a valid ID
-	quiet(t, 50*time.Millisecond, "the hook fired again", func() bool { return hook.total() == 1 })
+	whenIdle(t, q, "the hook fired again", func() bool { return hook.total() == 1 })
 }
 
 func TestCancelFromAnotherRuntime(t *testing.T) {
@@ -384,7 +384,7 @@ func TestCancelRacesWithSettlement(t *testing.T) {
 			t.Errorf("run %s: Cancel returned %v, hook says %v", id, results[i], o.Status)
 		}
 	}
-	quiet(t, 100*time.Millisecond, "a hook fired twice", func() bool { return hook.total() == n })
+	whenIdle(t, q, "a hook fired twice", func() bool { return hook.total() == n })
 }
 
 // When the queue dead-letters a run's current step on its own (a lease that

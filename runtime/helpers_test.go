@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/testenv"
+	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -305,16 +306,54 @@ func checkNoReservedHeaders(t testing.TB, what string, h map[string]string) {
 	}
 }
 
-// quiet waits d and then checks that cond still holds (used to make sure
-// something does NOT happen after the condition it depends on was met).
-func quiet(t testing.TB, d time.Duration, what string, cond func() bool) {
+// waitIdle waits until q has no job queued, scheduled or claimed in any
+// queue (dead jobs aside): the Runtimes on q have nothing left to do, but
+// for what follows a settlement's commit in the same worker (an
+// ErrorHandler report; stop Run to wait for that too).
+func waitIdle(t testing.TB, q *queue.Queue) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !cond() {
-			t.Fatalf("%s", what)
+	testenv.Eventually(t, waitTimeout, "the queues to be idle (no job queued, scheduled or claimed)", func() bool {
+		names, err := q.Queues(context.Background())
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		for _, name := range names {
+			if s := mustStats(t, q, name); s.Pending+s.Scheduled+s.Claimed != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitParkedDue waits until the due time of runID's parked step has
+// passed: had the step stayed queued, it would now be claimable.
+func waitParkedDue(t testing.TB, q *queue.Queue, runID string) {
+	t.Helper()
+	b, err := q.Get(context.Background(), kvrecord.ParkedKey(runID))
+	if err != nil {
+		t.Fatalf("the parked step of %s: %v", runID, err)
+	}
+	p, err := kvrecord.DecodeParked(b)
+	if err != nil {
+		t.Fatalf("the parked step of %s: %v", runID, err)
+	}
+	testenv.Eventually(t, waitTimeout, "the parked step's due time to pass", func() bool {
+		return time.Now().UnixNano() > p.DueAt
+	})
+}
+
+// whenIdle checks that something did NOT happen (a step ran again, a hook
+// was called twice): it waits until q is idle (waitIdle), then fails the
+// test with what unless cond holds. Whatever could break cond (a
+// redelivery, a retry, a parked step let through, a second notification)
+// is a job until it has run, so an idle queue proves those paths ran; a
+// fixed wait proves nothing on a slow machine.
+func whenIdle(t testing.TB, q *queue.Queue, what string, cond func() bool) {
+	t.Helper()
+	waitIdle(t, q)
+	if !cond() {
+		t.Fatalf("%s", what)
 	}
 }
 

@@ -51,7 +51,8 @@ func TestPauseParksScheduledStep(t *testing.T) {
 	if s := mustStats(t, q, stepsQueue); s.Pending+s.Scheduled+s.Claimed != 0 {
 		t.Fatalf("a paused run's step is still queued: %+v", s)
 	}
-	quiet(t, 400*time.Millisecond, "step 1 of a paused run started", func() bool { return len(log.of("p1")) == 1 })
+	waitParkedDue(t, q, "p1") // the delay runs out while paused
+	whenIdle(t, q, "step 1 of a paused run started", func() bool { return len(log.of("p1")) == 1 })
 	if err := rt.Resume(ctx, "p1"); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestPauseRunningStepParksSuccessor(t *testing.T) {
 	waitStatus(t, rt, "p2", "paused at step 1", func(s runtime.RunStatus) bool {
 		return s.State == runtime.StatePaused && s.CurrentStep == 1
 	})
-	quiet(t, 200*time.Millisecond, "the successor of a paused run's step started", func() bool { return len(log.of("p2")) == 1 })
+	whenIdle(t, q, "the successor of a paused run's step started", func() bool { return len(log.of("p2")) == 1 })
 	if err := rt.Resume(ctx, "p2"); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestPauseWaitingRun(t *testing.T) {
 	if st.State != runtime.StatePaused || st.WaitingFor != "" || len(mailbox(t, q, "pw")) != 0 {
 		t.Fatalf("signalled paused run %+v (mailbox %q)", st, mailbox(t, q, "pw"))
 	}
-	quiet(t, 150*time.Millisecond, "a paused run's woken step started", func() bool { return len(log.of("pw")) == 1 })
+	whenIdle(t, q, "a paused run's woken step started", func() bool { return len(log.of("pw")) == 1 })
 	if err := client.Resume(ctx, "pw"); err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func TestSingleStepSucceeds(t *testing.T) {
 	if s := mustStats(t, q, stepsQueue); s != (queue.Stats{}) {
 		t.Errorf("step queue stats = %+v, want empty", s)
 	}
-	quiet(t, 100*time.Millisecond, "the hook was called twice", func() bool { return len(hook.outcomes("single")) == 1 })
+	whenIdle(t, q, "the hook was called twice", func() bool { return len(hook.outcomes("single")) == 1 })
 }
 
 func outcomeEqual(a, b terminal.Outcome) bool {
@@ -253,7 +253,7 @@ func TestPermanentErrorFailsAndDeadLetters(t *testing.T) {
 		t.Errorf("dead job headers = %v", dead[0].Headers)
 	}
 	checkDeadNoticesDrained(t, q)
-	quiet(t, 100*time.Millisecond, "the run was settled twice", func() bool { return len(hook.outcomes("perm")) == 1 })
+	whenIdle(t, q, "the run was settled twice", func() bool { return len(hook.outcomes("perm")) == 1 })
 }
 
 // checkDeadNoticesDrained waits until no notice of a dead step job is left
@@ -312,7 +312,7 @@ func TestFailOutcomeIsNotDeadLettered(t *testing.T) {
 	if s := mustStats(t, q, stepsQueue); s != (queue.Stats{}) {
 		t.Errorf("step queue stats = %+v, want empty", s)
 	}
-	quiet(t, 50*time.Millisecond, "Fail was retried", func() bool { return calls.Load() == 1 })
+	whenIdle(t, q, "Fail was retried", func() bool { return calls.Load() == 1 })
 }
 
 func TestTransientErrorsExhaustAttempts(t *testing.T) {
@@ -368,7 +368,7 @@ func TestTransientErrorsExhaustAttempts(t *testing.T) {
 				t.Errorf("Status = %+v", st)
 			}
 			checkDeadNoticesDrained(t, q)
-			quiet(t, 100*time.Millisecond, "the run was settled twice", func() bool { return len(hook.outcomes("flaky")) == 1 })
+			whenIdle(t, q, "the run was settled twice", func() bool { return len(hook.outcomes("flaky")) == 1 })
 		})
 	}
 }
@@ -616,7 +616,7 @@ func TestHookRetriedUntilItSucceeds(t *testing.T) {
 	if dead := deadJobs(t, q, notifyQueue); len(dead) != 0 {
 		t.Errorf("dead notifications: %v", jobIDs(dead))
 	}
-	quiet(t, 100*time.Millisecond, "the hook was called again after succeeding", func() bool { return len(hook.outcomes("hooked")) == 3 })
+	whenIdle(t, q, "the hook was called again after succeeding", func() bool { return len(hook.outcomes("hooked")) == 3 })
 }
 
 func TestHookPermanentErrorDeadLettersNotification(t *testing.T) {
@@ -729,7 +729,7 @@ func TestLongStepKeepsItsLease(t *testing.T) {
 	if o.Status != terminal.Succeeded || string(o.Result) != "slow" {
 		t.Errorf("outcome = %+v", o)
 	}
-	quiet(t, 250*time.Millisecond, "the step ran again", func() bool { return len(log.of("slow")) == 1 })
+	whenIdle(t, q, "the step ran again", func() bool { return len(log.of("slow")) == 1 })
 	if s := log.of("slow"); len(s) != 1 || s[0].Attempt != 1 {
 		t.Errorf("deliveries = %+v, want one, attempt 1", s)
 	}
