@@ -362,7 +362,9 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 			opts := []Option{WithLease(lease), WithHeartbeat(hb)}
 			w := openMember(t, url, opts...)
 			var link cuttable
-			cut := openMember(t, url, append(opts, withDialer(link.dial))...)
+			var looks atomic.Int64 // the cut-off member's failed looks for the writer
+			cut := openMember(t, url, append(opts, withDialer(link.dial),
+				WithLogger(slog.New(countingHandler{"does not answer", &looks})))...)
 			other := openMember(t, url, opts...)
 			if w.Role() != RoleWriter || cut.Role() != RoleMember || other.Role() != RoleMember {
 				t.Fatalf("roles: %v %v %v", w.Role(), cut.Role(), other.Role())
@@ -382,6 +384,7 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 			}, WorkOptions{})
 			<-started
 			link.setCut(true)
+			looksAtCut := looks.Load()
 			// Its lease runs out on the writer, and another member runs the
 			// job: attempt 2.
 			ran := make(chan *Job, 1)
@@ -410,8 +413,13 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 			if h := cut.Health(); h.Healthy || h.LastError == nil {
 				t.Fatalf("the cut-off member's Health = %+v, want unhealthy with an error", h)
 			}
-			// Well past 3 heartbeats (and the lease): nobody was fenced.
-			time.Sleep(5 * hb)
+			// Well past 3 heartbeats (and the lease): nobody was fenced. The
+			// cut-off member's monitor looks at the store once a heartbeat
+			// and fails to reach the writer: wait for 5 such looks, so that
+			// its takeover check has run, before checking.
+			testenv.Eventually(t, 30*time.Second, "5 looks for the writer by the cut-off member", func() bool {
+				return looks.Load() >= looksAtCut+5
+			})
 			if w.Role() != RoleWriter || cut.Role() != RoleMember || w.Err() != nil {
 				t.Fatalf("after the cut: writer role %v (err %v), cut-off member role %v", w.Role(), w.Err(), cut.Role())
 			}
