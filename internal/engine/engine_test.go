@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
@@ -482,15 +483,25 @@ func TestTakeoverFencesIdleWriterByHeartbeat(t *testing.T) {
 	b, reopen := memBucket(t)
 	hb := 10 * time.Millisecond
 	a := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
-	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: hb, Takeover: true})
+	cb := objstore.NewCounting(reopen())
+	c := mustOpen(t, Options{Bucket: cb, Heartbeat: hb, Takeover: true})
 	defer c.Close(ctx)
 	testenv.Eventually(t, 5*time.Second, "the idle replaced writer to stop", func() bool { return a.Err() != nil })
 	if !errors.Is(a.Err(), ErrFenced) {
 		t.Fatalf("idle replaced writer: Err = %v, want ErrFenced", a.Err())
 	}
 	a.Close(ctx)
-	// The new writer keeps working and was not itself fenced.
-	time.Sleep(5 * hb)
+	// The new writer keeps working and was not itself fenced: it beats
+	// (a PUT of the owner object each) 12 more times, so that it checks
+	// for a newer writer at least 4 times (every third beat, the owner
+	// object and the next WAL batch by turns), and still commits.
+	beats := cb.Counts().Puts
+	testenv.Eventually(t, 5*time.Second, "12 more heartbeats of the new writer", func() bool {
+		return cb.Counts().Puts >= beats+12 || c.Err() != nil
+	})
+	if err := c.Err(); err != nil {
+		t.Fatalf("the new writer stopped: %v", err)
+	}
 	put(t, c, "k", "v")
 }
 
@@ -663,17 +674,12 @@ func TestReadWaitsForDurability(t *testing.T) {
 	go func() {
 		committed <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil })
 	}()
-	// Wait until the transaction is applied (visible in memory).
-	for {
-		var seen bool
+	testenv.Eventually(t, 10*time.Second, "the transaction to be applied (visible in memory)", func() bool {
 		e.mu.Lock()
-		_, seen = e.tree.Get(probe("k"))
-		e.mu.Unlock()
-		if seen {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer e.mu.Unlock()
+		_, seen := e.tree.Get(probe("k"))
+		return seen
+	})
 	// A read of a key the pending batch did not touch does not wait.
 	other := make(chan error, 1)
 	go func() { other <- e.View(ctx, func(r *Reader) error { r.Get("unrelated"); return nil }) }()
@@ -708,9 +714,9 @@ func TestReadWaitsForDurability(t *testing.T) {
 func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 	ctx := context.Background()
 	const hb = 5 * time.Millisecond
-	// idle returns the requests an engine made while idle for 10 heartbeat
-	// intervals and then closing.
-	idle := func(t *testing.T, url string) objstore.Counts {
+	// idle returns the requests an engine made while idle for window and
+	// then closing.
+	idle := func(t *testing.T, url string, window time.Duration) objstore.Counts {
 		t.Helper()
 		raw, err := objstore.Open(ctx, url)
 		if err != nil {
@@ -723,16 +729,24 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 		// segment (the put took the first) are not idling.
 		testenv.Eventually(t, 10*time.Second, "background work ended (Engine.Settled)", e.Settled)
 		before := b.Counts()
-		time.Sleep(10 * hb)
+		time.Sleep(window)
 		if err := e.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
 		return b.Counts().Sub(before)
 	}
 
+	// The file store idles in a synctest bubble for 3s of its clock: many
+	// heartbeat intervals, and three of markLoop's (1s), at no cost. A
+	// real-clock window short enough for a test would see no mark tick.
 	dir := t.TempDir()
-	if got := idle(t, "file://"+dir); got != (objstore.Counts{}) {
-		t.Errorf("idle file store made requests over 10 heartbeats and Close: %+v", got)
+	var got objstore.Counts
+	synctest.Test(t, func(t *testing.T) {
+		got = idle(t, "file://"+dir, 3*time.Second)
+		synctest.Wait()
+	})
+	if got != (objstore.Counts{}) {
+		t.Errorf("idle file store made requests over 3s and Close: %+v", got)
 	}
 	// Its owner object records where the log ends, never a heartbeat.
 	probe := objstoretest.Open(t, "file://"+dir)
@@ -766,7 +780,7 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 	r.Close(ctx)
 	put(t, a, "k2", "v2")
 
-	if got := idle(t, storeURL(t)); got.Puts == 0 {
+	if got := idle(t, storeURL(t), 10*hb); got.Puts == 0 {
 		t.Errorf("idle bucket store made no PUTs over 10 heartbeats: %+v; the control is broken", got)
 	}
 }
