@@ -932,13 +932,9 @@ func clusterCrash(t *testing.T, store, url string, rounds int) {
 			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
 		}
 	}
-	waitRole := time.Now()
-	for q.Role() != queue.RoleWriter {
-		if time.Since(waitRole) > clusterDeadline {
-			t.Fatalf("the parent is %v after every helper closed", q.Role())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
+		return q.Role() == queue.RoleWriter
+	})
 
 	ev := readCrashEvents(t, c.dir)
 	settledAt := checkClusterCrash(t, q, rt, ev)
