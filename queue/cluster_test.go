@@ -667,11 +667,15 @@ func TestClusterMemberDoesNotSpinOnDeadWriter(t *testing.T) {
 	srv := wc.srv
 	wc.mu.Unlock()
 	srv.Stop()
+	// The member has noticed (it looks for a writer): from then on, count
+	// its looks over a second. The monitor ticks every 200ms on file://;
+	// some slack for wake-ups by calls that failed. (The second is the
+	// span of a rate, not a wait for something to happen.)
+	testenv.Eventually(t, 10*time.Second, "the member to look for a writer", func() bool { return looks.Load() > 0 })
+	first := looks.Load()
 	time.Sleep(time.Second)
-	// The monitor ticks every 200ms on file://; some slack for wake-ups
-	// by calls that failed.
-	if n := looks.Load(); n > 20 {
-		t.Fatalf("the member looked for a writer %d times in a second", n)
+	if n := looks.Load() - first; n > 20 || n == 0 {
+		t.Fatalf("the member looked for a writer %d times in a second, want 1 to 20", n)
 	} else {
 		t.Logf("the member looked for a writer %d times in a second", n)
 	}
@@ -714,11 +718,16 @@ func TestClusterMemberDoesNotFenceLiveWriter(t *testing.T) {
 	url := testenv.S3(t)
 	w := openMember(t, url, WithHeartbeat(time.Second))
 	m := openMember(t, url, WithHeartbeat(100*time.Millisecond))
-	for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(20 * time.Millisecond) {
+	// Every 2.25 of its own beats the member finds the writer's beat stale
+	// and asks the writer (a call), which answers: wait for 8 such
+	// questions, checking the roles all along.
+	start, calls := time.Now(), m.StorageStats().ClusterCalls
+	testenv.Eventually(t, 10*time.Second, "8 questions of the member to the writer", func() bool {
 		if w.Role() != RoleWriter || m.Role() != RoleMember {
 			t.Fatalf("after %v: the writer is %v, the member %v", time.Since(start).Round(time.Millisecond), w.Role(), m.Role())
 		}
-	}
+		return m.StorageStats().ClusterCalls >= calls+8
+	})
 	if err := m.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
