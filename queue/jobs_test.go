@@ -377,18 +377,10 @@ func TestWorkerLoop(t *testing.T) {
 			return nil
 		}, WorkOptions{Concurrency: 4})
 	}()
-	deadline := time.After(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the worker to finish: 2 dead jobs, none left", func() bool {
 		s, _ := q.Stats(t0ctx, "w")
-		if s.Dead == 2 && s.Pending+s.Scheduled+s.Claimed == 0 {
-			break
-		}
-		select {
-		case <-deadline:
-			t.Fatalf("worker did not finish: %+v", s)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+		return s.Dead == 2 && s.Pending+s.Scheduled+s.Claimed == 0
+	})
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatalf("Work = %v", err)

@@ -279,20 +279,13 @@ func newClusterFixture(t *testing.T, url string) *fixture {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(runCtx) }()
-	for {
+	testenv.Eventually(t, 60*time.Second, "fail-1 to fail", func() bool {
 		st, err := rt.Status(ctx, "fail-1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.State == runtime.StateFailed {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("fail-1 did not fail: %v (%s)", ctx.Err(), st.State)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+		return st.State == runtime.StateFailed
+	})
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
