@@ -9,8 +9,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/testenv"
@@ -809,51 +811,72 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 	}
 }
 
+// Run, its ctx done, stops claiming and waits for the running step, which
+// settles, and then returns. In a synctest bubble, synctest.Wait proves
+// Run has taken in the end of its ctx and stands still waiting for the
+// step (rather than a fixed wait hoping it got that far). The store is a
+// plain mem:// one in every store mode: a cluster member's network calls
+// would never stand still.
 func TestRunDrainsRunningSteps(t *testing.T) {
 	t.Parallel()
-	q := openQueue(t, memURL())
-	started := make(chan struct{})
-	release := make(chan struct{})
-	var ctxErr atomic.Value
-	hook := &hookRecorder{}
-	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
-		close(started)
-		<-release
-		if ctx.Err() != nil {
-			ctxErr.Store(fmt.Sprint(context.Cause(ctx)))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		q, err := queue.Open(ctx, testenv.MemURL(t.Name()), fastQueueOpts()...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return steprunner.Succeed([]byte("drained")), nil
-	}), hook)
-	mustSubmit(t, rt, runtime.RunSpec{RunID: "drain"})
-	r := startRun(t, rt)
-	<-started
+		defer q.Close(ctx)
+		started := make(chan struct{})
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		free := func() { releaseOnce.Do(func() { close(release) }) }
+		defer free() // a failed test lets the step end too
+		var ctxErr atomic.Value
+		hook := &hookRecorder{}
+		rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+			close(started)
+			<-release
+			if ctx.Err() != nil {
+				ctxErr.Store(fmt.Sprint(context.Cause(ctx)))
+			}
+			return steprunner.Succeed([]byte("drained")), nil
+		}), hook)
+		mustSubmit(t, rt, runtime.RunSpec{RunID: "drain"})
+		runCtx, stop := context.WithCancel(ctx)
+		stopped := make(chan error, 1)
+		go func() { stopped <- rt.Run(runCtx) }()
+		<-started
 
-	stopped := make(chan error, 1)
-	go func() { stopped <- r.stop() }()
-	select {
-	case <-stopped:
-		t.Fatal("Run returned while a step was still running")
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(release)
-	select {
-	case <-stopped:
-	case <-time.After(waitTimeout):
-		t.Fatal("Run did not return after the step finished")
-	}
-	if e := ctxErr.Load(); e != nil {
-		t.Errorf("the step's ctx was cancelled during the drain: %v", e)
-	}
-	// The settlement committed before Run returned.
-	st, err := rt.Status(context.Background(), "drain")
-	if err != nil || st.State != runtime.StateSucceeded || string(st.Result) != "drained" {
-		t.Fatalf("Status right after Run returned = %+v, %v; want succeeded", st, err)
-	}
-	// The notification is delivered by the next Run.
-	startRun(t, rt)
-	if o := hook.wait(t, "drain"); o.Status != terminal.Succeeded {
-		t.Errorf("outcome = %+v", o)
-	}
+		stop()
+		synctest.Wait() // Run has seen its ctx end and waits
+		select {
+		case err := <-stopped:
+			t.Fatalf("Run returned (%v) while a step was still running", err)
+		default:
+		}
+		free()
+		if err := <-stopped; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if e := ctxErr.Load(); e != nil {
+			t.Errorf("the step's ctx was cancelled during the drain: %v", e)
+		}
+		// The settlement committed before Run returned.
+		st, err := rt.Status(ctx, "drain")
+		if err != nil || st.State != runtime.StateSucceeded || string(st.Result) != "drained" {
+			t.Fatalf("Status right after Run returned = %+v, %v; want succeeded", st, err)
+		}
+		// The notification is delivered by the next Run.
+		runCtx, stop = context.WithCancel(ctx)
+		go func() { stopped <- rt.Run(runCtx) }()
+		if o := hook.wait(t, "drain"); o.Status != terminal.Succeeded {
+			t.Errorf("outcome = %+v", o)
+		}
+		stop()
+		if err := <-stopped; err != nil {
+			t.Errorf("second Run: %v", err)
+		}
+	})
 }
 
 func TestDrainTimeoutCancelsStepWithShutdownCause(t *testing.T) {
