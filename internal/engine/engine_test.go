@@ -664,47 +664,53 @@ func TestSnapshotSameSeqKeepsSnapshot(t *testing.T) {
 // A read that observes a transaction whose batch is not yet durable waits
 // for the batch, and fails if the batch fails.
 func TestReadWaitsForDurability(t *testing.T) {
-	ctx := context.Background()
-	b, _ := memBucket(t)
-	f := objstoretest.NewFault(b, 3)
-	e := mustOpen(t, Options{Bucket: f, WriteRetry: 50 * time.Millisecond})
-	defer f.Unstall()
-	f.Stall()
-	committed := make(chan error, 1)
-	go func() {
-		committed <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil })
-	}()
-	testenv.Eventually(t, 10*time.Second, "the transaction to be applied (visible in memory)", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		_, seen := e.tree.Get(probe("k"))
-		return seen
-	})
-	// A read of a key the pending batch did not touch does not wait.
-	other := make(chan error, 1)
-	go func() { other <- e.View(ctx, func(r *Reader) error { r.Get("unrelated"); return nil }) }()
-	select {
-	case err := <-other:
-		if err != nil {
-			t.Fatal(err)
+	// In a synctest bubble (the store is in memory), synctest.Wait proves
+	// that a View of the pending batch's data stands still, waiting for
+	// its durability, rather than a fixed wait hoping it got that far.
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b, _ := memBucket(t)
+		f := objstoretest.NewFault(b, 3)
+		e := mustOpen(t, Options{Bucket: f, WriteRetry: 50 * time.Millisecond})
+		defer f.Unstall()
+		f.Stall()
+		committed := make(chan error, 1)
+		go func() {
+			committed <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil })
+		}()
+		testenv.Eventually(t, 10*time.Second, "the transaction to be applied (visible in memory)", func() bool {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			_, seen := e.tree.Get(probe("k"))
+			return seen
+		})
+		// A read of a key the pending batch did not touch does not wait.
+		other := make(chan error, 1)
+		go func() { other <- e.View(ctx, func(r *Reader) error { r.Get("unrelated"); return nil }) }()
+		select {
+		case err := <-other:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a read of an untouched key waited for the stalled batch")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a read of an untouched key waited for the stalled batch")
-	}
-	read := make(chan error, 1)
-	go func() { read <- e.View(ctx, func(r *Reader) error { r.Get("k"); return nil }) }()
-	select {
-	case err := <-read:
-		t.Fatalf("View returned (%v) while the batch it saw was not durable", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	e.Kill() // the stalled write fails for good
-	if err := <-committed; err == nil {
-		t.Fatal("Update succeeded although its batch failed")
-	}
-	if err := <-read; err == nil {
-		t.Fatal("View of a failed batch's data succeeded")
-	}
+		read := make(chan error, 1)
+		go func() { read <- e.View(ctx, func(r *Reader) error { r.Get("k"); return nil }) }()
+		synctest.Wait() // the View runs until it waits
+		select {
+		case err := <-read:
+			t.Fatalf("View returned (%v) while the batch it saw was not durable", err)
+		default:
+		}
+		e.Kill() // the stalled write fails for good
+		if err := <-committed; err == nil {
+			t.Fatal("Update succeeded although its batch failed")
+		}
+		if err := <-read; err == nil {
+			t.Fatal("View of a failed batch's data succeeded")
+		}
+	})
 }
 
 // On a store with an OS lock (file://) the writer keeps no owner object: an
