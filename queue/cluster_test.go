@@ -609,12 +609,16 @@ func TestClusterFencedWriterKeepsWorking(t *testing.T) {
 	if _, err := other.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "after-fence"}); err != nil {
 		t.Fatal(err)
 	}
-	// The fenced writer notices within six beats, and must keep working.
-	select {
-	case err := <-done:
-		t.Fatalf("Work of the fenced writer returned: %v", err)
-	case <-time.After(2 * time.Second):
-	}
+	// The fenced writer notices within six beats (it becomes a member of
+	// the fencing writer), and must keep working.
+	testenv.Eventually(t, 10*time.Second, "the fenced writer to notice and become a member", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Work of the fenced writer returned: %v", err)
+		default:
+		}
+		return w.Role() == RoleMember
+	})
 	if err := other.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
