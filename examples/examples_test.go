@@ -178,18 +178,17 @@ func testOtel(t *testing.T, bin string) {
 
 	urlLine := regexp.MustCompile(`(?m)^metrics: (http://127\.0\.0\.1:\d+/metrics) `)
 	var url string
-	for url == "" {
+	testenv.Eventually(t, runTimeout, "otel to print its /metrics URL", func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("otel exited (%v) before serving /metrics\n%s", err, out)
-		case <-ctx.Done():
-			t.Fatalf("otel printed no /metrics URL within %v\n%s", runTimeout, out)
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
 		if m := urlLine.FindStringSubmatch(out.String()); m != nil {
 			url = m[1]
 		}
-	}
+		return url != ""
+	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)

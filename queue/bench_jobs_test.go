@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // Job queue benchmarks. No timing assertions: read the figures.
@@ -72,7 +74,7 @@ func benchCycle(b *testing.B, q *Queue, queue string) {
 func BenchmarkClaimDeep(b *testing.B) {
 	for _, kind := range []string{"pending", "scheduled", "dead"} {
 		b.Run(kind, func(b *testing.B) {
-			q := openT(b, memURL(b), WithMaxAttempts(1))
+			q := openT(b, testenv.MemURL(b.Name()), WithMaxAttempts(1))
 			switch kind {
 			case "pending":
 				fillQueue(b, q, "q", benchDepth, EnqueueOptions{})
@@ -117,7 +119,7 @@ func killAll(b *testing.B, q *Queue, queue string) {
 func BenchmarkClaimShallow(b *testing.B) {
 	for _, history := range []int{0, benchDepth} {
 		b.Run(fmt.Sprintf("history=%d", history), func(b *testing.B) {
-			q := openT(b, memURL(b))
+			q := openT(b, testenv.MemURL(b.Name()))
 			if history > 0 {
 				// Enqueue, claim and ack many jobs first.
 				fillQueue(b, q, "q", history, EnqueueOptions{})
@@ -151,7 +153,7 @@ func BenchmarkEnqueueClaimAck(b *testing.B) {
 		name string
 		url  func(b *testing.B) string
 	}{
-		{"mem", func(b *testing.B) string { return memURL(b) }},
+		{"mem", func(b *testing.B) string { return testenv.MemURL(b.Name()) }},
 		{"file", func(b *testing.B) string { return "file://" + b.TempDir() }},
 	}
 	for _, st := range stores {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // BenchmarkCommit measures durable commit throughput with 1, 16 and 256
@@ -14,7 +16,7 @@ import (
 // what keeps the object-store bill low).
 func BenchmarkCommit(b *testing.B) {
 	stores := map[string]func(b *testing.B) string{
-		"mem":  func(b *testing.B) string { return memURL(b) },
+		"mem":  func(b *testing.B) string { return testenv.MemURL(b.Name()) },
 		"file": func(b *testing.B) string { return "file://" + b.TempDir() },
 	}
 	for _, store := range []string{"mem", "file"} {

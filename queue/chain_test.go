@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/handoff"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 func TestEnqueueClaimed(t *testing.T) {
@@ -145,7 +146,7 @@ func TestRelease(t *testing.T) {
 // ahead of older jobs, with what its handler carried along, and a stopping
 // worker releases a handed-off job.
 func TestWorkHandoff(t *testing.T) {
-	q := openT(t, memURL(t))
+	q := openT(t, testenv.MemURL(t.Name()))
 	for i := range 3 {
 		mustEnqueue(t, q, "w", fmt.Sprint("old", i), EnqueueOptions{})
 	}
@@ -176,7 +177,7 @@ func TestWorkHandoff(t *testing.T) {
 			return nil
 		}, WorkOptions{Concurrency: 1, manualSettle: true})
 	}()
-	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -191,7 +192,7 @@ func TestWorkHandoff(t *testing.T) {
 }
 
 func TestWorkStoppingReleasesHandoff(t *testing.T) {
-	q := openT(t, memURL(t), WithMaxAttempts(1))
+	q := openT(t, testenv.MemURL(t.Name()), WithMaxAttempts(1))
 	mustEnqueue(t, q, "w", "first", EnqueueOptions{})
 	ctx, cancel := context.WithCancel(t0ctx)
 	errc := make(chan error, 1)
@@ -217,17 +218,6 @@ func TestWorkStoppingReleasesHandoff(t *testing.T) {
 	j := mustClaim(t, q, "w")
 	if j == nil || string(j.Payload) != "next" || j.Attempt != 1 {
 		t.Fatalf("released handoff claimed as %+v, want attempt 1", j)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10s")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -263,7 +253,7 @@ func TestWorkHandoffLostWhileWaiting(t *testing.T) {
 	go func() { done <- q.Work(wctx, "w", handler, WorkOptions{manualSettle: true}) }()
 	// Both jobs are retried after their backoff (at most 1s); then each
 	// runs once more, under a fresh claim.
-	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Scheduled == 2 })
+	testenv.Eventually(t, 10*time.Second, "two scheduled jobs", func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Scheduled == 2 })
 	clk.Advance(2 * time.Second)
 	var got []string
 	for len(got) < 3 {

@@ -1,32 +1,14 @@
 package queue
 
 import (
-	"sync"
-	"time"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
-// fakeClock is a settable clock for tests that exercise time without
-// sleeping.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// fakeClock is testenv's settable clock, for tests that exercise time
+// without sleeping.
+type fakeClock = testenv.Clock
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeClock { return testenv.NewClock() }
 
 // withClock injects a clock (test-only option).
 func withClock(c *fakeClock) Option {

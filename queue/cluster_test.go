@@ -67,14 +67,7 @@ func clusterStores(t *testing.T) map[string]func(testing.TB) string {
 
 func waitRole(t *testing.T, q *Queue, want Role, within time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for q.Role() != want {
-		if time.Since(start) > within {
-			t.Fatalf("role is %v after %v, want %v", q.Role(), within, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
+	return testenv.Eventually(t, within, "role "+want.String(), func() bool { return q.Role() == want })
 }
 
 // Every operation works from a member, with the writer's guarantees.
@@ -369,7 +362,9 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 			opts := []Option{WithLease(lease), WithHeartbeat(hb)}
 			w := openMember(t, url, opts...)
 			var link cuttable
-			cut := openMember(t, url, append(opts, withDialer(link.dial))...)
+			var looks atomic.Int64 // the cut-off member's failed looks for the writer
+			cut := openMember(t, url, append(opts, withDialer(link.dial),
+				WithLogger(slog.New(countingHandler{"does not answer", &looks})))...)
 			other := openMember(t, url, opts...)
 			if w.Role() != RoleWriter || cut.Role() != RoleMember || other.Role() != RoleMember {
 				t.Fatalf("roles: %v %v %v", w.Role(), cut.Role(), other.Role())
@@ -389,6 +384,7 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 			}, WorkOptions{})
 			<-started
 			link.setCut(true)
+			looksAtCut := looks.Load()
 			// Its lease runs out on the writer, and another member runs the
 			// job: attempt 2.
 			ran := make(chan *Job, 1)
@@ -417,31 +413,35 @@ func TestClusterPartitionedMemberDoesNotFence(t *testing.T) {
 			if h := cut.Health(); h.Healthy || h.LastError == nil {
 				t.Fatalf("the cut-off member's Health = %+v, want unhealthy with an error", h)
 			}
-			// Well past 3 heartbeats (and the lease): nobody was fenced.
-			time.Sleep(5 * hb)
+			// Well past 3 heartbeats (and the lease): nobody was fenced. The
+			// cut-off member's monitor looks at the store once a heartbeat
+			// and fails to reach the writer: wait for 5 such looks, so that
+			// its takeover check has run, before checking.
+			testenv.Eventually(t, 30*time.Second, "5 looks for the writer by the cut-off member", func() bool {
+				return looks.Load() >= looksAtCut+5
+			})
 			if w.Role() != RoleWriter || cut.Role() != RoleMember || w.Err() != nil {
 				t.Fatalf("after the cut: writer role %v (err %v), cut-off member role %v", w.Role(), w.Err(), cut.Role())
 			}
 			// Healed, the member works again with the same writer.
 			link.setCut(false)
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			var putErr error
+			var h Health
+			defer func() {
+				if t.Failed() {
+					t.Logf("last Put: %v; last Health: %+v", putErr, h)
+				}
+			}()
+			testenv.Eventually(t, 30*time.Second, "a Put through the member after the network healed", func() bool {
 				cctx, cancel := context.WithTimeout(ctx, time.Second)
-				err := cut.Put(cctx, []byte("healed"), []byte("1"))
-				cancel()
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the member does not work after the network healed: %v", err)
-				}
-			}
-			for h := cut.Health(); !h.Healthy; h = cut.Health() {
-				if time.Now().After(deadline) {
-					t.Fatalf("the healed member's Health = %+v", h)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				defer cancel()
+				putErr = cut.Put(cctx, []byte("healed"), []byte("1"))
+				return putErr == nil
+			})
+			testenv.Eventually(t, 30*time.Second, "the healed member to be healthy", func() bool {
+				h = cut.Health()
+				return h.Healthy
+			})
 			if v, err := w.Get(ctx, []byte("healed")); err != nil || string(v) != "1" {
 				t.Fatalf("writer Get = %q, %v", v, err)
 			}
@@ -609,12 +609,16 @@ func TestClusterFencedWriterKeepsWorking(t *testing.T) {
 	if _, err := other.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "after-fence"}); err != nil {
 		t.Fatal(err)
 	}
-	// The fenced writer notices within six beats, and must keep working.
-	select {
-	case err := <-done:
-		t.Fatalf("Work of the fenced writer returned: %v", err)
-	case <-time.After(2 * time.Second):
-	}
+	// The fenced writer notices within six beats (it becomes a member of
+	// the fencing writer), and must keep working.
+	testenv.Eventually(t, 10*time.Second, "the fenced writer to notice and become a member", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Work of the fenced writer returned: %v", err)
+		default:
+		}
+		return w.Role() == RoleMember
+	})
 	if err := other.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -667,11 +671,15 @@ func TestClusterMemberDoesNotSpinOnDeadWriter(t *testing.T) {
 	srv := wc.srv
 	wc.mu.Unlock()
 	srv.Stop()
+	// The member has noticed (it looks for a writer): from then on, count
+	// its looks over a second. The monitor ticks every 200ms on file://;
+	// some slack for wake-ups by calls that failed. (The second is the
+	// span of a rate, not a wait for something to happen.)
+	testenv.Eventually(t, 10*time.Second, "the member to look for a writer", func() bool { return looks.Load() > 0 })
+	first := looks.Load()
 	time.Sleep(time.Second)
-	// The monitor ticks every 200ms on file://; some slack for wake-ups
-	// by calls that failed.
-	if n := looks.Load(); n > 20 {
-		t.Fatalf("the member looked for a writer %d times in a second", n)
+	if n := looks.Load() - first; n > 20 || n == 0 {
+		t.Fatalf("the member looked for a writer %d times in a second, want 1 to 20", n)
 	} else {
 		t.Logf("the member looked for a writer %d times in a second", n)
 	}
@@ -714,11 +722,16 @@ func TestClusterMemberDoesNotFenceLiveWriter(t *testing.T) {
 	url := testenv.S3(t)
 	w := openMember(t, url, WithHeartbeat(time.Second))
 	m := openMember(t, url, WithHeartbeat(100*time.Millisecond))
-	for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(20 * time.Millisecond) {
+	// Every 2.25 of its own beats the member finds the writer's beat stale
+	// and asks the writer (a call), which answers: wait for 8 such
+	// questions, checking the roles all along.
+	start, calls := time.Now(), m.StorageStats().ClusterCalls
+	testenv.Eventually(t, 10*time.Second, "8 questions of the member to the writer", func() bool {
 		if w.Role() != RoleWriter || m.Role() != RoleMember {
 			t.Fatalf("after %v: the writer is %v, the member %v", time.Since(start).Round(time.Millisecond), w.Role(), m.Role())
 		}
-	}
+		return m.StorageStats().ClusterCalls >= calls+8
+	})
 	if err := m.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
@@ -765,7 +778,7 @@ func TestClusterMemberDispatch(t *testing.T) {
 	// for its job, when the test fails first.
 	releaseJob := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseJob)
-	waitFor(t, func() bool { return m.idleSlots("w") == 1 })
+	testenv.Eventually(t, 10*time.Second, "one idle slot on the member", func() bool { return m.idleSlots("w") == 1 })
 
 	// Commit calls with transactions the writer serves from now: the
 	// Work loop's claims may also ride commit calls of their own, or
@@ -814,7 +827,7 @@ func TestClusterMemberDispatch(t *testing.T) {
 		t.Fatal("the writer did not claim the job that was not dispatched")
 	}
 	releaseJob()
-	waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 }
 
 // hookServe has the writer call onClaim and onCommit (either may be nil)
@@ -898,7 +911,7 @@ func TestClusterClaimsRideCommitCalls(t *testing.T) {
 			}, WorkOptions{Concurrency: 1})
 			// The loop's claim waits for the next call.
 			r := m.be.(*clustered).rem
-			waitFor(t, func() bool { r.bmu.Lock(); defer r.bmu.Unlock(); return len(r.riders) == 1 })
+			testenv.Eventually(t, 10*time.Second, "one rider in the commit batch", func() bool { r.bmu.Lock(); defer r.bmu.Unlock(); return len(r.riders) == 1 })
 			var id string
 			if tc.enqueue {
 				id = mustEnqueue(t, w, "w", "job", EnqueueOptions{}).JobID
@@ -909,7 +922,7 @@ func TestClusterClaimsRideCommitCalls(t *testing.T) {
 			}
 			if !tc.enqueue {
 				// The ride found nothing; the loop waits on the writer.
-				waitFor(t, func() bool { return claimCalls.Load() == 1 })
+				testenv.Eventually(t, 10*time.Second, "one claim call", func() bool { return claimCalls.Load() == 1 })
 				id = mustEnqueue(t, w, "w", "job", EnqueueOptions{}).JobID
 			}
 			select {
@@ -926,7 +939,7 @@ func TestClusterClaimsRideCommitCalls(t *testing.T) {
 			if rides.Load() == 0 {
 				t.Fatal("no claim rode a commit call")
 			}
-			waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+			testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 		})
 	}
 }
@@ -966,7 +979,7 @@ func TestClusterSecondCommitCallOnlyForFullBatch(t *testing.T) {
 	for i := range fullCommitBatch - 1 {
 		go put(fmt.Sprint("k", i), done)
 	}
-	waitFor(t, func() bool { p, _ := state(); return p == fullCommitBatch-1 })
+	testenv.Eventually(t, 10*time.Second, "a commit batch one short of full", func() bool { p, _ := state(); return p == fullCommitBatch-1 })
 	if p, n := state(); n != 1 {
 		t.Fatalf("%d calls in flight with %d transactions waiting, want 1", n, p)
 	}
@@ -1171,7 +1184,7 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 			t.Fatalf("job %q did not run", want)
 		}
 	}
-	waitFor(t, func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := m.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 	// One claim for a (the loop's first), none for b: a's Ack claimed it.
 	if n := claimsBeforeB.Load(); n != 1 {
 		t.Errorf("%d claim calls before b ran, want 1 (b comes with a's settlement)", n)
@@ -1308,7 +1321,7 @@ func TestClusterMemberCloseUnderLoad(t *testing.T) {
 				}
 			}()
 		}
-		waitFor(t, func() bool { return committed.Load() > 50 })
+		testenv.Eventually(t, 10*time.Second, "more than 50 commits", func() bool { return committed.Load() > 50 })
 		closed := make(chan error, 1)
 		go func() { closed <- m.Close(context.Background()) }()
 		select {
@@ -1380,7 +1393,7 @@ func TestClusterRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the refilled job was not given back")
 	}
-	waitFor(t, func() bool {
+	testenv.Eventually(t, 10*time.Second, "the first job done or gone and the second pending", func() bool {
 		jj, err1 := w.GetJob(t0ctx, j.ID)
 		jk, err2 := w.GetJob(t0ctx, k)
 		jDone := errors.Is(err1, ErrJobNotFound) || err1 == nil && jj.State == JobDone

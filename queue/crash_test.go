@@ -191,16 +191,10 @@ func TestSecondProcessGetsStoreLocked(t *testing.T) {
 	defer cmd.Process.Kill()
 	ctx := context.Background()
 	// Wait until the child has committed (so it holds the lock).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if st, err := os.Stat(filepath.Join(dir, "..", "acked-000")); err == nil && st.Size() > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("child never committed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the child to commit", func() bool {
+		st, err := os.Stat(filepath.Join(dir, "..", "acked-000"))
+		return err == nil && st.Size() > 0
+	})
 	if _, err := Open(ctx, "file://"+dir); !errors.Is(err, ErrStoreLocked) {
 		t.Fatalf("Open while another process writes = %v, want ErrStoreLocked", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // TestDispatchStress enqueues from several goroutines, with Dispatch mixed
@@ -32,7 +34,7 @@ func TestDispatchStress(t *testing.T) {
 	}
 	t.Logf("seed %d", seed)
 	baseG := goruntime.NumGoroutine()
-	q := openT(t, memURL(t))
+	q := openT(t, testenv.MemURL(t.Name()))
 
 	var mu sync.Mutex
 	runs := map[string]int{}      // job ID -> handler runs
@@ -168,30 +170,28 @@ func TestDispatchStress(t *testing.T) {
 	<-ctlDone
 
 	// Whatever loops are left finish the work.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var n int
+	var s Stats
+	var statsErr error
+	defer func() {
+		if t.Failed() {
+			t.Logf("%d of %d jobs ran; stats %+v, %v", n, len(enqueued), s, statsErr)
+		}
+	}()
+	testenv.Eventually(t, 30*time.Second, "every job to run and the queue to empty", func() bool {
 		mu.Lock()
-		n := len(runs)
+		n = len(runs)
 		mu.Unlock()
-		s, err := q.Stats(t0ctx, "w")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == len(enqueued) && s.Pending+s.Scheduled+s.Claimed == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d jobs ran; stats %+v", n, len(enqueued), s)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		s, statsErr = q.Stats(t0ctx, "w")
+		return statsErr == nil && n == len(enqueued) && s.Pending+s.Scheduled+s.Claimed == 0
+	})
 	total := 0
 	lmu.Lock()
 	for _, lp := range loops {
 		total += int(lp.conc)
 	}
 	lmu.Unlock()
-	waitFor(t, func() bool { return q.idleSlots("w") == total })
+	testenv.Eventually(t, 10*time.Second, "every slot idle", func() bool { return q.idleSlots("w") == total })
 	lmu.Lock()
 	for _, lp := range loops {
 		if err := lp.stop(); err != nil {
@@ -215,5 +215,5 @@ func TestDispatchStress(t *testing.T) {
 	}
 	t.Logf("%d jobs, %d dispatched", len(enqueued), dispatched)
 	q.Close(t0ctx)
-	waitFor(t, func() bool { return goruntime.NumGoroutine() <= baseG+2 })
+	testenv.Eventually(t, 10*time.Second, "the slots' goroutines to exit", func() bool { return goruntime.NumGoroutine() <= baseG+2 })
 }

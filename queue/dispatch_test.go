@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // idleSlots is how many slots the Work loops of queue have idle.
@@ -56,13 +58,13 @@ func startWork(t *testing.T, q *Queue, queue string, h Handler, opts WorkOptions
 // An enqueue with Dispatch starts in an idle slot, claimed by the enqueue's
 // own transaction: the worker commits nothing to claim it.
 func TestDispatchStartsInIdleSlot(t *testing.T) {
-	q := openT(t, memURL(t))
+	q := openT(t, testenv.MemURL(t.Name()))
 	got := make(chan *Job, 1)
 	startWork(t, q, "w", func(ctx context.Context, j *Job) error {
 		got <- j
 		return nil
 	}, WorkOptions{Concurrency: 2})
-	waitFor(t, func() bool { return q.idleSlots("w") == 2 })
+	testenv.Eventually(t, 10*time.Second, "two idle slots", func() bool { return q.idleSlots("w") == 2 })
 
 	before := q.StorageStats().Transactions
 	r := mustEnqueue(t, q, "w", "now", EnqueueOptions{dispatch: true, Headers: map[string]string{"h": "v"}})
@@ -78,17 +80,17 @@ func TestDispatchStartsInIdleSlot(t *testing.T) {
 	if j.ID != r.JobID || string(j.Payload) != "now" || j.Attempt != 1 || j.Headers["h"] != "v" {
 		t.Fatalf("handler got %+v", j)
 	}
-	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 	// The enqueue (with its claim) and the ack: two transactions.
 	if n := q.StorageStats().Transactions - before; n != 2 {
 		t.Fatalf("%d transactions for a dispatched job, want 2 (enqueue+claim, ack)", n)
 	}
-	waitFor(t, func() bool { return q.idleSlots("w") == 2 })
+	testenv.Eventually(t, 10*time.Second, "two idle slots", func() bool { return q.idleSlots("w") == 2 })
 }
 
 func TestDispatchNotGranted(t *testing.T) {
 	clk := newFakeClock()
-	q := openT(t, memURL(t), withClock(clk))
+	q := openT(t, testenv.MemURL(t.Name()), withClock(clk))
 	release := make(chan struct{})
 	var ran []string
 	var mu sync.Mutex
@@ -101,7 +103,7 @@ func TestDispatchNotGranted(t *testing.T) {
 		}
 		return nil
 	}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
-	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
+	testenv.Eventually(t, 10*time.Second, "one idle slot", func() bool { return q.idleSlots("w") == 1 })
 
 	// No Work loop serves the queue.
 	if r := mustEnqueue(t, q, "other", "x", EnqueueOptions{dispatch: true}); r.dispatched {
@@ -121,21 +123,21 @@ func TestDispatchNotGranted(t *testing.T) {
 		t.Fatal("dispatch overtook a ready job")
 	}
 	// Both run once the loop wakes, in the loop's order: priority first.
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 2 })
+	testenv.Eventually(t, 10*time.Second, "two jobs run", func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 2 })
 	if fmt.Sprint(ran) != "[behind later]" {
 		t.Fatalf("ran %v", ran)
 	}
 
 	// A busy slot: the job waits for the worker.
 	mustEnqueue(t, q, "w", "block", EnqueueOptions{dispatch: true})
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 3 })
+	testenv.Eventually(t, 10*time.Second, "three jobs run", func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 3 })
 	if r := mustEnqueue(t, q, "w", "queued", EnqueueOptions{dispatch: true}); r.dispatched {
 		t.Fatal("dispatched with no idle slot")
 	}
 	// A dedup hit takes no slot and starts nothing.
 	close(release)
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 4 })
-	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
+	testenv.Eventually(t, 10*time.Second, "four jobs run", func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 4 })
+	testenv.Eventually(t, 10*time.Second, "one idle slot", func() bool { return q.idleSlots("w") == 1 })
 	mustEnqueue(t, q, "w", "blocker2", EnqueueOptions{Delay: time.Hour, DedupKey: "k"})
 	if r := mustEnqueue(t, q, "w", "dup", EnqueueOptions{dispatch: true, DedupKey: "k"}); r.dispatched || !r.Duplicate {
 		t.Fatalf("dedup hit: %+v", r)
@@ -156,7 +158,7 @@ func TestDispatchNotGranted(t *testing.T) {
 // Dispatched jobs and the loop's own claims share the slots: never more
 // than Concurrency handlers at once, and every job runs exactly once.
 func TestDispatchRespectsConcurrency(t *testing.T) {
-	q := openT(t, memURL(t))
+	q := openT(t, testenv.MemURL(t.Name()))
 	const conc, jobs = 3, 300
 	var running, peak atomic.Int32
 	var mu sync.Mutex
@@ -195,8 +197,8 @@ func TestDispatchRespectsConcurrency(t *testing.T) {
 	}
 	wg.Wait()
 	total := jobs / 8 * 8
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == total })
-	waitFor(t, func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
+	testenv.Eventually(t, 10*time.Second, "every job seen", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == total })
+	testenv.Eventually(t, 10*time.Second, "no job pending or claimed", func() bool { s, _ := q.Stats(t0ctx, "w"); return s.Pending+s.Claimed == 0 })
 	if p := peak.Load(); p > conc {
 		t.Fatalf("%d handlers ran at once, concurrency is %d", p, conc)
 	}
@@ -214,9 +216,9 @@ func TestDispatchRespectsConcurrency(t *testing.T) {
 // A worker that is stopping takes no dispatched job; the job waits for the
 // next worker with its attempt uncounted.
 func TestDispatchToStoppedWorker(t *testing.T) {
-	q := openT(t, memURL(t))
+	q := openT(t, testenv.MemURL(t.Name()))
 	stop := startWork(t, q, "w", func(ctx context.Context, j *Job) error { return nil }, WorkOptions{Concurrency: 1})
-	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
+	testenv.Eventually(t, 10*time.Second, "one idle slot", func() bool { return q.idleSlots("w") == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +234,7 @@ func TestDispatchToStoppedWorker(t *testing.T) {
 // dispatched enqueue must wake when the slot comes back: the ready job it
 // could not claim gets no other signal (the poll interval here is an hour).
 func TestDispatchTakenSlotWakesClaim(t *testing.T) {
-	q := openT(t, memURL(t))
+	q := openT(t, testenv.MemURL(t.Name()))
 	release := make(chan struct{})
 	ran := make(chan string, 4)
 	var armed atomic.Bool
@@ -255,7 +257,7 @@ func TestDispatchTakenSlotWakesClaim(t *testing.T) {
 		}
 		return nil
 	}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
-	waitFor(t, func() bool { return q.idleSlots("w") == 1 })
+	testenv.Eventually(t, 10*time.Second, "one idle slot", func() bool { return q.idleSlots("w") == 1 })
 	armed.Store(true)
 	// Wakes the loop; the hook fires on the claim after this job ran.
 	mustEnqueue(t, q, "w", "wake", EnqueueOptions{})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // openFaulty opens a memory store through a fault-injecting bucket, with a
@@ -22,7 +23,7 @@ func openFaulty(t *testing.T, opts ...Option) (*Queue, *objstoretest.Fault, *fak
 	}
 	defer func() { testHookBucket = nil }()
 	clk := newFakeClock()
-	q := openT(t, memURL(t), append([]Option{withClock(clk)}, opts...)...)
+	q := openT(t, testenv.MemURL(t.Name()), append([]Option{withClock(clk)}, opts...)...)
 	t.Cleanup(f.Reset) // before Close (cleanups run last first)
 	return q, f, clk
 }
@@ -31,7 +32,7 @@ func openFaulty(t *testing.T, opts ...Option) (*Queue, *objstoretest.Fault, *fak
 // write is stalled, reports itself unhealthy.
 func stallUntilUnhealthy(t *testing.T, q *Queue, clk *fakeClock) {
 	t.Helper()
-	waitFor(t, func() bool {
+	testenv.Eventually(t, 10*time.Second, "the queue to report itself unhealthy", func() bool {
 		clk.Advance(100 * time.Millisecond)
 		return !q.Health().Healthy
 	})
@@ -142,7 +143,7 @@ func TestCommitHonoursContextDuringStall(t *testing.T) {
 	if v, err := q.Get(t0ctx, []byte("k")); err != nil || string(v) != "v" {
 		t.Fatalf("Get after the stall = %q, %v", v, err)
 	}
-	waitFor(t, func() bool {
+	testenv.Eventually(t, 10*time.Second, "the job pending again at attempt 0", func() bool {
 		j, err := q.GetJob(t0ctx, "j1")
 		return err == nil && j.State == JobPending && j.Attempt == 0
 	})
@@ -205,5 +206,5 @@ func TestSettleWithClaimContextWaitsOutStall(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Ack across the stall: %v", err)
 	}
-	waitFor(t, func() bool { return IsClaimLost(context.Cause(jctx)) })
+	testenv.Eventually(t, 10*time.Second, "the claim's context to end with a lost claim", func() bool { return IsClaimLost(context.Cause(jctx)) })
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // openFileWithClock opens a file:// store in a temporary directory with a
@@ -238,7 +239,7 @@ func TestPayloadsLeaveWithTheirJobs(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
 	cfg := QueueConfig{DoneRetention: time.Hour, DeadRetention: time.Hour}
-	q, err := Open(ctx, memURL(t), withClock(clock), WithQueueConfig("q", cfg))
+	q, err := Open(ctx, testenv.MemURL(t.Name()), withClock(clock), WithQueueConfig("q", cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,14 +9,17 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 var t0ctx = context.Background()
 
 // jobsStore returns the store URL of the job tests: memory by default;
 // backends_test.go runs them on MinIO and the GCS emulator too.
-var jobsStore = func(t testing.TB) string { return memURL(t) }
+var jobsStore = func(t testing.TB) string { return testenv.MemURL(t.Name()) }
 
 func openJobs(t *testing.T, opts ...Option) (*Queue, *fakeClock) {
 	clk := newFakeClock()
@@ -309,38 +312,54 @@ func restartRequeuesClaims(t *testing.T, url string) {
 	}
 }
 
+// ClaimWait on an empty queue blocks until an enqueue signals it, not until
+// its next poll. In a synctest bubble, synctest.Wait proves ClaimWait has
+// found nothing and is blocked before the enqueue, and the bubble's clock
+// proves the wake-up did not come from the (hour-long) poll timer.
 func TestClaimWaitWakesOnEnqueue(t *testing.T) {
-	q := openT(t, memURL(t), WithPollInterval(time.Hour))
-	got := make(chan *Job)
-	go func() {
-		jobs, err := q.claimWait(t0ctx, "q", 1)
-		if err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		q := openT(t, testenv.MemURL(t.Name()), WithPollInterval(time.Hour))
+		wctx, stop := context.WithCancel(t0ctx)
+		defer stop()
+		got := make(chan *Job, 1)
+		go func() {
+			jobs, err := q.claimWait(wctx, "q", 1)
+			if err != nil {
+				if wctx.Err() == nil {
+					t.Error(err)
+				}
+				return
+			}
+			got <- jobs[0]
+		}()
+		synctest.Wait() // ClaimWait found no job and is blocked
+		select {
+		case j := <-got:
+			t.Fatalf("ClaimWait returned %+v before anything was enqueued", j)
+		default:
 		}
-		got <- jobs[0]
-	}()
-	time.Sleep(10 * time.Millisecond) // let it block
-	mustEnqueue(t, q, "q", "x", EnqueueOptions{})
-	select {
-	case j := <-got:
-		if string(j.Payload) != "x" {
-			t.Fatalf("woke with %q", j.Payload)
+		mustEnqueue(t, q, "q", "x", EnqueueOptions{})
+		select {
+		case j := <-got:
+			if string(j.Payload) != "x" {
+				t.Fatalf("woke with %q", j.Payload)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("ClaimWait did not wake on enqueue (poll interval is an hour)")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("ClaimWait did not wake on enqueue (poll interval is an hour)")
-	}
-	ctx, cancel := context.WithCancel(t0ctx)
-	cancel()
-	if _, err := q.claimWait(ctx, "q", 1); !errors.Is(err, context.Canceled) {
-		t.Fatalf("ClaimWait with a done ctx = %v", err)
-	}
+		ctx, cancel := context.WithCancel(t0ctx)
+		cancel()
+		if _, err := q.claimWait(ctx, "q", 1); !errors.Is(err, context.Canceled) {
+			t.Fatalf("ClaimWait with a done ctx = %v", err)
+		}
+	})
 }
 
 // TestClaimOptions: Claim takes one job by default and up to Max, returns
 // none at once without Wait, waits for one with Wait (until ctx ends), and
 // refuses a negative Max and an empty queue name.
 func TestClaimOptions(t *testing.T) {
-	q := openT(t, memURL(t), WithPollInterval(time.Hour))
+	q := openT(t, testenv.MemURL(t.Name()), WithPollInterval(time.Hour))
 	if jobs, err := q.Claim(t0ctx, "q", ClaimOptions{}); err != nil || len(jobs) != 0 {
 		t.Fatalf("Claim of an empty queue = %v, %v", jobs, err)
 	}
@@ -389,7 +408,7 @@ func TestClaimOptions(t *testing.T) {
 }
 
 func TestWorkerLoop(t *testing.T) {
-	q := openT(t, memURL(t), WithRetryBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	q := openT(t, testenv.MemURL(t.Name()), WithRetryBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
 	for i := 0; i < 20; i++ {
 		mustEnqueue(t, q, "w", fmt.Sprint(i), EnqueueOptions{})
 	}
@@ -410,18 +429,10 @@ func TestWorkerLoop(t *testing.T) {
 			return nil
 		}, WorkOptions{Concurrency: 4})
 	}()
-	deadline := time.After(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the worker to finish: 2 dead jobs, none left", func() bool {
 		s, _ := q.Stats(t0ctx, "w")
-		if s.Dead == 2 && s.Pending+s.Scheduled+s.Claimed == 0 {
-			break
-		}
-		select {
-		case <-deadline:
-			t.Fatalf("worker did not finish: %+v", s)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+		return s.Dead == 2 && s.Pending+s.Scheduled+s.Claimed == 0
+	})
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatalf("Work = %v", err)
@@ -531,27 +542,35 @@ func TestReadOnlyReader(t *testing.T) {
 
 // An idle writer on a file:// store makes no object-store requests: its
 // directory lock keeps other writers out, so it keeps no heartbeat. With a
-// pending job and a worker-style lease reaper running, 10 heartbeat
-// intervals pass without a request.
+// pending job and the lease reaper running every heartbeat, 3 seconds
+// (hundreds of reaper and heartbeat intervals, and three of the engine's
+// once-a-second recording of the WAL's end) pass without a request. The
+// bubble's clock makes that time pass for every ticker involved, at no
+// cost: a real-clock window short enough for a test would see no mark
+// tick at all, and on a loaded machine maybe no reaper tick either.
 func TestIdleFileStoreMakesNoRequests(t *testing.T) {
-	const hb = 5 * time.Millisecond
-	q := openT(t, "file://"+t.TempDir(), WithHeartbeat(hb))
-	mustEnqueue(t, q, "q", "job", EnqueueOptions{})
-	requests := func() StorageStats {
-		s := q.StorageStats()
-		return StorageStats{Puts: s.Puts, Gets: s.Gets, Lists: s.Lists, Deletes: s.Deletes, Heads: s.Heads}
-	}
-	// Open's blob sweep (a List) and the staging of the next WAL segment
-	// (the enqueue took the first) are not idling.
-	waitFor(t, q.be.(*local).eng.Settled)
-	before := requests()
-	time.Sleep(10 * hb)
-	if after := requests(); after != before {
-		t.Errorf("idle file store: requests went from %+v to %+v", before, after)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const hb = 5 * time.Millisecond
+		// The reaper runs every lease/4.
+		q := openT(t, "file://"+t.TempDir(), WithHeartbeat(hb), WithLease(4*hb))
+		mustEnqueue(t, q, "q", "job", EnqueueOptions{})
+		requests := func() StorageStats {
+			s := q.StorageStats()
+			return StorageStats{Puts: s.Puts, Gets: s.Gets, Lists: s.Lists, Deletes: s.Deletes, Heads: s.Heads}
+		}
+		// Open's blob sweep (a List) and the staging of the next WAL segment
+		// (the enqueue took the first) are not idling.
+		testenv.Eventually(t, 10*time.Second, "the engine to settle", q.be.(*local).eng.Settled)
+		before := requests()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if after := requests(); after != before {
+			t.Errorf("idle file store: requests went from %+v to %+v", before, after)
+		}
+	})
 }
 
-func TestTakeoverFencesFirstWriter(t *testing.T) { takeoverFences(t, memURL(t)) }
+func TestTakeoverFencesFirstWriter(t *testing.T) { takeoverFences(t, testenv.MemURL(t.Name())) }
 
 // takeoverFences: a second writer opened WithTakeover fences the first; no
 // commit the first acknowledged is lost and its later calls fail.
@@ -613,7 +632,7 @@ func TestDeadLetterNotice(t *testing.T) {
 // FIFO, scheduled jobs when due, and dedup keys still held.
 func TestReopenFromSnapshotKeepsOrder(t *testing.T) {
 	clk := newFakeClock()
-	url := memURL(t)
+	url := testenv.MemURL(t.Name())
 	q, err := Open(t0ctx, url, withClock(clk), WithSnapshotThreshold(1, 1))
 	if err != nil {
 		t.Fatal(err)

@@ -5,19 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
-
-var storeSeq atomic.Int64
-
-// memURL returns a fresh in-memory store URL.
-func memURL(t testing.TB) string {
-	return fmt.Sprintf("mem://%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), storeSeq.Add(1))
-}
 
 func openT(t testing.TB, url string, opts ...Option) *Queue {
 	t.Helper()
@@ -161,7 +154,7 @@ func kvSuite(t *testing.T, newURL func(t *testing.T) string) {
 		q := openT(t, newURL(t), WithMaxValueSize(1000), WithHeartbeat(time.Hour))
 		// A file:// store stages its first WAL segment (a write) in the
 		// background after Open: let it finish.
-		waitFor(t, q.be.(*local).eng.Settled)
+		testenv.Eventually(t, 10*time.Second, "the engine to settle", q.be.(*local).eng.Settled)
 		before := q.StorageStats()
 		cases := map[string]struct {
 			err  error
@@ -245,7 +238,7 @@ func kvSuite(t *testing.T, newURL func(t *testing.T) string) {
 }
 
 func TestKVMem(t *testing.T) {
-	kvSuite(t, func(t *testing.T) string { return memURL(t) })
+	kvSuite(t, func(t *testing.T) string { return testenv.MemURL(t.Name()) })
 }
 
 func TestKVFile(t *testing.T) {
@@ -278,7 +271,7 @@ func TestOpenErrors(t *testing.T) {
 		"cluster Advertise port":  WithCluster(ClusterConfig{Listen: ":7420", Advertise: "10.0.0.5"}),
 		"cluster DialTimeout":     WithCluster(ClusterConfig{Listen: ":7420", DialTimeout: -1}),
 	} {
-		if _, err := Open(ctx, memURL(t), opt); !errors.Is(err, ErrInvalidOption) {
+		if _, err := Open(ctx, testenv.MemURL(t.Name()), opt); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("%s: Open = %v, want ErrInvalidOption", name, err)
 		}
 	}
@@ -286,7 +279,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestSameStoreSharedInProcess(t *testing.T) {
 	ctx := context.Background()
-	url := memURL(t)
+	url := testenv.MemURL(t.Name())
 	a := openT(t, url)
 	b := openT(t, url)
 	if err := a.Put(ctx, []byte("k"), []byte("v")); err != nil {

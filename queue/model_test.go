@@ -17,6 +17,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/handoff"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // The model test applies random operations both to a real Queue (on mem://
@@ -1832,7 +1833,7 @@ func TestModelMem(t *testing.T) {
 	for _, seed := range modelSeeds(t, []uint64{1, 2, 3, 4}, 2) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Logf("replay: STEPWELL_MODEL_SEED=%d go test -run 'TestModelMem' ./queue/", seed)
-			runModel(t, memURL(t), seed, nops)
+			runModel(t, testenv.MemURL(t.Name()), seed, nops)
 		})
 	}
 }
@@ -1904,7 +1905,7 @@ func TestModelDedupWithSeveralHolders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
-			url := memURL(t)
+			url := testenv.MemURL(t.Name())
 			q := openT(t, url, modelOptions(clk)...)
 			opts := EnqueueOptions{DedupKey: "k", MaxAttempts: 3}
 			a := mustEnqueue(t, q, "qa", "a", opts)
@@ -2004,7 +2005,7 @@ func TestModelCancelRequestSurvivesRestart(t *testing.T) {
 	for _, how := range []string{"lease-expiry", "restart"} {
 		t.Run(how, func(t *testing.T) {
 			clk := newFakeClock()
-			url := memURL(t)
+			url := testenv.MemURL(t.Name())
 			q := openT(t, url, modelOptions(clk)...)
 			a := mustEnqueue(t, q, "qa", "a", EnqueueOptions{})
 			mustClaim(t, q, "qa")

@@ -419,22 +419,23 @@ func takeoverTry(t *testing.T, url string, r *takeoverResult) {
 	}
 	// Let it run for a while, then take over at a moment when it is at
 	// full speed (over the last half second) and acknowledging commits.
-	for {
-		_, wal, _ := h.rate(time.Now(), 500*time.Millisecond)
-		if time.Since(opened) >= takeoverWarmup && h.ackCount() >= 100 &&
-			wal >= takeoverMinWALRate && h.sinceAck() < 10*time.Millisecond {
-			break
-		}
-		if time.Since(opened) > 30*time.Second {
-			t.Fatalf("helper not at speed after 30s: %d commits acknowledged, %.0f WAL batches/s over the last 0.5s (want %d)\n%s",
+	var wal float64
+	defer func() {
+		if t.Failed() {
+			t.Logf("helper: %d commits acknowledged, %.0f WAL batches/s over the last 0.5s (want %d)\n%s",
 				h.ackCount(), wal, takeoverMinWALRate, h.diag())
 		}
+	}()
+	testenv.Eventually(t, 30*time.Second, "the helper to be at speed and acknowledging commits", func() bool {
 		select {
 		case <-h.exited:
 			t.Fatalf("helper exited during warm-up: %v\n%s", h.waitErr, h.diag())
-		case <-time.After(2 * time.Millisecond):
+		default:
 		}
-	}
+		_, wal, _ = h.rate(time.Now(), 500*time.Millisecond)
+		return time.Since(opened) >= takeoverWarmup && h.ackCount() >= 100 &&
+			wal >= takeoverMinWALRate && h.sinceAck() < 10*time.Millisecond
+	})
 
 	openStart := time.Now()
 	r.txnRate, r.walRate, r.putRate = h.rate(openStart, time.Second)

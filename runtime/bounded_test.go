@@ -153,11 +153,11 @@ func TestHugeErrorsAndReasonsAreBounded(t *testing.T) {
 			}
 			// The notice of the dead job (its reason header is bounded
 			// tighter: 1 KiB) found the run ended and was acknowledged.
-			eventually(t, waitTimeout, "the dead step's notice to be handled", func() bool {
+			testenv.Eventually(t, waitTimeout, "the dead step's notice to be handled", func() bool {
 				s := mustStats(t, q, stepsQueue+".dead")
 				return s.Pending+s.Claimed == 0
 			})
-			eventually(t, waitTimeout, "the failure to be logged", func() bool {
+			testenv.Eventually(t, waitTimeout, "the failure to be logged", func() bool {
 				return strings.Contains(logs.String(), "level=ERROR msg=\"stepwell: step failed; the run fails\" run_id=huge step=1")
 			})
 			checkLogsSane(t, logs)
@@ -241,7 +241,7 @@ func TestUnsettleableSettlementFailsRun(t *testing.T) {
 			if !strings.HasPrefix(o.Error, want) || !strings.Contains(o.Error, fmt.Sprintf("exceeds the limit of %d", limit)) {
 				t.Fatalf("run's error %q, want %q... exceeds the limit of %d", o.Error, want, limit)
 			}
-			eventually(t, waitTimeout, "the failure to be logged and reported", func() bool {
+			testenv.Eventually(t, waitTimeout, "the failure to be logged and reported", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(reported) > 0 && strings.Contains(logs.String(), "level=ERROR msg=\"stepwell: step failed; the run fails\" run_id=unsettleable step=1")

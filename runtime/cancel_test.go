@@ -48,7 +48,7 @@ func TestCancelPendingRun(t *testing.T) {
 	if o.Status != terminal.Cancelled || o.Error != "" || o.FinalStep != 0 || o.Result != nil || o.Headers["h"] != "v" {
 		t.Errorf("outcome = %+v, want cancelled with empty error", o)
 	}
-	quiet(t, 100*time.Millisecond, "a cancelled run executed", func() bool { return calls.Load() == 0 })
+	whenIdle(t, q, "a cancelled run executed", func() bool { return calls.Load() == 0 })
 	if out := mustSubmit(t, rt, runtime.RunSpec{RunID: "pending", Headers: map[string]string{"h": "v"}}); out.NewlySubmitted {
 		t.Errorf("Submit of the cancelled run = %+v, want a duplicate", out)
 	}
@@ -181,7 +181,7 @@ func TestCancelRunningStep(t *testing.T) {
 				t.Errorf("step queue = %+v, want empty (no next step, no retry)", s)
 			}
 			mustCancel(t, rt, "running", false)
-			quiet(t, 100*time.Millisecond, "the step ran again or the hook fired twice", func() bool {
+			whenIdle(t, q, "the step ran again or the hook fired twice", func() bool {
 				return br.calls.Load() == 1 && len(hook.outcomes("running")) == 1
 			})
 			// Whatever the step returned, the cancel ended the run: the
@@ -260,7 +260,7 @@ func TestCancelFinishedAndUnknownRuns(t *testing.T) {
 	}
 	mustCancel(t, rt, "unknown", false)
 	mustCancel(t, rt, "a/b", false) // not even a valid ID
-	quiet(t, 50*time.Millisecond, "the hook fired again", func() bool { return hook.total() == 1 })
+	whenIdle(t, q, "the hook fired again", func() bool { return hook.total() == 1 })
 }
 
 func TestCancelFromAnotherRuntime(t *testing.T) {
@@ -325,7 +325,7 @@ func TestCancelFromNoopRuntimeStillNotifiesHook(t *testing.T) {
 	api := newRuntime(t, q, nil, nil)
 	// The worker has Run on the store before (a deployment's steady state).
 	first := startRun(t, worker)
-	eventually(t, waitTimeout, "the worker to record its notify queue", func() bool {
+	testenv.Eventually(t, waitTimeout, "the worker to record its notify queue", func() bool {
 		v, err := q.Get(context.Background(), []byte("workflow/config/notify_queue"))
 		return err == nil && string(v) == notifyQueue
 	})
@@ -339,7 +339,7 @@ func TestCancelFromNoopRuntimeStillNotifiesHook(t *testing.T) {
 	if o := hook.wait(t, "api-done"); o.Status != terminal.Succeeded {
 		t.Errorf("outcome = %+v", o)
 	}
-	eventually(t, stuckTimeout, "the worker's hook to hear about the run cancelled through the Noop Runtime", func() bool {
+	testenv.Eventually(t, stuckTimeout, "the worker's hook to hear about the run cancelled through the Noop Runtime", func() bool {
 		return len(hook.outcomes("api-cancelled")) == 1
 	})
 }
@@ -384,7 +384,7 @@ func TestCancelRacesWithSettlement(t *testing.T) {
 			t.Errorf("run %s: Cancel returned %v, hook says %v", id, results[i], o.Status)
 		}
 	}
-	quiet(t, 100*time.Millisecond, "a hook fired twice", func() bool { return hook.total() == n })
+	whenIdle(t, q, "a hook fired twice", func() bool { return hook.total() == n })
 }
 
 // When the queue dead-letters a run's current step on its own (a lease that
@@ -400,7 +400,7 @@ func TestCancelRunWhoseStepIsDeadReturns(t *testing.T) {
 	if j, err := claimOne(context.Background(), q, stepsQueue); err != nil || j == nil {
 		t.Fatalf("Claim = %v, %v", j, err)
 	}
-	eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool { return mustStats(t, q, stepsQueue).Dead == 1 })
+	testenv.Eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool { return mustStats(t, q, stepsQueue).Dead == 1 })
 
 	type result struct {
 		ok  bool
@@ -463,7 +463,7 @@ func TestCancelBeforeWorkerRunsStillNotifiesHook(t *testing.T) {
 			t.Errorf("outcome of run %s, cancelled before the worker ran = %+v", id, o)
 		}
 	}
-	eventually(t, waitTimeout, "the notices queue drained", func() bool {
+	testenv.Eventually(t, waitTimeout, "the notices queue drained", func() bool {
 		s := mustStats(t, q, deadStepsQueue)
 		return s.Pending+s.Claimed+s.Dead == 0
 	})
@@ -485,7 +485,7 @@ func TestCancelHandOffWithoutAnyHook(t *testing.T) {
 	}
 	worker := newRuntime(t, q, succeedRunner(nil), nil)
 	startRun(t, worker)
-	eventually(t, waitTimeout, "the hand-off dropped", func() bool {
+	testenv.Eventually(t, waitTimeout, "the hand-off dropped", func() bool {
 		s := mustStats(t, q, deadStepsQueue)
 		return s.Pending+s.Claimed+s.Dead == 0
 	})
@@ -538,7 +538,7 @@ func TestNewDoesNoIO(t *testing.T) {
 		t.Errorf("notify queue recorded by New: Get = %v", err)
 	}
 	r := startRun(t, worker)
-	eventually(t, waitTimeout, "Run to record the notify queue", func() bool {
+	testenv.Eventually(t, waitTimeout, "Run to record the notify queue", func() bool {
 		v, err := q.Get(ctx, []byte("workflow/config/notify_queue"))
 		return err == nil && string(v) == "workflow-notify"
 	})

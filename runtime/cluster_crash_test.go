@@ -519,20 +519,22 @@ func (c *crashCluster) live() []*crashHelper {
 // output) after clusterDeadline.
 func (c *crashCluster) waitFor(what string, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(clusterDeadline)
 	c.detail = ""
-	for !cond() {
-		if time.Now().After(deadline) {
-			var out strings.Builder
-			for _, h := range c.helpers {
-				if h.alive() {
-					out.WriteString(h.output())
-				}
-			}
-			c.t.Fatalf("timed out after %v waiting for %s (%s)\n%s", clusterDeadline, what, c.detail, out.String())
+	done := false
+	defer func() {
+		if done {
+			return
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		var out strings.Builder
+		for _, h := range c.helpers {
+			if h.alive() {
+				out.WriteString(h.output())
+			}
+		}
+		c.t.Logf("(%s)\n%s", c.detail, out.String())
+	}()
+	testenv.Eventually(c.t, clusterDeadline, what, cond)
+	done = true
 }
 
 // writers returns the live helpers whose last report is RoleWriter.
@@ -930,13 +932,9 @@ func clusterCrash(t *testing.T, store, url string, rounds int) {
 			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
 		}
 	}
-	waitRole := time.Now()
-	for q.Role() != queue.RoleWriter {
-		if time.Since(waitRole) > clusterDeadline {
-			t.Fatalf("the parent is %v after every helper closed", q.Role())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
+		return q.Role() == queue.RoleWriter
+	})
 
 	ev := readCrashEvents(t, c.dir)
 	settledAt := checkClusterCrash(t, q, rt, ev)

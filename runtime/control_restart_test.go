@@ -157,7 +157,8 @@ func TestRunControlSurvivesSIGKILL(t *testing.T) {
 		t.Errorf("ctl-timeout: %+v (%q)", o, o.Result)
 	}
 	// The parked step's delay has run out: still it must not start.
-	quiet(t, 2*controlPauseDelay, "the parked step started before Resume", func() bool { return len(log.of("ctl-paused")) == 0 })
+	waitParkedDue(t, q, "ctl-paused")
+	whenIdle(t, q, "the parked step started before Resume", func() bool { return len(log.of("ctl-paused")) == 0 })
 	if err := rt.Resume(ctx, "ctl-paused"); err != nil {
 		t.Fatal(err)
 	}

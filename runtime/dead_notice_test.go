@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -74,7 +75,7 @@ func TestStaleDeadNoticeAfterRetry(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the retried step never started")
 	}
-	eventually(t, waitTimeout, "the stale dead-step notice acknowledged while the step runs", func() bool {
+	testenv.Eventually(t, waitTimeout, "the stale dead-step notice acknowledged while the step runs", func() bool {
 		s := mustStats(t, q, deadStepsQueue)
 		return s.Pending == 0 && s.Scheduled == 0 && s.Claimed == 0
 	})
@@ -84,7 +85,7 @@ func TestStaleDeadNoticeAfterRetry(t *testing.T) {
 	close(release)
 	// Both terminations are notified: the Cancel's (handed over, as no
 	// Runtime with a hook had Run yet) and the retried run's.
-	eventually(t, waitTimeout, "two notifications", func() bool { return len(hook.outcomes("r")) == 2 })
+	testenv.Eventually(t, waitTimeout, "two notifications", func() bool { return len(hook.outcomes("r")) == 2 })
 	byRetries := map[uint32]terminal.Outcome{}
 	for _, o := range hook.outcomes("r") {
 		byRetries[o.Retries] = o
@@ -144,7 +145,7 @@ func TestDeletedDeadStepStillFailsRun(t *testing.T) {
 	client := newRuntime(t, q, nil, nil)
 	mustSubmit(t, client, runtime.RunSpec{RunID: "r", Input: []byte("in")})
 	dead := killStep(t, q)
-	eventually(t, waitTimeout, "the reaper to delete the dead job", func() bool {
+	testenv.Eventually(t, waitTimeout, "the reaper to delete the dead job", func() bool {
 		_, err := q.GetJob(ctx, dead.ID)
 		return errors.Is(err, queue.ErrJobNotFound)
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -19,7 +20,7 @@ import (
 // reaps at the lease's pace.
 func shortLeaseURL(t *testing.T, lease time.Duration) string {
 	if !memberMode() {
-		return fmt.Sprintf("mem://%s-%d", t.Name(), storeSeq.Add(1))
+		return testenv.MemURL(t.Name())
 	}
 	url := "file://" + memberStoreDir()
 	setWriterFlags(url, fmt.Sprint("lease=", lease))
@@ -58,17 +59,10 @@ func TestRunFailsWhenQueueDeadLettersItsStep(t *testing.T) {
 	if err != nil || j == nil {
 		t.Fatalf("claim: %v %v", j, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, "the reaper to dead-letter the abandoned last attempt", func() bool {
 		s, _ := q.Stats(ctx, "workflow-steps")
-		if s.Dead == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the reaper did not dead-letter the abandoned last attempt: %+v", s)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return s.Dead == 1
+	})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(runCtx) }()
@@ -104,9 +98,10 @@ func TestCancelRunWithDeadStep(t *testing.T) {
 	}), terminal.Noop)
 	rt.Submit(ctx, runtime.RunSpec{RunID: "r", Input: nil})
 	claimOne(ctx, q, "workflow-steps")
-	for s, _ := q.Stats(ctx, "workflow-steps"); s.Dead == 0; s, _ = q.Stats(ctx, "workflow-steps") {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool {
+		s, _ := q.Stats(ctx, "workflow-steps")
+		return s.Dead > 0
+	})
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	ok, err := rt.Cancel(cctx, "r")

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/runtime"
@@ -67,29 +66,29 @@ func TestStepErrorsAreLoggedAndReported(t *testing.T) {
 	rt := newRuntime(t, q, runner, hook, runtime.WithLogger(logger), runtime.WithErrorHandler(handler))
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "flaky", MaxAttemptsPerStep: 5})
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "doomed", MaxAttemptsPerStep: 5})
-	startRun(t, rt)
+	run := startRun(t, rt)
 	if st := waitTerminal(t, rt, "flaky"); st.State != runtime.StateSucceeded {
 		t.Fatalf("flaky: %v", st.State)
 	}
 	if st := waitTerminal(t, rt, "doomed"); st.State != runtime.StateFailed {
 		t.Fatalf("doomed: %v", st.State)
 	}
-	eventually(t, waitTimeout, "a failed hook delivery to be logged", func() bool {
+	testenv.Eventually(t, waitTimeout, "a failed hook delivery to be logged", func() bool {
 		return len(linesWith(logs.String(), "level=WARN", "terminal hook failed", "receiver down")) > 0
 	})
 	// A failed attempt is logged and then reported once its settlement
 	// committed: that can come after the run's next attempt, or its end,
 	// is visible. Wait for the three, then check that there are no more.
-	eventually(t, waitTimeout, "3 failed attempts reported", func() bool {
+	testenv.Eventually(t, waitTimeout, "3 failed attempts reported", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(reported) >= 3
 	})
-	quiet(t, 50*time.Millisecond, "a fourth failed attempt reported", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(reported) == 3
-	})
+	// A report follows its settlement's commit in the worker: once the
+	// queues are idle and Run has returned, every report has been made
+	// (and there must be no fourth).
+	waitIdle(t, q)
+	run.stop()
 
 	mu.Lock()
 	defer mu.Unlock()

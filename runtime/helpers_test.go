@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -55,7 +56,7 @@ func memURL() string {
 	case "member":
 		return "file://" + memberStoreDir()
 	}
-	return fmt.Sprintf("mem://runtime-test-%d-%d", os.Getpid(), storeSeq.Add(1))
+	return testenv.MemURL("runtime-test")
 }
 
 // fileURL returns the URL of a fresh local-disk store in a temp dir.
@@ -136,34 +137,23 @@ func (r *running) stop() error {
 	return r.err
 }
 
-// eventually polls cond until it holds, failing the test after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // waitStatus polls Status until pred holds and returns that status.
 func waitStatus(t testing.TB, rt *runtime.Runtime, runID string, what string, pred func(runtime.RunStatus) bool) runtime.RunStatus {
 	t.Helper()
 	var st runtime.RunStatus
 	var lastErr error
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	done := false
+	defer func() {
+		if !done {
+			t.Logf("run %s: last status %+v, err %v", runID, st, lastErr)
+		}
+	}()
+	testenv.Eventually(t, waitTimeout, "run "+runID+": "+what, func() bool {
 		st, lastErr = rt.Status(context.Background(), runID)
-		if lastErr == nil && pred(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s: timed out waiting for %s; last status %+v, err %v", runID, what, st, lastErr)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return lastErr == nil && pred(st)
+	})
+	done = true
+	return st
 }
 
 // waitTerminal waits until the run is in a final state.
@@ -220,7 +210,7 @@ func (h *hookRecorder) total() int {
 // wait waits for the first call for runID and returns it.
 func (h *hookRecorder) wait(t testing.TB, runID string) terminal.Outcome {
 	t.Helper()
-	eventually(t, waitTimeout, "the hook to be called for "+runID, func() bool { return len(h.outcomes(runID)) > 0 })
+	testenv.Eventually(t, waitTimeout, "the hook to be called for "+runID, func() bool { return len(h.outcomes(runID)) > 0 })
 	return h.outcomes(runID)[0]
 }
 
@@ -316,16 +306,54 @@ func checkNoReservedHeaders(t testing.TB, what string, h map[string]string) {
 	}
 }
 
-// quiet waits d and then checks that cond still holds (used to make sure
-// something does NOT happen after the condition it depends on was met).
-func quiet(t testing.TB, d time.Duration, what string, cond func() bool) {
+// waitIdle waits until q has no job queued, scheduled or claimed in any
+// queue (dead jobs aside): the Runtimes on q have nothing left to do, but
+// for what follows a settlement's commit in the same worker (an
+// ErrorHandler report; stop Run to wait for that too).
+func waitIdle(t testing.TB, q *queue.Queue) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !cond() {
-			t.Fatalf("%s", what)
+	testenv.Eventually(t, waitTimeout, "the queues to be idle (no job queued, scheduled or claimed)", func() bool {
+		names, err := q.Queues(context.Background())
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		for _, name := range names {
+			if s := mustStats(t, q, name); s.Pending+s.Scheduled+s.Claimed != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitParkedDue waits until the due time of runID's parked step has
+// passed: had the step stayed queued, it would now be claimable.
+func waitParkedDue(t testing.TB, q *queue.Queue, runID string) {
+	t.Helper()
+	b, err := q.Get(context.Background(), runrec.ParkedKey(runID))
+	if err != nil {
+		t.Fatalf("the parked step of %s: %v", runID, err)
+	}
+	p, err := runrec.DecodeParked(b)
+	if err != nil {
+		t.Fatalf("the parked step of %s: %v", runID, err)
+	}
+	testenv.Eventually(t, waitTimeout, "the parked step's due time to pass", func() bool {
+		return time.Now().UnixNano() > p.DueAt
+	})
+}
+
+// whenIdle checks that something did NOT happen (a step ran again, a hook
+// was called twice): it waits until q is idle (waitIdle), then fails the
+// test with what unless cond holds. Whatever could break cond (a
+// redelivery, a retry, a parked step let through, a second notification)
+// is a job until it has run, so an idle queue proves those paths ran; a
+// fixed wait proves nothing on a slow machine.
+func whenIdle(t testing.TB, q *queue.Queue, what string, cond func() bool) {
+	t.Helper()
+	waitIdle(t, q)
+	if !cond() {
+		t.Fatalf("%s", what)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/runrec"
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -116,7 +117,7 @@ func TestListRunsUnindexedStore(t *testing.T) {
 		t.Fatalf("unindexed page 2 = %v, %v", ids(p.Runs), err)
 	}
 	startRun(t, newRuntime(t, q, succeedRunner(nil), nil))
-	eventually(t, waitTimeout, "the store to be indexed", func() bool {
+	testenv.Eventually(t, waitTimeout, "the store to be indexed", func() bool {
 		_, err := q.Get(ctx, []byte("workflow/config/submitted_index"))
 		return err == nil
 	})
@@ -134,11 +135,11 @@ func TestListRunsSkipsExpired(t *testing.T) {
 	rt := newRuntime(t, q, succeedRunner(nil), nil, runtime.WithTerminalRetention(time.Millisecond))
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "gone"})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "the run to expire", func() bool {
+	testenv.Eventually(t, waitTimeout, "the run to expire", func() bool {
 		_, err := rt.Status(context.Background(), "gone")
 		return errors.Is(err, runtime.ErrRunNotFound)
 	})
-	eventually(t, waitTimeout, "its index entry to go", func() bool {
+	testenv.Eventually(t, waitTimeout, "its index entry to go", func() bool {
 		page, err := q.Scan(context.Background(), []byte(runrec.SubmittedPrefix), queue.ScanOptions{})
 		return err == nil && len(page.Items) == 0
 	})
@@ -222,7 +223,7 @@ func TestExpiryKeepsAnUnreadableRun(t *testing.T) {
 	rt := newRuntime(t, q, succeedRunner(nil), nil, runtime.WithTerminalRetention(time.Hour))
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "broken"})
 	r := startRun(t, rt)
-	eventually(t, waitTimeout, "run broken to end", func() bool {
+	testenv.Eventually(t, waitTimeout, "run broken to end", func() bool {
 		st, err := rt.Status(ctx, "broken")
 		return err == nil && st.State.Terminal()
 	})
@@ -233,7 +234,7 @@ func TestExpiryKeepsAnUnreadableRun(t *testing.T) {
 	rt2 := newRuntime(t, q, succeedRunner(nil), nil, runtime.WithTerminalRetention(time.Millisecond))
 	mustSubmit(t, rt2, runtime.RunSpec{RunID: "later"})
 	startRun(t, rt2)
-	eventually(t, waitTimeout, "run later, which ended after broken, to expire", func() bool {
+	testenv.Eventually(t, waitTimeout, "run later, which ended after broken, to expire", func() bool {
 		_, err := rt2.Status(ctx, "later")
 		return errors.Is(err, runtime.ErrRunNotFound)
 	})

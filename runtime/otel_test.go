@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
 )
@@ -70,7 +71,7 @@ func TestOTelTraceOneRun(t *testing.T) {
 	for _, s := range log.of("traced") {
 		checkNoReservedHeaders(t, "Step.Headers", s.Headers)
 	}
-	eventually(t, waitTimeout, "3 step spans and a hook span", func() bool {
+	testenv.Eventually(t, waitTimeout, "3 step spans and a hook span", func() bool {
 		return len(spansNamed(sr, "stepwell.step")) == 3 && len(spansNamed(sr, "stepwell.hook")) == 1
 	})
 	want := parent.SpanContext()
@@ -186,7 +187,7 @@ func TestOTelFailedAttemptSpan(t *testing.T) {
 	}
 	parent.End()
 	hook.wait(t, "flaky")
-	eventually(t, waitTimeout, "two step spans", func() bool { return len(spansNamed(sr, "stepwell.step")) == 2 })
+	testenv.Eventually(t, waitTimeout, "two step spans", func() bool { return len(spansNamed(sr, "stepwell.step")) == 2 })
 	for _, s := range spansNamed(sr, "stepwell.step") {
 		if s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
 			t.Errorf("attempt span in another trace")

@@ -76,7 +76,7 @@ func TestStoreOutageFailsNoRun(t *testing.T) {
 		t.Fatalf("Submit with a 1s ctx took %v during the outage", d)
 	}
 	ids = append(ids, "gave-up")
-	eventually(t, 2*time.Minute, "an outage longer than the write-retry budget and 5 leases", func() bool {
+	testenv.Eventually(t, 2*time.Minute, "an outage longer than the write-retry budget and 5 leases", func() bool {
 		h := q.Health()
 		return !h.Healthy && h.Stalled > 5*lease && h.Stalled > 5*writeRetry && h.LastError != nil
 	})
@@ -125,7 +125,7 @@ func TestStoreOutageFailsNoRun(t *testing.T) {
 	if memberMode() {
 		// A member's Health is the writer's as of its last events reply,
 		// which comes every 5s at most.
-		eventually(t, waitTimeout, "the member's Health to be healthy again", func() bool { return q.Health().Healthy })
+		testenv.Eventually(t, waitTimeout, "the member's Health to be healthy again", func() bool { return q.Health().Healthy })
 	}
 	if h := q.Health(); !h.Healthy {
 		t.Fatalf("Health after the outage = %+v", h)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/runrec"
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -50,7 +51,8 @@ func TestPauseParksScheduledStep(t *testing.T) {
 	if s := mustStats(t, q, stepsQueue); s.Pending+s.Scheduled+s.Claimed != 0 {
 		t.Fatalf("a paused run's step is still queued: %+v", s)
 	}
-	quiet(t, 400*time.Millisecond, "step 1 of a paused run started", func() bool { return len(log.of("p1")) == 1 })
+	waitParkedDue(t, q, "p1") // the delay runs out while paused
+	whenIdle(t, q, "step 1 of a paused run started", func() bool { return len(log.of("p1")) == 1 })
 	if err := rt.Resume(ctx, "p1"); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestPauseRunningStepParksSuccessor(t *testing.T) {
 	waitStatus(t, rt, "p2", "paused at step 1", func(s runtime.RunStatus) bool {
 		return s.State == runtime.StatePaused && s.CurrentStep == 1
 	})
-	quiet(t, 200*time.Millisecond, "the successor of a paused run's step started", func() bool { return len(log.of("p2")) == 1 })
+	whenIdle(t, q, "the successor of a paused run's step started", func() bool { return len(log.of("p2")) == 1 })
 	if err := rt.Resume(ctx, "p2"); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +139,13 @@ func TestPauseRacesSettlement(t *testing.T) {
 			return s.State == runtime.StatePaused || s.State.Terminal()
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // nothing more may start
+	// Nothing more may start. Wait until no step job is queued or claimed
+	// (a paused run's next step is parked, not queued): a step that a lost
+	// Pause let through has then run, and is in the log.
+	testenv.Eventually(t, waitTimeout, "no step queued or claimed", func() bool {
+		s := mustStats(t, q, stepsQueue)
+		return s.Pending+s.Scheduled+s.Claimed == 0
+	})
 	for i := range runs {
 		id := fmt.Sprintf("pr-%d", i)
 		if n := len(log.of(id)); n > atPause[i]+1 {
@@ -196,7 +204,7 @@ func TestPauseWaitingRun(t *testing.T) {
 	if st.State != runtime.StatePaused || st.WaitingFor != "" || len(mailbox(t, q, "pw")) != 0 {
 		t.Fatalf("signalled paused run %+v (mailbox %q)", st, mailbox(t, q, "pw"))
 	}
-	quiet(t, 150*time.Millisecond, "a paused run's woken step started", func() bool { return len(log.of("pw")) == 1 })
+	whenIdle(t, q, "a paused run's woken step started", func() bool { return len(log.of("pw")) == 1 })
 	if err := client.Resume(ctx, "pw"); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +272,7 @@ func TestCancelPausedRun(t *testing.T) {
 	if err := rt.Retry(ctx, "cp"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "the retried run to end", func() bool { return len(hook.outcomes("cp")) == 2 })
+	testenv.Eventually(t, waitTimeout, "the retried run to end", func() bool { return len(hook.outcomes("cp")) == 2 })
 	if o := hook.outcomes("cp")[1]; o.Status != terminal.Succeeded || string(o.Result) != "parked" {
 		t.Fatalf("retried run %+v", o)
 	}
@@ -284,7 +292,7 @@ func TestExpiryDeletesMailbox(t *testing.T) {
 		}
 	}
 	startRun(t, rt)
-	eventually(t, waitTimeout, "the run to expire", func() bool {
+	testenv.Eventually(t, waitTimeout, "the run to expire", func() bool {
 		_, err := rt.Status(ctx, "ex")
 		return errors.Is(err, runtime.ErrRunNotFound)
 	})
@@ -318,7 +326,7 @@ func TestPauseParksRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	eventually(t, waitTimeout, "the retry to be parked", func() bool {
+	testenv.Eventually(t, waitTimeout, "the retry to be parked", func() bool {
 		_, err := q.Get(ctx, runrec.ParkedKey("pr"))
 		return err == nil
 	})

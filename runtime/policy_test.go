@@ -145,10 +145,10 @@ func TestStepIgnoringTimeoutIsNotWaitedFor(t *testing.T) {
 	if o.Status != terminal.Succeeded || string(o.Result) != "retry" {
 		t.Fatalf("outcome = %+v, want succeeded with the retry's result", o)
 	}
-	eventually(t, waitTimeout, "the late result to be logged as discarded", func() bool {
+	testenv.Eventually(t, waitTimeout, "the late result to be logged as discarded", func() bool {
 		return strings.Contains(logs.String(), "returned after its timeout")
 	})
-	quiet(t, 200*time.Millisecond, "the late result changed the run", func() bool {
+	whenIdle(t, q, "the late result changed the run", func() bool {
 		st, err := rt.Status(context.Background(), "stuck")
 		return err == nil && st.State == runtime.StateSucceeded && string(st.Result) == "retry" &&
 			len(hook.outcomes("stuck")) == 1

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -94,7 +95,7 @@ func TestRestartMidStepRedeliversIt(t *testing.T) {
 	}), terminal.Noop, runtime.WithDrainTimeout(20*time.Millisecond))
 	mustSubmit(t, rt1, runtime.RunSpec{RunID: "mid", Input: []byte("in"), MaxAttemptsPerStep: 5})
 	r1 := startRun(t, rt1)
-	eventually(t, waitTimeout, "step 1 to start", func() bool { return len(log1.of("mid")) == 2 })
+	testenv.Eventually(t, waitTimeout, "step 1 to start", func() bool { return len(log1.of("mid")) == 2 })
 	r1.stop()
 	if err := q1.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestStepLostOnLastAttemptEndsRun(t *testing.T) {
 		if j, err := claimOne(context.Background(), q, stepsQueue); err != nil || j == nil {
 			t.Fatalf("Claim = %v, %v", j, err)
 		}
-		eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool { return mustStats(t, q, stepsQueue).Dead == 1 })
+		testenv.Eventually(t, waitTimeout, "the reaper to dead-letter the step", func() bool { return mustStats(t, q, stepsQueue).Dead == 1 })
 		checkRunEnds(t, q, "lost")
 	})
 	t.Run("drain timeout", func(t *testing.T) {
@@ -183,26 +184,28 @@ func checkRunEnds(t *testing.T, q *queue.Queue, runID string) {
 	hook := &hookRecorder{}
 	rt := newRuntime(t, q, succeedRunner(&log), hook)
 	startRun(t, rt)
-	deadline := time.Now().Add(stuckTimeout)
-	for time.Now().Before(deadline) {
-		if len(hook.outcomes(runID)) > 0 || len(log.of(runID)) > 0 {
-			st := waitTerminal(t, rt, runID)
-			t.Logf("run %s ended: hook %+v, redelivered steps %d, status %+v", runID, hook.outcomes(runID), len(log.of(runID)), st)
-			if o := hook.wait(t, runID); len(log.of(runID)) == 0 && (o.Status != terminal.Failed || st.State != runtime.StateFailed || o.Error == "") {
-				t.Errorf("run %s: the lost step ended it as %v (%q), status %v; want failed with a reason", runID, o.Status, o.Error, st.State)
-			}
+	ended := false
+	defer func() {
+		if ended {
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		st, err := rt.Status(context.Background(), runID)
+		dead := deadJobs(t, q, stepsQueue)
+		var hist []string
+		for _, j := range dead {
+			hist = append(hist, fmt.Sprintf("%s attempt %d/%d", j.ID, j.Attempt, j.MaxAttempts))
+		}
+		t.Logf("run %s is stuck: Status = %+v (err %v); dead step jobs: %v", runID, st, err, hist)
+	}()
+	testenv.Eventually(t, stuckTimeout, "run "+runID+" to end: its hook to fire or its step to be delivered again", func() bool {
+		return len(hook.outcomes(runID)) > 0 || len(log.of(runID)) > 0
+	})
+	ended = true
+	st := waitTerminal(t, rt, runID)
+	t.Logf("run %s ended: hook %+v, redelivered steps %d, status %+v", runID, hook.outcomes(runID), len(log.of(runID)), st)
+	if o := hook.wait(t, runID); len(log.of(runID)) == 0 && (o.Status != terminal.Failed || st.State != runtime.StateFailed || o.Error == "") {
+		t.Errorf("run %s: the lost step ended it as %v (%q), status %v; want failed with a reason", runID, o.Status, o.Error, st.State)
 	}
-	st, err := rt.Status(context.Background(), runID)
-	dead := deadJobs(t, q, stepsQueue)
-	var hist []string
-	for _, j := range dead {
-		hist = append(hist, fmt.Sprintf("%s attempt %d/%d", j.ID, j.Attempt, j.MaxAttempts))
-	}
-	t.Errorf("run %s is stuck: after %v the hook has not fired and the step was not delivered again; "+
-		"Status = %+v (err %v); dead step jobs: %v", runID, stuckTimeout, st, err, hist)
 }
 
 // WithTerminalRetention accepts any positive duration, and the janitor

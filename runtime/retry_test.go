@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/stepwell/stepwell/internal/runrec"
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -72,7 +73,7 @@ func TestRetryDeadStep(t *testing.T) {
 	if err := rt.Retry(context.Background(), "r"); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
-	eventually(t, waitTimeout, "the second termination", func() bool { return len(hook.outcomes("r")) == 2 })
+	testenv.Eventually(t, waitTimeout, "the second termination", func() bool { return len(hook.outcomes("r")) == 2 })
 	second := hook.outcomes("r")[1]
 	if second.Status != terminal.Succeeded || string(second.Result) != "done:p1" || second.Retries != 1 ||
 		!second.EndedAt.After(first.EndedAt) || second.Headers["h"] != "v" {
@@ -137,12 +138,12 @@ func TestRetriedRunWebhookBodyCarriesRetries(t *testing.T) {
 		defer mu.Unlock()
 		return append([]delivery(nil), got...)
 	}
-	eventually(t, waitTimeout, "the first delivery", func() bool { return len(deliveries()) == 1 })
+	testenv.Eventually(t, waitTimeout, "the first delivery", func() bool { return len(deliveries()) == 1 })
 	fail.Store(false)
 	if err := rt.Retry(context.Background(), "wh"); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
-	eventually(t, waitTimeout, "the second delivery", func() bool { return len(deliveries()) == 2 })
+	testenv.Eventually(t, waitTimeout, "the second delivery", func() bool { return len(deliveries()) == 2 })
 	ds := deliveries()
 	for i, want := range []struct{ status, retries string }{{`"failed"`, `0`}, {`"succeeded"`, `1`}} {
 		if b := ds[i].body; string(b["status"]) != want.status || string(b["retries"]) != want.retries {
@@ -198,7 +199,7 @@ func TestRetryFailAndCancel(t *testing.T) {
 		if err := client.Retry(context.Background(), id); err != nil {
 			t.Fatalf("Retry(%s): %v", id, err)
 		}
-		eventually(t, waitTimeout, id+" to end again", func() bool { return len(hook.outcomes(id)) == 2 })
+		testenv.Eventually(t, waitTimeout, id+" to end again", func() bool { return len(hook.outcomes(id)) == 2 })
 		if o := hook.outcomes(id)[1]; o.Status != terminal.Succeeded || string(o.Result) != "done:p1" || o.Retries != 1 {
 			t.Errorf("%s: second outcome %+v", id, o)
 		}
@@ -329,7 +330,7 @@ func TestRequeuedStepOfEndedRunIsRefused(t *testing.T) {
 	if err := q.RequeueDead(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "the requeued step to be dead again", func() bool {
+	testenv.Eventually(t, waitTimeout, "the requeued step to be dead again", func() bool {
 		j, err := q.GetJob(context.Background(), id)
 		return err == nil && j.State == queue.JobDead && len(j.History) == 2
 	})

@@ -9,10 +9,13 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -102,13 +105,13 @@ func TestSingleStepSucceeds(t *testing.T) {
 		t.Errorf("step headers = %v, want only the submitter's", s.Headers)
 	}
 	// The run leaves nothing behind in the queues.
-	eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
+	testenv.Eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
 		return mustStats(t, q, notifyQueue) == queue.Stats{}
 	})
 	if s := mustStats(t, q, stepsQueue); s != (queue.Stats{}) {
 		t.Errorf("step queue stats = %+v, want empty", s)
 	}
-	quiet(t, 100*time.Millisecond, "the hook was called twice", func() bool { return len(hook.outcomes("single")) == 1 })
+	whenIdle(t, q, "the hook was called twice", func() bool { return len(hook.outcomes("single")) == 1 })
 }
 
 func outcomeEqual(a, b terminal.Outcome) bool {
@@ -174,7 +177,7 @@ func TestManyRunsConcurrently(t *testing.T) {
 	for i := range n {
 		mustSubmit(t, rt, runtime.RunSpec{RunID: fmt.Sprintf("r%02d", i), Input: []byte(fmt.Sprint(i))})
 	}
-	eventually(t, waitTimeout, "every run to end", func() bool { return hook.total() >= n })
+	testenv.Eventually(t, waitTimeout, "every run to end", func() bool { return hook.total() >= n })
 	for i := range n {
 		id := fmt.Sprintf("r%02d", i)
 		o := hook.outcomes(id)
@@ -252,7 +255,7 @@ func TestPermanentErrorFailsAndDeadLetters(t *testing.T) {
 		t.Errorf("dead job headers = %v", dead[0].Headers)
 	}
 	checkDeadNoticesDrained(t, q)
-	quiet(t, 100*time.Millisecond, "the run was settled twice", func() bool { return len(hook.outcomes("perm")) == 1 })
+	whenIdle(t, q, "the run was settled twice", func() bool { return len(hook.outcomes("perm")) == 1 })
 }
 
 // checkDeadNoticesDrained waits until no notice of a dead step job is left
@@ -260,7 +263,7 @@ func TestPermanentErrorFailsAndDeadLetters(t *testing.T) {
 // pile up for steps it dead-lettered itself.
 func checkDeadNoticesDrained(t testing.TB, q *queue.Queue) {
 	t.Helper()
-	eventually(t, waitTimeout, "the dead-step notices to be handled", func() bool {
+	testenv.Eventually(t, waitTimeout, "the dead-step notices to be handled", func() bool {
 		names, err := q.Queues(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -311,7 +314,7 @@ func TestFailOutcomeIsNotDeadLettered(t *testing.T) {
 	if s := mustStats(t, q, stepsQueue); s != (queue.Stats{}) {
 		t.Errorf("step queue stats = %+v, want empty", s)
 	}
-	quiet(t, 50*time.Millisecond, "Fail was retried", func() bool { return calls.Load() == 1 })
+	whenIdle(t, q, "Fail was retried", func() bool { return calls.Load() == 1 })
 }
 
 func TestTransientErrorsExhaustAttempts(t *testing.T) {
@@ -367,7 +370,7 @@ func TestTransientErrorsExhaustAttempts(t *testing.T) {
 				t.Errorf("Status = %+v", st)
 			}
 			checkDeadNoticesDrained(t, q)
-			quiet(t, 100*time.Millisecond, "the run was settled twice", func() bool { return len(hook.outcomes("flaky")) == 1 })
+			whenIdle(t, q, "the run was settled twice", func() bool { return len(hook.outcomes("flaky")) == 1 })
 		})
 	}
 }
@@ -415,7 +418,7 @@ func TestRetryBackoffShowsScheduled(t *testing.T) {
 	}), terminal.Noop)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "backoff"})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "the first attempt", func() bool { return calls.Load() == 1 })
+	testenv.Eventually(t, waitTimeout, "the first attempt", func() bool { return calls.Load() == 1 })
 	st := waitStatus(t, rt, "backoff", "scheduled retry", func(s runtime.RunStatus) bool { return s.Scheduled })
 	if st.State != runtime.StatePending || st.CurrentStep != 0 {
 		t.Errorf("Status = %+v, want pending (scheduled) at step 0", st)
@@ -512,7 +515,7 @@ func TestPriorityOrdersRuns(t *testing.T) {
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "mid"})
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "high", Priority: 5})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "three steps", func() bool { return log.count() == 3 })
+	testenv.Eventually(t, waitTimeout, "three steps", func() bool { return log.count() == 3 })
 	var order []string
 	log.mu.Lock()
 	for _, s := range log.steps {
@@ -599,8 +602,8 @@ func TestHookRetriedUntilItSucceeds(t *testing.T) {
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "hooked", Input: []byte("r")})
 	startRun(t, rt)
 
-	eventually(t, waitTimeout, "three hook calls", func() bool { return len(hook.outcomes("hooked")) >= 3 })
-	eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
+	testenv.Eventually(t, waitTimeout, "three hook calls", func() bool { return len(hook.outcomes("hooked")) >= 3 })
+	testenv.Eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
 		return mustStats(t, q, notifyQueue) == queue.Stats{}
 	})
 	calls := hook.outcomes("hooked")
@@ -615,7 +618,7 @@ func TestHookRetriedUntilItSucceeds(t *testing.T) {
 	if dead := deadJobs(t, q, notifyQueue); len(dead) != 0 {
 		t.Errorf("dead notifications: %v", jobIDs(dead))
 	}
-	quiet(t, 100*time.Millisecond, "the hook was called again after succeeding", func() bool { return len(hook.outcomes("hooked")) == 3 })
+	whenIdle(t, q, "the hook was called again after succeeding", func() bool { return len(hook.outcomes("hooked")) == 3 })
 }
 
 func TestHookPermanentErrorDeadLettersNotification(t *testing.T) {
@@ -627,7 +630,7 @@ func TestHookPermanentErrorDeadLettersNotification(t *testing.T) {
 	rt := newRuntime(t, q, succeedRunner(nil), hook)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "gone"})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "the notification to be dead-lettered", func() bool { return len(deadJobs(t, q, notifyQueue)) == 1 })
+	testenv.Eventually(t, waitTimeout, "the notification to be dead-lettered", func() bool { return len(deadJobs(t, q, notifyQueue)) == 1 })
 	if n := len(hook.outcomes("gone")); n != 1 {
 		t.Errorf("hook called %d times, want 1 (permanent error)", n)
 	}
@@ -648,8 +651,8 @@ func TestHookPanicIsRetried(t *testing.T) {
 	rt := newRuntime(t, q, succeedRunner(nil), hook)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "hookpanic"})
 	startRun(t, rt)
-	eventually(t, waitTimeout, "a second hook call", func() bool { return len(hook.outcomes("hookpanic")) == 2 })
-	eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
+	testenv.Eventually(t, waitTimeout, "a second hook call", func() bool { return len(hook.outcomes("hookpanic")) == 2 })
+	testenv.Eventually(t, waitTimeout, "the notification to be acknowledged", func() bool {
 		return mustStats(t, q, notifyQueue) == queue.Stats{}
 	})
 }
@@ -728,7 +731,7 @@ func TestLongStepKeepsItsLease(t *testing.T) {
 	if o.Status != terminal.Succeeded || string(o.Result) != "slow" {
 		t.Errorf("outcome = %+v", o)
 	}
-	quiet(t, 250*time.Millisecond, "the step ran again", func() bool { return len(log.of("slow")) == 1 })
+	whenIdle(t, q, "the step ran again", func() bool { return len(log.of("slow")) == 1 })
 	if s := log.of("slow"); len(s) != 1 || s[0].Attempt != 1 {
 		t.Errorf("deliveries = %+v, want one, attempt 1", s)
 	}
@@ -808,51 +811,72 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 	}
 }
 
+// Run, its ctx done, stops claiming and waits for the running step, which
+// settles, and then returns. In a synctest bubble, synctest.Wait proves
+// Run has taken in the end of its ctx and stands still waiting for the
+// step (rather than a fixed wait hoping it got that far). The store is a
+// plain mem:// one in every store mode: a cluster member's network calls
+// would never stand still.
 func TestRunDrainsRunningSteps(t *testing.T) {
 	t.Parallel()
-	q := openQueue(t, memURL())
-	started := make(chan struct{})
-	release := make(chan struct{})
-	var ctxErr atomic.Value
-	hook := &hookRecorder{}
-	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
-		close(started)
-		<-release
-		if ctx.Err() != nil {
-			ctxErr.Store(fmt.Sprint(context.Cause(ctx)))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		q, err := queue.Open(ctx, testenv.MemURL(t.Name()), fastQueueOpts()...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return steprunner.Succeed([]byte("drained")), nil
-	}), hook)
-	mustSubmit(t, rt, runtime.RunSpec{RunID: "drain"})
-	r := startRun(t, rt)
-	<-started
+		defer q.Close(ctx)
+		started := make(chan struct{})
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		free := func() { releaseOnce.Do(func() { close(release) }) }
+		defer free() // a failed test lets the step end too
+		var ctxErr atomic.Value
+		hook := &hookRecorder{}
+		rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+			close(started)
+			<-release
+			if ctx.Err() != nil {
+				ctxErr.Store(fmt.Sprint(context.Cause(ctx)))
+			}
+			return steprunner.Succeed([]byte("drained")), nil
+		}), hook)
+		mustSubmit(t, rt, runtime.RunSpec{RunID: "drain"})
+		runCtx, stop := context.WithCancel(ctx)
+		stopped := make(chan error, 1)
+		go func() { stopped <- rt.Run(runCtx) }()
+		<-started
 
-	stopped := make(chan error, 1)
-	go func() { stopped <- r.stop() }()
-	select {
-	case <-stopped:
-		t.Fatal("Run returned while a step was still running")
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(release)
-	select {
-	case <-stopped:
-	case <-time.After(waitTimeout):
-		t.Fatal("Run did not return after the step finished")
-	}
-	if e := ctxErr.Load(); e != nil {
-		t.Errorf("the step's ctx was cancelled during the drain: %v", e)
-	}
-	// The settlement committed before Run returned.
-	st, err := rt.Status(context.Background(), "drain")
-	if err != nil || st.State != runtime.StateSucceeded || string(st.Result) != "drained" {
-		t.Fatalf("Status right after Run returned = %+v, %v; want succeeded", st, err)
-	}
-	// The notification is delivered by the next Run.
-	startRun(t, rt)
-	if o := hook.wait(t, "drain"); o.Status != terminal.Succeeded {
-		t.Errorf("outcome = %+v", o)
-	}
+		stop()
+		synctest.Wait() // Run has seen its ctx end and waits
+		select {
+		case err := <-stopped:
+			t.Fatalf("Run returned (%v) while a step was still running", err)
+		default:
+		}
+		free()
+		if err := <-stopped; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if e := ctxErr.Load(); e != nil {
+			t.Errorf("the step's ctx was cancelled during the drain: %v", e)
+		}
+		// The settlement committed before Run returned.
+		st, err := rt.Status(ctx, "drain")
+		if err != nil || st.State != runtime.StateSucceeded || string(st.Result) != "drained" {
+			t.Fatalf("Status right after Run returned = %+v, %v; want succeeded", st, err)
+		}
+		// The notification is delivered by the next Run.
+		runCtx, stop = context.WithCancel(ctx)
+		go func() { stopped <- rt.Run(runCtx) }()
+		if o := hook.wait(t, "drain"); o.Status != terminal.Succeeded {
+			t.Errorf("outcome = %+v", o)
+		}
+		stop()
+		if err := <-stopped; err != nil {
+			t.Errorf("second Run: %v", err)
+		}
+	})
 }
 
 func TestDrainTimeoutCancelsStepWithShutdownCause(t *testing.T) {
@@ -871,7 +895,7 @@ func TestDrainTimeoutCancelsStepWithShutdownCause(t *testing.T) {
 	// One attempt: the one the drain cut short must not use it up.
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "shutdown", MaxAttemptsPerStep: 1})
 	r := startRun(t, rt)
-	eventually(t, waitTimeout, "the step to start", func() bool { return log.count() == 1 })
+	testenv.Eventually(t, waitTimeout, "the step to start", func() bool { return log.count() == 1 })
 	r.stop()
 	select {
 	case c := <-causes:
@@ -929,7 +953,7 @@ func TestSettleWhileRenewingLeases(t *testing.T) {
 		mustSubmit(t, rt, runtime.RunSpec{RunID: fmt.Sprintf("renew-%02d", i), MaxAttemptsPerStep: 1000})
 	}
 	startRun(t, rt)
-	eventually(t, waitTimeout, "every run to end", func() bool { return hook.total() >= n })
+	testenv.Eventually(t, waitTimeout, "every run to end", func() bool { return hook.total() >= n })
 	for i := range n {
 		id := fmt.Sprintf("renew-%02d", i)
 		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded || string(st.Result) != "01" {
@@ -958,7 +982,7 @@ func TestStepChainingOrder(t *testing.T) {
 			mustSubmit(t, rt, runtime.RunSpec{RunID: "a"})
 			mustSubmit(t, rt, runtime.RunSpec{RunID: "b"})
 			startRun(t, rt)
-			eventually(t, waitTimeout, "six steps", func() bool { return log.count() == 6 })
+			testenv.Eventually(t, waitTimeout, "six steps", func() bool { return log.count() == 6 })
 			var order []string
 			log.mu.Lock()
 			for _, s := range log.steps {
@@ -988,14 +1012,14 @@ func TestIdleRunCommitsPerRun(t *testing.T) {
 	// A first run makes sure the Run's workers are up and idle.
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "warm"})
 	hooks.wait(t, "warm")
-	eventually(t, waitTimeout, "the warm-up notification acked", func() bool {
+	testenv.Eventually(t, waitTimeout, "the warm-up notification acked", func() bool {
 		return mustStats(t, q, "workflow-notify").Claimed == 0
 	})
 	before, callsBefore := q.StorageStats().Transactions, q.StorageStats().ClusterCalls
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "r"})
 	hooks.wait(t, "r")
 	statsCalls := int64(0)
-	eventually(t, waitTimeout, "the notification acked", func() bool {
+	testenv.Eventually(t, waitTimeout, "the notification acked", func() bool {
 		statsCalls++
 		s := mustStats(t, q, "workflow-notify")
 		return s.Claimed+s.Pending == 0

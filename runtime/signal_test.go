@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/runrec"
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -127,7 +128,7 @@ func TestSignalWakesWaitingRun(t *testing.T) {
 	if len(steps) != 2 || steps[1].Signal == nil || steps[1].Signal.TimedOut || string(steps[1].Payload) != "yes" || steps[0].Signal != nil {
 		t.Fatalf("steps %+v", steps)
 	}
-	eventually(t, waitTimeout, "the losing timeout to be dropped", func() bool {
+	testenv.Eventually(t, waitTimeout, "the losing timeout to be dropped", func() bool {
 		s := mustStats(t, q, stepsQueue+".timers")
 		return s.Pending+s.Scheduled+s.Claimed == 0
 	})
@@ -144,7 +145,7 @@ func TestAwaitTimeout(t *testing.T) {
 	_, hook, rt, _ := signalSetup(t, wakeRunner(log, []string{"s", "s"}, []time.Duration{20 * time.Millisecond, 0}))
 	startRun(t, rt)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "to"})
-	eventually(t, waitTimeout, "step 1 to run", func() bool { return len(log.of("to")) >= 2 })
+	testenv.Eventually(t, waitTimeout, "step 1 to run", func() bool { return len(log.of("to")) >= 2 })
 	// Step 1 timed out; the run now awaits "s" again, without a timeout.
 	if err := rt.Signal(context.Background(), "to", "s", []byte("late")); err != nil {
 		t.Fatal(err)
@@ -208,7 +209,7 @@ func TestTimeoutRacesSignal(t *testing.T) {
 		}
 	}
 	t.Logf("winners: %v", won)
-	eventually(t, waitTimeout, "no timer left", func() bool {
+	testenv.Eventually(t, waitTimeout, "no timer left", func() bool {
 		s := mustStats(t, q, stepsQueue+".timers")
 		return s.Pending+s.Scheduled+s.Claimed == 0
 	})

@@ -7,8 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
+	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
 	"github.com/stepwell/stepwell/terminal"
@@ -59,7 +62,7 @@ func TestSubmitDuplicateSameInput(t *testing.T) {
 	if out := mustSubmit(t, rt, spec); out.NewlySubmitted {
 		t.Errorf("Submit after the end = %+v, want not newly submitted", out)
 	}
-	quiet(t, 100*time.Millisecond, "a duplicate Submit started a second run", func() bool {
+	whenIdle(t, q, "a duplicate Submit started a second run", func() bool {
 		return len(log.of("dup")) == 2 && len(hook.outcomes("dup")) == 1
 	})
 }
@@ -115,7 +118,7 @@ func TestSubmitIdempotentAcrossRestart(t *testing.T) {
 	if o := hook.wait(t, "persist"); o.Status != terminal.Succeeded || string(o.Result) != "in|0" {
 		t.Errorf("outcome = %+v", o)
 	}
-	quiet(t, 100*time.Millisecond, "the run executed twice", func() bool { return len(log.of("persist")) == 1 })
+	whenIdle(t, q2, "the run executed twice", func() bool { return len(log.of("persist")) == 1 })
 }
 
 func TestConcurrentSubmitsSameRunID(t *testing.T) {
@@ -158,7 +161,7 @@ func TestConcurrentSubmitsSameRunID(t *testing.T) {
 		t.Errorf("%d Submits reported NewlySubmitted, want exactly 1", got)
 	}
 	hook.wait(t, "racy")
-	quiet(t, 150*time.Millisecond, "more than one run executed", func() bool {
+	whenIdle(t, q, "more than one run executed", func() bool {
 		return len(hook.outcomes("racy")) == 1 && len(log.of("racy")) == 1
 	})
 }
@@ -191,7 +194,7 @@ func TestSubmitAfterRetentionReusesRunID(t *testing.T) {
 	}
 
 	// The janitor forgets the run after the retention.
-	eventually(t, waitTimeout, "the janitor to expire the run", func() bool {
+	testenv.Eventually(t, waitTimeout, "the janitor to expire the run", func() bool {
 		_, err := rt.Status(context.Background(), "reuse")
 		return errors.Is(err, runtime.ErrRunNotFound)
 	})
@@ -206,7 +209,7 @@ func TestSubmitAfterRetentionReusesRunID(t *testing.T) {
 	if !out.NewlySubmitted {
 		t.Fatalf("Submit after the retention = %+v, want newly submitted", out)
 	}
-	eventually(t, waitTimeout, "the second run's hook", func() bool { return len(hook.outcomes("reuse")) == 2 })
+	testenv.Eventually(t, waitTimeout, "the second run's hook", func() bool { return len(hook.outcomes("reuse")) == 2 })
 	second := hook.outcomes("reuse")[1]
 	if string(first.Result) != "first|0" || string(second.Result) != "second|0" || !second.EndedAt.After(first.EndedAt) {
 		t.Errorf("outcomes = %+v then %+v", first, second)
@@ -320,18 +323,38 @@ func isULID(s string) bool {
 	return true
 }
 
+// Submit only records the run and queues its first step: without Run,
+// nothing executes it. In a synctest bubble, a second passes (a hundred
+// poll intervals) for whatever New or Submit might have started, and
+// synctest.Wait lets it run to a standstill, before the check. The store
+// is a plain mem:// one in every store mode: a cluster member's network
+// calls would never stand still.
 func TestSubmitWithoutRunDoesNotExecute(t *testing.T) {
 	t.Parallel()
-	q := openQueue(t, memURL())
-	var calls atomic.Int32
-	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
-		calls.Add(1)
-		return steprunner.Succeed(nil), nil
-	}), terminal.Noop)
-	mustSubmit(t, rt, runtime.RunSpec{RunID: "idle"})
-	quiet(t, 50*time.Millisecond, "a step ran without Run", func() bool { return calls.Load() == 0 })
-	st, err := rt.Status(context.Background(), "idle")
-	if err != nil || st.State != runtime.StatePending || st.State.Terminal() || st.State.String() != "pending" {
-		t.Errorf("Status = %+v, %v", st, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		q, err := queue.Open(ctx, testenv.MemURL(t.Name()), fastQueueOpts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close(ctx)
+		var calls atomic.Int32
+		rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+			calls.Add(1)
+			return steprunner.Succeed(nil), nil
+		}), terminal.Noop)
+		mustSubmit(t, rt, runtime.RunSpec{RunID: "idle"})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := calls.Load(); n != 0 {
+			t.Fatalf("a step ran %d times without Run", n)
+		}
+		if s := mustStats(t, q, stepsQueue); s.Pending != 1 || s.Claimed != 0 {
+			t.Errorf("step queue = %+v, want the first step pending, unclaimed", s)
+		}
+		st, err := rt.Status(ctx, "idle")
+		if err != nil || st.State != runtime.StatePending || st.State.Terminal() || st.State.String() != "pending" {
+			t.Errorf("Status = %+v, %v", st, err)
+		}
+	})
 }

@@ -156,20 +156,13 @@ func newFixture(t *testing.T) *fixture {
 	// order-2's step died: the runtime also gets a notice of it (its run
 	// has ended, so the notice is only acknowledged). Let it be handled
 	// before stopping, so that the one notice left is order-4's below.
-	for {
+	testenv.Eventually(t, 60*time.Second, "order-2's dead-step notice to be handled", func() bool {
 		s, err := q.Stats(ctx, "workflow-steps.dead")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Pending+s.Scheduled+s.Claimed == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("order-2's dead-step notice was not handled: %v (%+v)", ctx.Err(), s)
-		case <-time.After(time.Millisecond):
-		}
-	}
+		return s.Pending+s.Scheduled+s.Claimed == 0
+	})
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -236,18 +236,18 @@ func (f *fixture) cliProcessJSON(t *testing.T, v any, args ...string) {
 // waitRun polls the run (a read command) until its state is want.
 func (f *fixture) waitRun(t *testing.T, id, want string) runJSON {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var r runJSON
+	var r runJSON
+	defer func() {
+		if t.Failed() {
+			t.Logf("run %s: last %+v", id, r)
+		}
+	}()
+	testenv.Eventually(t, 30*time.Second, "run "+id+" to be "+want, func() bool {
+		r = runJSON{}
 		f.okJSON(t, &r, "run", id)
-		if r.State == want {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s is %s after 30s, want %s: %+v", id, r.State, want, r)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return r.State == want
+	})
+	return r
 }
 
 // newClusterFixture makes the store at url (new and empty) a closed store
@@ -279,20 +279,13 @@ func newClusterFixture(t *testing.T, url string) *fixture {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(runCtx) }()
-	for {
+	testenv.Eventually(t, 60*time.Second, "fail-1 to fail", func() bool {
 		st, err := rt.Status(ctx, "fail-1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.State == runtime.StateFailed {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("fail-1 did not fail: %v (%s)", ctx.Err(), st.State)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+		return st.State == runtime.StateFailed
+	})
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)

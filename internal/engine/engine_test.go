@@ -11,11 +11,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 var memSeq atomic.Int64
@@ -264,13 +266,7 @@ func TestGroupCommitMergesCohorts(t *testing.T) {
 // cancel one in progress).
 func waitSnapshot(t *testing.T, e *Engine, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.Stats().Snapshots < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot after 10s (have %d, want %d)", e.Stats().Snapshots, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d background snapshots", n), func() bool { return e.Stats().Snapshots >= n })
 }
 
 func countKeys(t *testing.T, b objstore.Bucket, prefix string) int {
@@ -487,18 +483,25 @@ func TestTakeoverFencesIdleWriterByHeartbeat(t *testing.T) {
 	b, reopen := memBucket(t)
 	hb := 10 * time.Millisecond
 	a := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
-	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: hb, Takeover: true})
+	cb := objstore.NewCounting(reopen())
+	c := mustOpen(t, Options{Bucket: cb, Heartbeat: hb, Takeover: true})
 	defer c.Close(ctx)
-	deadline := time.Now().Add(5 * time.Second)
-	for a.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(hb)
-	}
+	testenv.Eventually(t, 5*time.Second, "the idle replaced writer to stop", func() bool { return a.Err() != nil })
 	if !errors.Is(a.Err(), ErrFenced) {
 		t.Fatalf("idle replaced writer: Err = %v, want ErrFenced", a.Err())
 	}
 	a.Close(ctx)
-	// The new writer keeps working and was not itself fenced.
-	time.Sleep(5 * hb)
+	// The new writer keeps working and was not itself fenced: it beats
+	// (a PUT of the owner object each) 12 more times, so that it checks
+	// for a newer writer at least 4 times (every third beat, the owner
+	// object and the next WAL batch by turns), and still commits.
+	beats := cb.Counts().Puts
+	testenv.Eventually(t, 5*time.Second, "12 more heartbeats of the new writer", func() bool {
+		return cb.Counts().Puts >= beats+12 || c.Err() != nil
+	})
+	if err := c.Err(); err != nil {
+		t.Fatalf("the new writer stopped: %v", err)
+	}
 	put(t, c, "k", "v")
 }
 
@@ -519,10 +522,7 @@ func TestTakeoverFencesIdleWriterByMarker(t *testing.T) {
 	if c.Epoch() != a.Stats().DurableSeq+1 {
 		t.Fatalf("new writer's marker at %d, want a's next sequence %d", c.Epoch(), a.Stats().DurableSeq+1)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(hb)
-	}
+	testenv.Eventually(t, 10*time.Second, "the idle replaced writer to stop", func() bool { return a.Err() != nil })
 	if !errors.Is(a.Err(), ErrFenced) {
 		t.Fatalf("idle replaced writer with blind owner checks: Err = %v, want ErrFenced", a.Err())
 	}
@@ -546,7 +546,7 @@ func TestGarbageAtNextSequenceFencesIdleWriter(t *testing.T) {
 	if err := reopen().Put(ctx, walKey(a.Stats().DurableSeq+1), []byte("not a batch"), true); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the idle writer fenced", func() bool { return a.Err() != nil })
+	testenv.Eventually(t, 10*time.Second, "the idle writer fenced", func() bool { return a.Err() != nil })
 	if !errors.Is(a.Err(), ErrFenced) {
 		t.Fatalf("Err = %v, want ErrFenced", a.Err())
 	}
@@ -664,52 +664,53 @@ func TestSnapshotSameSeqKeepsSnapshot(t *testing.T) {
 // A read that observes a transaction whose batch is not yet durable waits
 // for the batch, and fails if the batch fails.
 func TestReadWaitsForDurability(t *testing.T) {
-	ctx := context.Background()
-	b, _ := memBucket(t)
-	f := objstoretest.NewFault(b, 3)
-	e := mustOpen(t, Options{Bucket: f, WriteRetry: 50 * time.Millisecond})
-	defer f.Unstall()
-	f.Stall()
-	committed := make(chan error, 1)
-	go func() {
-		committed <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil })
-	}()
-	// Wait until the transaction is applied (visible in memory).
-	for {
-		var seen bool
-		e.mu.Lock()
-		_, seen = e.tree.Get(probe("k"))
-		e.mu.Unlock()
-		if seen {
-			break
+	// In a synctest bubble (the store is in memory), synctest.Wait proves
+	// that a View of the pending batch's data stands still, waiting for
+	// its durability, rather than a fixed wait hoping it got that far.
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b, _ := memBucket(t)
+		f := objstoretest.NewFault(b, 3)
+		e := mustOpen(t, Options{Bucket: f, WriteRetry: 50 * time.Millisecond})
+		defer f.Unstall()
+		f.Stall()
+		committed := make(chan error, 1)
+		go func() {
+			committed <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil })
+		}()
+		testenv.Eventually(t, 10*time.Second, "the transaction to be applied (visible in memory)", func() bool {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			_, seen := e.tree.Get(probe("k"))
+			return seen
+		})
+		// A read of a key the pending batch did not touch does not wait.
+		other := make(chan error, 1)
+		go func() { other <- e.View(ctx, func(r *Reader) error { r.Get("unrelated"); return nil }) }()
+		select {
+		case err := <-other:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a read of an untouched key waited for the stalled batch")
 		}
-		time.Sleep(time.Millisecond)
-	}
-	// A read of a key the pending batch did not touch does not wait.
-	other := make(chan error, 1)
-	go func() { other <- e.View(ctx, func(r *Reader) error { r.Get("unrelated"); return nil }) }()
-	select {
-	case err := <-other:
-		if err != nil {
-			t.Fatal(err)
+		read := make(chan error, 1)
+		go func() { read <- e.View(ctx, func(r *Reader) error { r.Get("k"); return nil }) }()
+		synctest.Wait() // the View runs until it waits
+		select {
+		case err := <-read:
+			t.Fatalf("View returned (%v) while the batch it saw was not durable", err)
+		default:
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a read of an untouched key waited for the stalled batch")
-	}
-	read := make(chan error, 1)
-	go func() { read <- e.View(ctx, func(r *Reader) error { r.Get("k"); return nil }) }()
-	select {
-	case err := <-read:
-		t.Fatalf("View returned (%v) while the batch it saw was not durable", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	e.Kill() // the stalled write fails for good
-	if err := <-committed; err == nil {
-		t.Fatal("Update succeeded although its batch failed")
-	}
-	if err := <-read; err == nil {
-		t.Fatal("View of a failed batch's data succeeded")
-	}
+		e.Kill() // the stalled write fails for good
+		if err := <-committed; err == nil {
+			t.Fatal("Update succeeded although its batch failed")
+		}
+		if err := <-read; err == nil {
+			t.Fatal("View of a failed batch's data succeeded")
+		}
+	})
 }
 
 // On a store with an OS lock (file://) the writer keeps no owner object: an
@@ -719,9 +720,9 @@ func TestReadWaitsForDurability(t *testing.T) {
 func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 	ctx := context.Background()
 	const hb = 5 * time.Millisecond
-	// idle returns the requests an engine made while idle for 10 heartbeat
-	// intervals and then closing.
-	idle := func(t *testing.T, url string) objstore.Counts {
+	// idle returns the requests an engine made while idle for window and
+	// then closing.
+	idle := func(t *testing.T, url string, window time.Duration) objstore.Counts {
 		t.Helper()
 		raw, err := objstore.Open(ctx, url)
 		if err != nil {
@@ -732,18 +733,26 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 		put(t, e, "k", "v")
 		// Open's blob sweep (a List) and the staging of the next WAL
 		// segment (the put took the first) are not idling.
-		waitFor(t, "background work ended (Engine.Settled)", e.Settled)
+		testenv.Eventually(t, 10*time.Second, "background work ended (Engine.Settled)", e.Settled)
 		before := b.Counts()
-		time.Sleep(10 * hb)
+		time.Sleep(window)
 		if err := e.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
 		return b.Counts().Sub(before)
 	}
 
+	// The file store idles in a synctest bubble for 3s of its clock: many
+	// heartbeat intervals, and three of markLoop's (1s), at no cost. A
+	// real-clock window short enough for a test would see no mark tick.
 	dir := t.TempDir()
-	if got := idle(t, "file://"+dir); got != (objstore.Counts{}) {
-		t.Errorf("idle file store made requests over 10 heartbeats and Close: %+v", got)
+	var got objstore.Counts
+	synctest.Test(t, func(t *testing.T) {
+		got = idle(t, "file://"+dir, 3*time.Second)
+		synctest.Wait()
+	})
+	if got != (objstore.Counts{}) {
+		t.Errorf("idle file store made requests over 3s and Close: %+v", got)
 	}
 	// Its owner object records where the log ends, never a heartbeat.
 	probe := objstoretest.Open(t, "file://"+dir)
@@ -777,7 +786,7 @@ func TestLockedStoreHasNoHeartbeat(t *testing.T) {
 	r.Close(ctx)
 	put(t, a, "k2", "v2")
 
-	if got := idle(t, storeURL(t)); got.Puts == 0 {
+	if got := idle(t, storeURL(t), 10*hb); got.Puts == 0 {
 		t.Errorf("idle bucket store made no PUTs over 10 heartbeats: %+v; the control is broken", got)
 	}
 }

@@ -16,27 +16,8 @@ import (
 
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
-
-// testClock is a settable clock for stall accounting.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock { return &testClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // writing reports whether a WAL write is in flight.
 func (e *Engine) writing() bool {
@@ -70,7 +51,7 @@ func TestOutageLongerThanWriteRetryDoesNotClose(t *testing.T) {
 			errs[i] = e.Update(ctx, func(tx *Tx) error { tx.Put(fmt.Sprint("during", i), Inline(nil)); return nil })
 		}()
 	}
-	waitFor(t, "the store stalled for 10 times the write retry budget", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the store stalled for 10 times the write retry budget", func() bool {
 		h := e.Health()
 		return !h.Healthy && h.Stalled > 10*retry && h.LastError != nil
 	})
@@ -107,13 +88,13 @@ func TestStallAccounting(t *testing.T) {
 	ctx := context.Background()
 	b, _ := memBucket(t)
 	f := objstoretest.NewFault(b, 1)
-	clock := newTestClock()
+	clock := testenv.NewClock()
 	e := mustOpen(t, Options{Bucket: f, Now: clock.Now})
 	defer e.Close(ctx)
 	f.Stall()
 	done := make(chan error, 1)
 	go func() { done <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline(nil)); return nil }) }()
-	waitFor(t, "the write in flight", e.writing)
+	testenv.Eventually(t, 10*time.Second, "the write in flight", e.writing)
 	clock.Advance(stallGrace - time.Millisecond)
 	if h := e.Health(); !h.Healthy || e.StallTime() != 0 {
 		t.Fatalf("Health within the grace = %+v, StallTime %v", h, e.StallTime())

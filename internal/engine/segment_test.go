@@ -18,6 +18,7 @@ import (
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"github.com/stepwell/stepwell/internal/testenv"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -62,21 +63,11 @@ func walObjects(t *testing.T, b objstore.Bucket) (singles, segs []uint64) {
 // next batch goes into a segment.
 func waitSegmentReady(t *testing.T, e *Engine) {
 	t.Helper()
-	waitFor(t, "a WAL segment staged", func() bool {
+	testenv.Eventually(t, 10*time.Second, "a WAL segment staged", func() bool {
 		e.seg.mu.Lock()
 		defer e.seg.mu.Unlock()
 		return e.seg.spare.seg != nil
 	})
-}
-
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not after 10s: %s", what)
-		}
-	}
 }
 
 // On file:// the WAL goes into segments, which roll over when full, are
@@ -109,7 +100,7 @@ func TestSegmentsRollCollectAndRecover(t *testing.T) {
 	// A collected full-sized segment is staged again once a collection
 	// ran before the next staging, which is timing: keep committing, a
 	// batch at a time, until one was.
-	waitFor(t, "a collected segment staged again", func() bool {
+	testenv.Eventually(t, 10*time.Second, "a collected segment staged again", func() bool {
 		e.seg.mu.Lock()
 		reused := e.seg.reused
 		e.seg.mu.Unlock()
@@ -121,7 +112,7 @@ func TestSegmentsRollCollectAndRecover(t *testing.T) {
 	})
 	// Close abandons a snapshot and collection in progress: wait for the
 	// last one triggered to finish.
-	waitFor(t, "the last background snapshot and its collection done", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the last background snapshot and its collection done", func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		return !e.snapActive

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/objstore"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // ownerMark returns the owner object's durable sequence (0 if none).
@@ -76,7 +77,7 @@ func TestTailLossRefusedOnBucket(t *testing.T) {
 	}
 	durable := e.Stats().DurableSeq
 	probe := reopen()
-	waitFor(t, "the heartbeat records the durable sequence", func() bool { return ownerMark(t, probe) == durable })
+	testenv.Eventually(t, 10*time.Second, "the heartbeat records the durable sequence", func() bool { return ownerMark(t, probe) == durable })
 	e.Kill()
 
 	for s := durable - 2; s <= durable; s++ {
@@ -127,7 +128,7 @@ func TestTailLossRefusedOnFile(t *testing.T) {
 				put(t, e, fmt.Sprintf("k%02d", i), "v")
 			}
 			durable := e.Stats().DurableSeq
-			waitFor(t, "the owner object records the durable sequence", e.Settled)
+			testenv.Eventually(t, 10*time.Second, "the owner object records the durable sequence", e.Settled)
 			e.Kill()
 			probe := open()
 			if got := ownerMark(t, probe); got != durable {
@@ -240,7 +241,7 @@ func TestMidSegmentDamageRefusedByReader(t *testing.T) {
 		put(t, e, fmt.Sprintf("k%02d", i), "v")
 	}
 	durable := e.Stats().DurableSeq
-	waitFor(t, "the owner object records the durable sequence", e.Settled)
+	testenv.Eventually(t, 10*time.Second, "the owner object records the durable sequence", e.Settled)
 	e.Kill()
 	probe := open()
 	_, segs := walObjects(t, probe)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // TestTakeoverOfBusyWriter (issue 17): a second engine opening with
@@ -59,7 +60,7 @@ func TestTakeoverOfBusyWriter(t *testing.T) {
 	}
 	stopped := make(chan struct{})
 	go func() { wg.Wait(); close(stopped) }()
-	waitFor(t, "the writer wrote 50 batches", func() bool { return a.Stats().Batches >= 50 })
+	testenv.Eventually(t, 10*time.Second, "the writer wrote 50 batches", func() bool { return a.Stats().Batches >= 50 })
 
 	before := a.Stats()
 	ackedBefore := acks.Load()

@@ -52,4 +52,14 @@
 //     process (it must be set before the first gs:// bucket is opened).
 //
 // Child processes started by tests (crash tests) inherit these variables.
+//
+// # Waiting and fixtures
+//
+// Eventually is the one way a test waits for a condition: it polls until
+// the condition holds and fails the test, saying what it waited for, after a
+// timeout multiplied by Scale's factor ($STEPWELL_TEST_TIMEOUT_SCALE, or 2
+// when CI=true). A test that checks something does NOT happen first waits,
+// with Eventually or a signal, for evidence that the path that would do it
+// has run; it never sleeps and then asserts. MemURL names a fresh mem://
+// store.
 package testenv

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/internal/objstore/objstoretest"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 func newFault(t *testing.T, seed int64) (*objstoretest.Fault, objstore.Bucket) {
@@ -220,11 +221,7 @@ func TestFaultStall(t *testing.T) {
 // waitBlocked waits until f holds n requests, failing the test after 10s.
 func waitBlocked(t *testing.T, f *objstoretest.Fault, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); f.Blocked() != n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Blocked() = %d after 10s; want %d", f.Blocked(), n)
-		}
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d blocked requests", n), func() bool { return f.Blocked() == n })
 }
 
 func TestFaultBlackhole(t *testing.T) {
