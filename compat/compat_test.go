@@ -40,6 +40,7 @@ var wantFixtures = []string{
 	"v5-owner-mark-run-index",
 	"v6-run-control",
 	"v7-claim-token",
+	"v8-run-memory",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.
@@ -218,7 +219,7 @@ func checkRuns(ctx context.Context, t *testing.T, q *queue.Queue, how string) {
 			continue
 		}
 		if st.State != w.state || st.CurrentStep != w.step || st.Scheduled != w.scheduled ||
-			string(st.Result) != w.result || st.Error != w.err {
+			string(st.Result) != w.result || st.Error != w.err || st.MemoKeys != 0 || st.MemoBytes != 0 {
 			t.Errorf("%s: run %s = %+v (state %s), want %+v (state %s)", how, id, st, st.State, w, w.state)
 		}
 	}

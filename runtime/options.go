@@ -26,6 +26,7 @@ type options struct {
 	stepTimeout       time.Duration
 	noChain           bool
 	maxSignalPayload  int
+	memoLimits        MemoLimits
 	logger            *slog.Logger
 	errorHandler      ErrorHandler
 	now               func() time.Time
@@ -46,6 +47,7 @@ func defaultOptions() options {
 		retention:         24 * time.Hour,
 		drainTimeout:      DefaultDrainTimeout,
 		maxSignalPayload:  DefaultMaxSignalPayload,
+		memoLimits:        MemoLimits{}.withDefaults(),
 		logger:            slog.Default(),
 		now:               time.Now,
 	}

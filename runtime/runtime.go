@@ -469,6 +469,8 @@ type ending struct {
 	queue string
 	// traceParent is the run's trace context, for the notification job.
 	traceParent string
+	// memo is the settled Outcome's memory writes (nil: none).
+	memo *memoPlan
 	// handOff: if no notify queue is known (see resolveNotify), hand the
 	// notification to the notices queue of the step queue (queue, else
 	// this Runtime's) instead of dropping it. Cancel sets it.
@@ -497,6 +499,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	}
 	clearWait(&next)
 	next.Paused, next.Parked = false, false
+	e.memo.apply(txn, &next)
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}

@@ -262,20 +262,31 @@ func (rt *Runtime) handleTimer(claimCtx context.Context, job *queue.Job) error {
 	}
 }
 
-// deleteRunKeys adds to txn the deletion of a run's mailbox and parked
-// step, for the transaction that deletes its record (old: its bytes). A
-// mailbox too large for one transaction is emptied first by transactions
-// of its own, each conditional on the record being old.
+// deleteRunKeys adds to txn the deletion of a run's mailbox, memory and
+// parked step, for the transaction that deletes its record (old: its
+// bytes). A mailbox or memory too large for one transaction is emptied
+// first by transactions of their own, each conditional on the record
+// being old. A run that never had mail nor memory costs no read.
 func (rt *Runtime) deleteRunKeys(ctx context.Context, txn *queue.Txn, rec *kvrecord.Run, old []byte) error {
 	if rec.Parked {
 		txn.Delete(runrec.ParkedKey(rec.RunID))
 	}
-	if rec.MailSeq == 0 {
-		return nil
+	if rec.MailSeq != 0 {
+		if err := rt.deletePrefix(ctx, txn, rec, old, runrec.MailboxRunPrefix(rec.RunID)); err != nil {
+			return err
+		}
 	}
+	if rec.MemoKeys != 0 {
+		return rt.deletePrefix(ctx, txn, rec, old, runrec.MemoRunPrefix(rec.RunID))
+	}
+	return nil
+}
+
+// deletePrefix is deleteRunKeys for the keys under one prefix of the run.
+func (rt *Runtime) deletePrefix(ctx context.Context, txn *queue.Txn, rec *kvrecord.Run, old, prefix []byte) error {
 	const batch = 500
 	for {
-		page, err := rt.q.Scan(ctx, runrec.MailboxRunPrefix(rec.RunID), queue.ScanOptions{Limit: batch})
+		page, err := rt.q.Scan(ctx, prefix, queue.ScanOptions{Limit: batch})
 		if err != nil {
 			return err
 		}

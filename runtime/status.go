@@ -122,6 +122,11 @@ type RunStatus struct {
 	// StateRunning while a step that was running when Pause committed
 	// finishes.
 	Paused bool
+	// MemoKeys and MemoBytes size the run's memory
+	// (steprunner.Outcome.WithMemo): its keys, and their and their
+	// values' lengths summed. RunMemo reads it.
+	MemoKeys  int
+	MemoBytes int64
 }
 
 // Status reports a run's state from the durable records, so it works from
@@ -142,6 +147,7 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 	st := RunStatus{
 		RunID: rec.RunID, CurrentStep: rec.CurrentStep, Headers: rec.Headers, Retries: rec.Retries,
 		SubmittedAt: unixTime(rec.SubmittedAt), UpdatedAt: unixTime(rec.UpdatedAt), EndedAt: unixTime(rec.EndedAt),
+		MemoKeys: int(rec.MemoKeys), MemoBytes: int64(rec.MemoBytes),
 	}
 	if rec.UpdatedAt == 0 { // a record written before UpdatedAt
 		st.UpdatedAt = unixTime(max(rec.SubmittedAt, rec.EndedAt))
