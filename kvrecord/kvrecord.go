@@ -36,6 +36,8 @@
 //	          November 2026)
 //	          shape 4: 32 fields, + MemoKeys, MemoBytes (run memory;
 //	          November 2026)
+//	          shape 5: 33 fields, + Queue (named step queues;
+//	          November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
 //	          (November 2026)
@@ -43,7 +45,8 @@
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
 // mailbox, no step timeout, start time or retry policy, no memory, no
-// dead job and no payload); the runtime writes the newest shape only.
+// step queue, no dead job and no payload); the runtime writes the newest
+// shape only.
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
@@ -140,6 +143,12 @@ type Run struct {
 	// MemoBytes is the memory's size: the sum of its keys' and values'
 	// lengths. Shape 4.
 	MemoBytes uint64
+	// Queue is the step queue of the current step: its job's queue, or,
+	// while the run waits or is parked, where its next step will be
+	// enqueued (steprunner.Outcome.OnQueue, RunSpec.Queue). "" in records
+	// of older shapes: the queue of the Runtime that handles the run.
+	// Shape 5.
+	Queue string
 }
 
 // Terminal is the outcome of a finished run.
@@ -201,7 +210,8 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 // Field counts of the records (see the Encoding section above): the
 // current shape, and the older ones.
 const (
-	runFields        = 32
+	runFields        = 33
+	runFieldsV4      = 32
 	runFieldsV3      = 30
 	runFieldsV2      = 16
 	runFieldsV1      = 14
@@ -253,9 +263,12 @@ func readRun(rd *format.Reader, r *Run) {
 		r.RetryMultiplier = rd.Float64()
 		r.RetryJitter = rd.Float64()
 	}
-	if n >= runFields {
+	if n >= runFieldsV4 {
 		r.MemoKeys = rd.Uint32()
 		r.MemoBytes = rd.Uint64()
+	}
+	if n >= runFields {
+		r.Queue = rd.String()
 	}
 }
 
@@ -305,6 +318,13 @@ type runV3 struct {
 	RetryJitter         float64
 }
 
+// runV4 is a shape 4 run record, for the reflective decoder.
+type runV4 struct {
+	runV3
+	MemoKeys  uint32
+	MemoBytes uint64
+}
+
 // unmarshalRun is the reflective decoder of run records of every shape:
 // what the fast reader must agree with.
 func unmarshalRun(b []byte, r *Run) error {
@@ -313,15 +333,15 @@ func unmarshalRun(b []byte, r *Run) error {
 	if err == nil {
 		return nil
 	}
+	var v4 runV4
+	if format.UnmarshalExact(b, &v4) == nil {
+		*r = v3WithZero(v4.runV3)
+		r.MemoKeys, r.MemoBytes = v4.MemoKeys, v4.MemoBytes
+		return nil
+	}
 	var v3 runV3
 	if format.UnmarshalExact(b, &v3) == nil {
-		*r = v1WithZero(v3.runV1)
-		r.Retries, r.UpdatedAt = v3.Retries, v3.UpdatedAt
-		r.WaitFor, r.WaitDeadline, r.WaitTimer = v3.WaitFor, v3.WaitDeadline, v3.WaitTimer
-		r.Paused, r.Parked, r.MailSeq, r.Mailbox = v3.Paused, v3.Parked, v3.MailSeq, v3.Mailbox
-		r.StepTimeout, r.StartAt, r.RetryMaxAttempts = v3.StepTimeout, v3.StartAt, v3.RetryMaxAttempts
-		r.RetryInitialBackoff, r.RetryMaxBackoff = v3.RetryInitialBackoff, v3.RetryMaxBackoff
-		r.RetryMultiplier, r.RetryJitter = v3.RetryMultiplier, v3.RetryJitter
+		*r = v3WithZero(v3)
 		return nil
 	}
 	var v2 runV2
@@ -337,6 +357,18 @@ func unmarshalRun(b []byte, r *Run) error {
 	}
 	*r = v1WithZero(v1)
 	return nil
+}
+
+// v3WithZero returns a shape 3 record as a Run with the newer fields zero.
+func v3WithZero(v3 runV3) Run {
+	r := v1WithZero(v3.runV1)
+	r.Retries, r.UpdatedAt = v3.Retries, v3.UpdatedAt
+	r.WaitFor, r.WaitDeadline, r.WaitTimer = v3.WaitFor, v3.WaitDeadline, v3.WaitTimer
+	r.Paused, r.Parked, r.MailSeq, r.Mailbox = v3.Paused, v3.Parked, v3.MailSeq, v3.Mailbox
+	r.StepTimeout, r.StartAt, r.RetryMaxAttempts = v3.StepTimeout, v3.StartAt, v3.RetryMaxAttempts
+	r.RetryInitialBackoff, r.RetryMaxBackoff = v3.RetryInitialBackoff, v3.RetryMaxBackoff
+	r.RetryMultiplier, r.RetryJitter = v3.RetryMultiplier, v3.RetryJitter
+	return r
 }
 
 // v1WithZero returns a shape 1 record as a Run with the shape 2 fields zero.

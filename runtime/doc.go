@@ -45,6 +45,12 @@
 //	a step job of an ended run      dead-letter, with a reason that says to
 //	(requeued by hand) or a stale   Retry the run; logged (WithLogger); the
 //	one                             run record unchanged
+//	Continue, ContinueAfter or      as the row above, with step n+1 (and an
+//	AwaitSignal with OnQueue(q)     await's timeout job, on q.timers)
+//	                                enqueued on step queue q instead of this
+//	                                Runtime's; run record -> Queue q
+//	an Outcome with an invalid      as steprunner.Permanent: dead-letter;
+//	OnQueue name                    Failed with ErrInvalidQueueName
 //	any Outcome above with          also: put each key's last value (delete
 //	WithMemo(key, value) writes     it for nil) under workflow/memo/<run>/;
 //	                                the run record's MemoKeys, MemoBytes
@@ -56,6 +62,23 @@
 //
 // Each row is ONE queue transaction: a crash never leaves a step acked
 // without its successor, or a run ended without its notification.
+//
+// Step queues. Each Runtime serves one step queue (WithQueueName,
+// "workflow-steps" by default); Runtimes of several step queues share a
+// store, in one process or in many (cluster mode too). A run's step 0
+// goes to RunSpec.Queue (else the submitting Runtime's queue), and each
+// next step to the queue its predecessor's Outcome names (OnQueue), else
+// to the same queue. The run record names the current step's queue
+// (kvrecord.Run.Queue; Status reports it), and every row here that
+// enqueues a run's step (a signal, a timeout, Resume, Retry) enqueues it
+// there, whichever Runtime commits the row, so control works across
+// queues. Each step queue keeps its own notices and timers queues
+// (<queue>.dead, <queue>.timers), worked by the Runtimes that serve it;
+// run records and the notify queue are shared. A step sent to a queue
+// that no Runtime serves waits there, pending, until one does. Only a
+// step that stays on this Runtime's queue is chained to its slot (see
+// Scheduling); a step sent to another queue is dispatched to an idle slot
+// of a Runtime of this process that serves it, if there is one.
 //
 // Run memory. A run keeps a small key-value map, written only by
 // settlements (steprunner.Outcome.WithMemo) and read with each step
@@ -205,7 +228,8 @@
 // and the run-control state: the awaited signal name, deadline and timeout
 // job, the pause and parked flags, the mailbox's sequence and count, and
 // the run memory's key count and size (MemoKeys, MemoBytes; its entries
-// are under workflow/memo/<id>/, see internal/runrec).
+// are under workflow/memo/<id>/, see internal/runrec), and the current
+// step's queue.
 // Submit writes it with a compare-and-put from absent, in the transaction
 // that enqueues step 0, so concurrent submits of one ID from any number of
 // goroutines or processes yield one run; later submits with the same input

@@ -50,6 +50,12 @@ var (
 	ErrInvalidSignalName = errors.New("runtime: invalid signal name")
 	// ErrSignalTooLarge is wrapped by SignalTooLargeError.
 	ErrSignalTooLarge = errors.New("runtime: signal payload too large")
+	// ErrInvalidQueueName: a step queue name (WithQueueName,
+	// RunSpec.Queue, steprunner.Outcome.OnQueue) that ValidateQueueName
+	// refuses. Submit and New return it (New wrapped in ErrInvalidOption);
+	// a step whose Outcome names one fails its run, as
+	// steprunner.Permanent would. Retrying cannot help.
+	ErrInvalidQueueName = errors.New("runtime: invalid step queue name")
 	// ErrMemoTooLarge is wrapped by MemoLimitError: a step's memory writes
 	// (steprunner.Outcome.WithMemo) over a limit (WithMemoLimits).
 	ErrMemoTooLarge = errors.New("runtime: run memory over a limit")

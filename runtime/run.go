@@ -268,6 +268,11 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 				stepErr = steprunner.Permanent(fmt.Errorf("AwaitSignal: %w", err))
 			}
 		}
+		if stepErr == nil && !outcome.IsZero() {
+			if _, err := rt.nextQueue(outcome); err != nil {
+				stepErr = steprunner.Permanent(err)
+			}
+		}
 	}
 	// The Outcome's memory writes, checked against the limits and the
 	// memory that committed before the step: over a limit, the step fails
@@ -409,6 +414,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 		case steprunner.KindContinue, steprunner.KindAwait:
 			next := *rec
 			next.CurrentStep = n + 1
+			next.Queue, _ = rt.nextQueue(out) // checked when the step returned
 			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn.Ack(job)
 			mp.apply(txn, &next)

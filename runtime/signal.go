@@ -127,8 +127,9 @@ func clearWait(r *kvrecord.Run) {
 }
 
 // startStep adds to txn what starts step next.CurrentStep with payload,
-// due after delay: the step's enqueue (claimed by this process if claim
-// and it is due now, else dispatched), or, when the run is paused, its
+// due after delay, on the step queue next names: the step's enqueue
+// (claimed by this process if claim, it is due now and the queue is this
+// Runtime's, else dispatched), or, when the run is paused, its
 // parked record. It sets next.CurrentJob (or next.Parked); the caller
 // writes next. traceParent is the run's trace context (HeaderTraceParent;
 // "" for none); a parked step does not keep it.
@@ -154,15 +155,18 @@ func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte,
 			opts.Headers[HeaderSignalTimedOut] = "1"
 		}
 	}
+	stepQueue := rt.stepQueue(next)
 	switch {
 	case delay > 0:
 		opts.Delay = delay
-	case claim:
+	case claim && stepQueue == rt.opts.queueName:
 		opts = qx.WithClaim(opts, !rt.opts.noChain)
 	default:
+		// Another step queue's step starts in an idle slot of a Runtime
+		// of this process that serves it, if any.
 		opts = qx.WithDispatch(opts, true)
 	}
-	txn.Enqueue(rt.opts.queueName, payload, opts)
+	txn.Enqueue(stepQueue, payload, opts)
 }
 
 // signalOf returns the SignalDelivery a step job's headers carry (nil for
@@ -206,7 +210,9 @@ func (rt *Runtime) await(txn *queue.Txn, next *kvrecord.Run, out steprunner.Outc
 		if traceParent != "" {
 			h[HeaderTraceParent] = traceParent
 		}
-		txn.Enqueue(rt.timersQueue(), nil, queue.EnqueueOptions{
+		// On the timers queue of the step queue the timeout starts a step
+		// on: the Runtimes that serve it fire it.
+		txn.Enqueue(runrec.TimersQueue(rt.stepQueue(next)), nil, queue.EnqueueOptions{
 			JobID: next.WaitTimer, Delay: t, MaxAttempts: timerAttempts, Headers: h,
 		})
 	}

@@ -53,6 +53,9 @@ type Outcome struct {
 	delay  time.Duration // ContinueAfter delay or AwaitSignal timeout
 	reason string        // Fail or Cancel reason, or AwaitSignal name
 	memo   []MemoWrite   // WithMemo writes, in order; never appended in place
+	queue  string        // OnQueue's name
+	// onQueue: OnQueue was called (an empty name is then invalid).
+	onQueue bool
 }
 
 // Continue asks the runtime to run the next step now, with payload as its
@@ -176,10 +179,13 @@ func (o Outcome) Reason() string {
 }
 
 // String describes o for logs, without payload bytes, for example
-// "continue(12 bytes, after 1s)" or "fail(\"card declined\")"; an Outcome
-// with memory writes ends with "+memo(n)".
+// "continue(12 bytes, after 1s)" or "fail(\"card declined\")"; OnQueue adds
+// " on \"name\"", and memory writes "+memo(n)".
 func (o Outcome) String() string {
 	s := o.kindString()
+	if q, ok := o.NextQueue(); ok {
+		s += " on " + strconv.Quote(q)
+	}
 	if len(o.memo) > 0 {
 		s += "+memo(" + strconv.Itoa(len(o.memo)) + ")"
 	}

@@ -392,7 +392,7 @@ func TestJSON(t *testing.T) {
 	var r1 runJSON
 	f.okJSON(t, &r1, "run", "order-1")
 	if r1.State != "succeeded" || string(r1.Result) != "shipped" || r1.ResultText == nil || *r1.ResultText != "shipped" ||
-		r1.Step != 1 || r1.Headers["tenant"] != "acme" || r1.StepJob != nil || r1.CurrentJob != "" {
+		r1.Step != 1 || r1.Headers["tenant"] != "acme" || r1.StepJob != nil || r1.CurrentJob != "" || r1.Queue != "workflow-steps" {
 		t.Errorf("run order-1 = %+v", r1)
 	}
 	if m := r1.Memory; len(m) != 2 || m[0].Key != "address" || m[0].ValueText == nil || *m[0].ValueText != "12 Main St" ||

@@ -220,8 +220,10 @@ type runJSON struct {
 	// the job is requeued or a Runtime handles the queue's dead-letter
 	// notice; for a failed or cancelled run it is the dead letter of the
 	// step that ended it.
-	StepDead           bool              `json:"step_dead"`
-	Step               uint32            `json:"step"`
+	StepDead bool   `json:"step_dead"`
+	Step     uint32 `json:"step"`
+	// Queue is the current step's step queue (see runtime.RunStatus.Queue).
+	Queue              string            `json:"queue"`
 	SubmittedAt        *time.Time        `json:"submitted_at"`
 	EndedAt            *time.Time        `json:"ended_at"`
 	InputSHA256        string            `json:"input_sha256"`
@@ -255,12 +257,12 @@ func runCommand() *command {
 	return &command{
 		name:     "run",
 		synopsis: "RUN_ID",
-		help: `Shows one run: its record (state, step, headers, submit time, input hash),
-its outcome once finished (result as text when printable, else base64; error),
-its memory (each key with its value's size and a preview; --json: the
-values in base64), and its step job with attempts and attempt history: the
-current step's job, or for a failed run the dead job of its final step.
-Opens the store read-only.
+		help: `Shows one run: its record (state, step and its step queue, headers,
+submit time, input hash), its outcome once finished (result as text when
+printable, else base64; error), its memory (each key with its value's size
+and a preview; --json: the values in base64), and its step job with
+attempts and attempt history: the current step's job, or for a failed run
+the dead job of its final step. Opens the store read-only.
 Exits 4 if the run does not exist (or finished longer ago than the terminal
 retention).
 `,
@@ -310,7 +312,7 @@ func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
 		return nil, err
 	}
 	out := &runJSON{
-		RunID: id, State: st.State.String(), Scheduled: st.Scheduled, Step: st.CurrentStep,
+		RunID: id, State: st.State.String(), Scheduled: st.Scheduled, Step: st.CurrentStep, Queue: st.Queue,
 		SubmittedAt: jsonTime(unixTime(rec.SubmittedAt)), EndedAt: jsonTime(unixTime(rec.EndedAt)),
 		InputSHA256: hex.EncodeToString(rec.InputHash[:]), Priority: rec.Priority,
 		MaxAttemptsPerStep: rec.MaxAttempts, CancelRequested: rec.Cancel,
@@ -430,6 +432,7 @@ func printRun(w io.Writer, r *runJSON) {
 	fmt.Fprintf(tw, "run:\t%s\n", r.RunID)
 	fmt.Fprintf(tw, "state:\t%s\n", stateText(r.State, r.Scheduled, r.StepDead))
 	fmt.Fprintf(tw, "step:\t%d\n", r.Step)
+	fmt.Fprintf(tw, "queue:\t%s\n", orDash(r.Queue))
 	fmt.Fprintf(tw, "submitted:\t%s\n", textTime(deref(r.SubmittedAt)))
 	fmt.Fprintf(tw, "ended:\t%s\n", textTime(deref(r.EndedAt)))
 	fmt.Fprintf(tw, "input:\tsha256:%s\n", r.InputSHA256)

@@ -81,7 +81,7 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 32
+	runFields      = 33
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -139,7 +139,7 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // without reflection. It sets r.Version.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 160 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer)
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue)
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
@@ -177,7 +177,8 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendFloat64(b, r.RetryMultiplier)
 	b = format.AppendFloat64(b, r.RetryJitter)
 	b = format.AppendUint32(b, r.MemoKeys)
-	return format.AppendUint64(b, r.MemoBytes)
+	b = format.AppendUint64(b, r.MemoBytes)
+	return format.AppendString(b, r.Queue)
 }
 
 // EncodeTerminal encodes a terminal record: the bytes of format.Marshal,
