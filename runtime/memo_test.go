@@ -299,8 +299,9 @@ func TestMemoLimitOptions(t *testing.T) {
 }
 
 // TestMemoSurvivesRestart (file://): memory written before the process
-// stops is what the step after the restart reads. Fails if the memory is
-// not durable with the settlement.
+// stops (a value at the size limit, stored as a blob, included) is what
+// the step after the restart reads. Fails if the memory is not durable
+// with the settlement.
 func TestMemoSurvivesRestart(t *testing.T) {
 	url := fileURL(t)
 	v := &views{}
@@ -308,12 +309,14 @@ func TestMemoSurvivesRestart(t *testing.T) {
 		v.add(s, "k", "big")
 		if s.Number == 0 {
 			return steprunner.AwaitSignal("go", 0).WithMemo("k", []byte("before restart")).
-				WithMemo("big", []byte(strings.Repeat("b", 200<<10))), nil
+				WithMemo("big", []byte(strings.Repeat("b", runtime.DefaultMemoMaxValueBytes))), nil
 		}
 		return steprunner.Succeed(nil), nil
 	})
 	ctx := context.Background()
-	q1, err := openStore(t, url)
+	// A small large-value threshold: the big value is stored as a blob.
+	blobs := queue.WithLargeValueThreshold(64 << 10)
+	q1, err := openStore(t, url, blobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,14 +329,14 @@ func TestMemoSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	q2 := openQueue(t, url)
+	q2 := openQueue(t, url, blobs)
 	rt2 := newRuntime(t, q2, runner, nil)
 	startRun(t, rt2)
 	if err := rt2.Signal(ctx, "durable", "go", nil); err != nil {
 		t.Fatal(err)
 	}
 	waitTerminal(t, rt2, "durable")
-	want := "k=before restart big=" + strings.Repeat("b", 200<<10)
+	want := "k=before restart big=" + strings.Repeat("b", runtime.DefaultMemoMaxValueBytes)
 	if got := v.get("durable", 1, 1); got != want {
 		t.Errorf("step 1 after the restart saw %.60q..., want %.60q...", got, want)
 	}

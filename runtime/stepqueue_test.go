@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
 	"github.com/stepwell/stepwell/terminal"
@@ -232,5 +233,44 @@ func TestInvalidQueueNames(t *testing.T) {
 		if o := hook.wait(t, id); o.Status != terminal.Failed || !strings.Contains(o.Error, "invalid step queue name") {
 			t.Errorf("OnQueue(%q): outcome %+v, want failed with ErrInvalidQueueName", to, o)
 		}
+	}
+}
+
+// TestOnQueueDeadStepNotice: a step of another step queue whose worker
+// died on its last attempt is noticed on that queue's notices queue
+// (<queue>.dead), and the Runtime that serves that queue fails the run,
+// notified once through the shared notify queue. Fails if the notice goes
+// to the notices queue of the Runtime that sent the step there.
+func TestOnQueueDeadStepNotice(t *testing.T) {
+	ctx := context.Background()
+	q, err := openStore(t, shortLeaseURL(t, 40*time.Millisecond), queue.WithLease(40*time.Millisecond), queue.WithMaxAttempts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close(ctx) }) // after the Runs stop
+	hook := &hookRecorder{}
+	main := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		return steprunner.Continue(nil).OnQueue("side"), nil
+	}), hook)
+	startRun(t, main)
+	mustSubmit(t, main, runtime.RunSpec{RunID: "lost"})
+	waitStatus(t, main, "lost", "step 1 pending on side", func(s runtime.RunStatus) bool {
+		return s.CurrentStep == 1 && s.Queue == "side" && s.State == runtime.StatePending
+	})
+	// A worker of queue side claims step 1 and dies.
+	if j, err := claimOne(ctx, q, "side"); err != nil || j == nil {
+		t.Fatalf("claim: %v %v", j, err)
+	}
+	eventually(t, waitTimeout, "the notice of the dead step on side.dead", func() bool {
+		s, err := q.Stats(ctx, "side.dead")
+		return err == nil && s.Pending == 1
+	})
+	if st, _ := main.Status(ctx, "lost"); st.State.Terminal() {
+		t.Fatalf("run ended before a Runtime of queue side handled the notice: %+v", st)
+	}
+	side := newRuntime(t, q, succeedRunner(nil), nil, runtime.WithQueueName("side"))
+	startRun(t, side)
+	if o := hook.wait(t, "lost"); o.Status != terminal.Failed || !strings.Contains(o.Error, "step 1 died") {
+		t.Fatalf("outcome %+v, want failed: step 1 died", o)
 	}
 }
