@@ -85,7 +85,8 @@
 // (steprunner.Step.Memo): before a step starts, the runtime reads the
 // run's memory in one prefix scan, and only if the run record counts some
 // (MemoKeys > 0), so a run that never writes any costs no read and no
-// write more. Only the settlement of a run's current step writes its
+// write more (a step of a run with memory costs one scan: in a cluster
+// member, one more call to the writer). Only the settlement of a run's current step writes its
 // memory, so what the scan reads is what committed before the step
 // started, and a retry reads what committed before it, never the writes
 // of an attempt that failed: writes ride with the Outcome, and an Outcome
@@ -261,7 +262,7 @@
 // neither the queue nor the store, so it neither blocks nor fails on a
 // stalled or closed store; every call that reads or writes takes a ctx.
 // New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
-// Cancel, Retry, Signal, Pause and Resume work (they read and write the
+// RunMemo, Cancel, Retry, Signal, Pause and Resume work (they read and write the
 // durable records), Run returns ErrNoRunner.
 //
 // A Runtime with a hook records its notify queue in the store when its Run
