@@ -262,8 +262,8 @@
 // neither the queue nor the store, so it neither blocks nor fails on a
 // stalled or closed store; every call that reads or writes takes a ctx.
 // New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
-// RunMemo, Cancel, Retry, Signal, Pause and Resume work (they read and write the
-// durable records), Run returns ErrNoRunner.
+// RunMemo, Cancel, Retry, Signal, Pause and Resume work (they read and
+// write the durable records), Run returns ErrNoRunner.
 //
 // A Runtime with a hook records its notify queue in the store when its Run
 // starts, so that runs ended by client Runtimes (Cancel) are notified to
