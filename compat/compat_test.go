@@ -40,6 +40,8 @@ var wantFixtures = []string{
 	"v5-owner-mark-run-index",
 	"v6-run-control",
 	"v7-claim-token",
+	"v8-run-memory",
+	"v9-step-queue",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.
@@ -218,8 +220,12 @@ func checkRuns(ctx context.Context, t *testing.T, q *queue.Queue, how string) {
 			continue
 		}
 		if st.State != w.state || st.CurrentStep != w.step || st.Scheduled != w.scheduled ||
-			string(st.Result) != w.result || st.Error != w.err {
+			string(st.Result) != w.result || st.Error != w.err || st.MemoKeys != 0 || st.MemoBytes != 0 {
 			t.Errorf("%s: run %s = %+v (state %s), want %+v (state %s)", how, id, st, st.State, w, w.state)
+		}
+		// Records without a step queue report their step job's.
+		if !w.state.Terminal() && st.Queue != "workflow-steps" {
+			t.Errorf("%s: run %s: Queue %q, want workflow-steps", how, id, st.Queue)
 		}
 	}
 	if st, err := rt.Status(ctx, "succeeded"); err == nil && st.Headers["tenant"] != "acme" {

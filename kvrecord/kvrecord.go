@@ -9,7 +9,8 @@
 //	                                                expiry is a prefix scan)
 //
 // The runtime keeps other keys under workflow/ (an index of runs by submit
-// time, signal mailboxes, the parked steps of paused runs): its own, not
+// time, signal mailboxes, the parked steps of paused runs, run memory):
+// its own, not
 // for users to read or write. It alone writes these records, too: this
 // package decodes them, for programs that read a store (the stepwell CLI,
 // a migration, an audit), and its types and decoders change only by adding.
@@ -33,14 +34,19 @@
 //	          StepTimeout, StartAt, Retry* (the RunSpec's step timeout,
 //	          scheduled start and retry policy;
 //	          November 2026)
+//	          shape 4: 32 fields, + MemoKeys, MemoBytes (run memory;
+//	          November 2026)
+//	          shape 5: 33 fields, + Queue (named step queues;
+//	          November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
 //	          (November 2026)
 //
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
-// mailbox, no step timeout, start time or retry policy, no dead job and
-// no payload); the runtime writes the newest shape only.
+// mailbox, no step timeout, start time or retry policy, no memory, no
+// step queue, no dead job and no payload); the runtime writes the newest
+// shape only.
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
@@ -130,6 +136,19 @@ type Run struct {
 	RetryMaxBackoff     int64
 	RetryMultiplier     float64
 	RetryJitter         float64
+	// MemoKeys counts the entries of the run's memory
+	// (steprunner.Outcome.WithMemo), kept under workflow/memo/<id>/; 0:
+	// none, and a step reads none. Shape 4.
+	MemoKeys uint32
+	// MemoBytes is the memory's size: the sum of its keys' and values'
+	// lengths. Shape 4.
+	MemoBytes uint64
+	// Queue is the step queue of the current step: its job's queue, or,
+	// while the run waits or is parked, where its next step will be
+	// enqueued (steprunner.Outcome.OnQueue, RunSpec.Queue). "" in records
+	// of older shapes: the queue of the Runtime that handles the run.
+	// Shape 5.
+	Queue string
 }
 
 // Terminal is the outcome of a finished run.
@@ -191,7 +210,9 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 // Field counts of the records (see the Encoding section above): the
 // current shape, and the older ones.
 const (
-	runFields        = 30
+	runFields        = 33
+	runFieldsV4      = 32
+	runFieldsV3      = 30
 	runFieldsV2      = 16
 	runFieldsV1      = 14
 	terminalFields   = 11
@@ -224,7 +245,7 @@ func readRun(rd *format.Reader, r *Run) {
 	}
 	r.Retries = rd.Uint32()
 	r.UpdatedAt = rd.Int64()
-	if n >= runFields {
+	if n >= runFieldsV3 {
 		r.WaitFor = rd.String()
 		r.WaitDeadline = rd.Int64()
 		r.WaitTimer = rd.String()
@@ -233,7 +254,7 @@ func readRun(rd *format.Reader, r *Run) {
 		r.MailSeq = rd.Uint64()
 		r.Mailbox = rd.Uint32()
 	}
-	if n >= runFields {
+	if n >= runFieldsV3 {
 		r.StepTimeout = rd.Int64()
 		r.StartAt = rd.Int64()
 		r.RetryMaxAttempts = rd.Uint32()
@@ -241,6 +262,13 @@ func readRun(rd *format.Reader, r *Run) {
 		r.RetryMaxBackoff = rd.Int64()
 		r.RetryMultiplier = rd.Float64()
 		r.RetryJitter = rd.Float64()
+	}
+	if n >= runFieldsV4 {
+		r.MemoKeys = rd.Uint32()
+		r.MemoBytes = rd.Uint64()
+	}
+	if n >= runFields {
+		r.Queue = rd.String()
 	}
 }
 
@@ -270,12 +298,50 @@ type runV2 struct {
 	UpdatedAt int64
 }
 
+// runV3 is a shape 3 run record, for the reflective decoder: shape 2's
+// fields, then the run control ones.
+type runV3 struct {
+	runV2
+	WaitFor             string
+	WaitDeadline        int64
+	WaitTimer           string
+	Paused              bool
+	Parked              bool
+	MailSeq             uint64
+	Mailbox             uint32
+	StepTimeout         int64
+	StartAt             int64
+	RetryMaxAttempts    uint32
+	RetryInitialBackoff int64
+	RetryMaxBackoff     int64
+	RetryMultiplier     float64
+	RetryJitter         float64
+}
+
+// runV4 is a shape 4 run record, for the reflective decoder.
+type runV4 struct {
+	runV3
+	MemoKeys  uint32
+	MemoBytes uint64
+}
+
 // unmarshalRun is the reflective decoder of run records of every shape:
 // what the fast reader must agree with.
 func unmarshalRun(b []byte, r *Run) error {
 	*r = Run{}
 	err := format.UnmarshalExact(b, r)
 	if err == nil {
+		return nil
+	}
+	var v4 runV4
+	if format.UnmarshalExact(b, &v4) == nil {
+		*r = v3WithZero(v4.runV3)
+		r.MemoKeys, r.MemoBytes = v4.MemoKeys, v4.MemoBytes
+		return nil
+	}
+	var v3 runV3
+	if format.UnmarshalExact(b, &v3) == nil {
+		*r = v3WithZero(v3)
 		return nil
 	}
 	var v2 runV2
@@ -291,6 +357,18 @@ func unmarshalRun(b []byte, r *Run) error {
 	}
 	*r = v1WithZero(v1)
 	return nil
+}
+
+// v3WithZero returns a shape 3 record as a Run with the newer fields zero.
+func v3WithZero(v3 runV3) Run {
+	r := v1WithZero(v3.runV1)
+	r.Retries, r.UpdatedAt = v3.Retries, v3.UpdatedAt
+	r.WaitFor, r.WaitDeadline, r.WaitTimer = v3.WaitFor, v3.WaitDeadline, v3.WaitTimer
+	r.Paused, r.Parked, r.MailSeq, r.Mailbox = v3.Paused, v3.Parked, v3.MailSeq, v3.Mailbox
+	r.StepTimeout, r.StartAt, r.RetryMaxAttempts = v3.StepTimeout, v3.StartAt, v3.RetryMaxAttempts
+	r.RetryInitialBackoff, r.RetryMaxBackoff = v3.RetryInitialBackoff, v3.RetryMaxBackoff
+	r.RetryMultiplier, r.RetryJitter = v3.RetryMultiplier, v3.RetryJitter
+	return r
 }
 
 // v1WithZero returns a shape 1 record as a Run with the shape 2 fields zero.

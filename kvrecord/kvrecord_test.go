@@ -110,6 +110,7 @@ func randRun(r *rand.Rand, multi bool) *Run {
 		StepTimeout: codectest.Int64(r), StartAt: codectest.Int64(r), RetryMaxAttempts: r.Uint32(),
 		RetryInitialBackoff: codectest.Int64(r), RetryMaxBackoff: codectest.Int64(r),
 		RetryMultiplier: 1 + r.Float64()*10, RetryJitter: r.Float64(),
+		MemoKeys: r.Uint32(), MemoBytes: r.Uint64(), Queue: codectest.String(r),
 	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
@@ -178,6 +179,10 @@ func FuzzFastReaders(f *testing.F) {
 		f.Add(v1)
 		v2, _ := format.Marshal(runV2Of(run))
 		f.Add(v2)
+		v3, _ := format.Marshal(runV3Of(run))
+		f.Add(v3)
+		v4, _ := format.Marshal(runV4Of(run))
+		f.Add(v4)
 		term := randTerminal(r)
 		tv1, _ := format.Marshal(terminalV1Of(term))
 		f.Add(tv1)
@@ -188,9 +193,10 @@ func FuzzFastReaders(f *testing.F) {
 	})
 }
 
-// zeroShape3 zeroes the fields shape 3 appended: what a record of an
-// older shape decodes with.
+// zeroShape3 zeroes the fields shapes 3 and 4 appended: what a record of
+// an older shape decodes with.
 func zeroShape3(r *Run) {
+	zeroShape4(r)
 	r.WaitFor, r.WaitDeadline, r.WaitTimer, r.Paused, r.Parked, r.MailSeq, r.Mailbox = "", 0, "", false, false, 0, 0
 	r.StepTimeout, r.StartAt, r.RetryMaxAttempts = 0, 0, 0
 	r.RetryInitialBackoff, r.RetryMaxBackoff, r.RetryMultiplier, r.RetryJitter = 0, 0, 0, 0
@@ -213,6 +219,68 @@ func checkOldRun(t *testing.T, shape string, rec any, want *Run) {
 		t.Fatalf("unmarshalRun(%s) = %+v, %v", shape, slow, err)
 	}
 	codectest.AgreeWith(t, b, readRun, unmarshalRun)
+}
+
+// zeroShape4 zeroes the fields shapes 4 and 5 appended.
+func zeroShape4(r *Run) { r.MemoKeys, r.MemoBytes = 0, 0; zeroShape5(r) }
+
+// zeroShape5 zeroes the field shape 5 appended.
+func zeroShape5(r *Run) { r.Queue = "" }
+
+func runV4Of(r *Run) *runV4 {
+	return &runV4{runV3: *runV3Of(r), MemoKeys: r.MemoKeys, MemoBytes: r.MemoBytes}
+}
+
+// TestDecodeShape4 holds the run decoders to records written before the
+// step queue (shape 5) was appended: they decode with Queue "" on both
+// paths. Fails if a decoder insists on 33 fields.
+func TestDecodeShape4(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		run := randRun(r, false)
+		run.State, run.Version = StateActive, Version
+		if run.RunID == "" {
+			run.RunID = "r"
+		}
+		old := *run
+		zeroShape5(&old)
+		checkOldRun(t, "shape 4", runV4Of(run), &old)
+	}
+	bad, _ := format.Marshal(make([]int, 34))
+	if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("DecodeRun(34 fields) = %v, want ErrCorrupt", err)
+	}
+}
+
+func runV3Of(r *Run) *runV3 {
+	return &runV3{runV2: *runV2Of(r), WaitFor: r.WaitFor, WaitDeadline: r.WaitDeadline, WaitTimer: r.WaitTimer,
+		Paused: r.Paused, Parked: r.Parked, MailSeq: r.MailSeq, Mailbox: r.Mailbox,
+		StepTimeout: r.StepTimeout, StartAt: r.StartAt, RetryMaxAttempts: r.RetryMaxAttempts,
+		RetryInitialBackoff: r.RetryInitialBackoff, RetryMaxBackoff: r.RetryMaxBackoff,
+		RetryMultiplier: r.RetryMultiplier, RetryJitter: r.RetryJitter}
+}
+
+// TestDecodeShape3 holds the run decoders to records written before the
+// memory counts (shape 4) were appended: they decode with MemoKeys and
+// MemoBytes zero on both paths. Fails if a decoder insists on 32 fields.
+func TestDecodeShape3(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		run := randRun(r, false)
+		run.State, run.Version = StateActive, Version
+		if run.RunID == "" {
+			run.RunID = "r"
+		}
+		old := *run
+		zeroShape4(&old)
+		checkOldRun(t, "shape 3", runV3Of(run), &old)
+	}
+	for _, n := range []int{31, 34} {
+		bad, _ := format.Marshal(make([]int, n))
+		if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("DecodeRun(%d fields) = %v, want ErrCorrupt", n, err)
+		}
+	}
 }
 
 func runV1Of(r *Run) *runV1 {

@@ -70,6 +70,8 @@ func TestMain(m *testing.M) {
 		os.Exit(clusterHelper(os.Getenv(clusterHelperEnv)))
 	case os.Getenv(memberWriterEnv) != "":
 		os.Exit(memberWriterChild(os.Getenv(memberWriterEnv)))
+	case os.Getenv(queueHelperEnv) != "":
+		os.Exit(queueHelperChild(os.Getenv(queueHelperEnv)))
 	}
 	if memberMode() {
 		code := m.Run()

@@ -45,9 +45,62 @@
 //	a step job of an ended run      dead-letter, with a reason that says to
 //	(requeued by hand) or a stale   Retry the run; logged (WithLogger); the
 //	one                             run record unchanged
+//	Continue, ContinueAfter or      as the row above, with step n+1 (and an
+//	AwaitSignal with OnQueue(q)     await's timeout job, on q.timers)
+//	                                enqueued on step queue q instead of this
+//	                                Runtime's; run record -> Queue q
+//	an Outcome with an invalid      as steprunner.Permanent: dead-letter;
+//	OnQueue name                    Failed with ErrInvalidQueueName
+//	any Outcome above with          also: put each key's last value (delete
+//	WithMemo(key, value) writes     it for nil) under workflow/memo/<run>/;
+//	                                the run record's MemoKeys, MemoBytes
+//	                                updated (the same transaction)
+//	an Outcome whose memory writes  as steprunner.Permanent: dead-letter;
+//	break a limit (WithMemoLimits)  Failed with a *MemoLimitError (or
+//	or name an invalid key          ErrInvalidMemoKey); nothing of the
+//	                                Outcome written; logged at ERROR
 //
 // Each row is ONE queue transaction: a crash never leaves a step acked
-// without its successor, or a run ended without its notification. Failed
+// without its successor, or a run ended without its notification.
+//
+// Step queues. Each Runtime serves one step queue (WithQueueName,
+// "workflow-steps" by default); Runtimes of several step queues share a
+// store, in one process or in many (cluster mode too). A run's step 0
+// goes to RunSpec.Queue (else the submitting Runtime's queue), and each
+// next step to the queue its predecessor's Outcome names (OnQueue), else
+// to the same queue. The run record names the current step's queue
+// (kvrecord.Run.Queue; Status reports it), and every row here that
+// enqueues a run's step (a signal, a timeout, Resume, Retry) enqueues it
+// there, whichever Runtime commits the row, so control works across
+// queues. Each step queue keeps its own notices and timers queues
+// (<queue>.dead, <queue>.timers), worked by the Runtimes that serve it;
+// run records and the notify queue are shared. A step sent to a queue
+// that no Runtime serves waits there, pending, until one does. Only a
+// step that stays on this Runtime's queue is chained to its slot (see
+// Scheduling); a step sent to another queue is dispatched to an idle slot
+// of a Runtime of this process that serves it, if there is one.
+//
+// Run memory. A run keeps a small key-value map, written only by
+// settlements (steprunner.Outcome.WithMemo) and read with each step
+// (steprunner.Step.Memo): before a step starts, the runtime reads the
+// run's memory in one prefix scan, and only if the run record counts some
+// (MemoKeys > 0), so a run that never writes any costs no read and no
+// write more (a step of a run with memory costs one scan: in a cluster
+// member, one more call to the writer). Only the settlement of a run's current step writes its
+// memory, so what the scan reads is what committed before the step
+// started, and a retry reads what committed before it, never the writes
+// of an attempt that failed: writes ride with the Outcome, and an Outcome
+// that is not settled as such (an error, a run cancelled from outside
+// unless the Outcome is Cancel, a settlement that cannot commit) writes
+// nothing. The limits (WithMemoLimits; defaults: keys of 1 to 256 bytes
+// of printable ASCII, values up to 256 KiB, a run's memory up to 1 MiB
+// and 1,000 keys) are checked when the step returns, against the memory
+// it read and before its settlement is built: a step cannot return an
+// error from WithMemo, but its settlement can refuse it (the row above),
+// and it is refused on every attempt alike, so it fails at once instead
+// of being retried. The memory is kept while the run is kept (Retry keeps
+// it) and deleted with its record at expiry; RunMemo and "stepwell run
+// ID" read it. Failed
 // and cancelled runs keep their final step's payload (and the ID of its
 // dead job, if it died) in their terminal record, for Retry:
 //
@@ -174,7 +227,10 @@
 // The run record (kvrecord.Run, under workflow/runs/<id>) holds the input's
 // SHA-256, the current step and its job, the cancel flag and the headers,
 // and the run-control state: the awaited signal name, deadline and timeout
-// job, the pause and parked flags, and the mailbox's sequence and count.
+// job, the pause and parked flags, the mailbox's sequence and count, and
+// the run memory's key count and size (MemoKeys, MemoBytes; its entries
+// are under workflow/memo/<id>/, see internal/runrec), and the current
+// step's queue.
 // Submit writes it with a compare-and-put from absent, in the transaction
 // that enqueues step 0, so concurrent submits of one ID from any number of
 // goroutines or processes yield one run; later submits with the same input
@@ -206,8 +262,8 @@
 // neither the queue nor the store, so it neither blocks nor fails on a
 // stalled or closed store; every call that reads or writes takes a ctx.
 // New with a nil Runner makes a client Runtime: Submit, Status, ListRuns,
-// Cancel, Retry, Signal, Pause and Resume work (they read and write the
-// durable records), Run returns ErrNoRunner.
+// RunMemo, Cancel, Retry, Signal, Pause and Resume work (they read and
+// write the durable records), Run returns ErrNoRunner.
 //
 // A Runtime with a hook records its notify queue in the store when its Run
 // starts, so that runs ended by client Runtimes (Cancel) are notified to

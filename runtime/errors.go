@@ -50,7 +50,52 @@ var (
 	ErrInvalidSignalName = errors.New("runtime: invalid signal name")
 	// ErrSignalTooLarge is wrapped by SignalTooLargeError.
 	ErrSignalTooLarge = errors.New("runtime: signal payload too large")
+	// ErrInvalidQueueName: a step queue name (WithQueueName,
+	// RunSpec.Queue, steprunner.Outcome.OnQueue) that ValidateQueueName
+	// refuses. Submit and New return it (New wrapped in ErrInvalidOption);
+	// a step whose Outcome names one fails its run, as
+	// steprunner.Permanent would. Retrying cannot help.
+	ErrInvalidQueueName = errors.New("runtime: invalid step queue name")
+	// ErrMemoTooLarge is wrapped by MemoLimitError: a step's memory writes
+	// (steprunner.Outcome.WithMemo) over a limit (WithMemoLimits).
+	ErrMemoTooLarge = errors.New("runtime: run memory over a limit")
+	// ErrInvalidMemoKey: a memory write's key is empty or not printable
+	// ASCII (ValidateMemoKey). Like a MemoLimitError it fails the step
+	// permanently; retrying cannot help.
+	ErrInvalidMemoKey = errors.New("runtime: invalid memo key")
 )
+
+// MemoLimitError: the memory writes of a step's Outcome break a limit
+// (WithMemoLimits). The step fails permanently and its run ends Failed
+// with this error (the step is dead-lettered, as with a
+// steprunner.Permanent error); nothing of the Outcome is written, so a
+// Retry of the run runs the step again with the memory as it was.
+// Retrying with the same writes cannot help.
+type MemoLimitError struct {
+	// What is over its limit: "key" (a key's length), "value" (a value's
+	// length), "memory" (the run's memory in bytes, keys and values) or
+	// "keys" (the run's number of keys).
+	What string
+	// Key is the key written ("key": its first 64 bytes; "value": the
+	// key); "" for "memory" and "keys".
+	Key string
+	// Size is the length or count that the writes would reach; Max its
+	// limit.
+	Size, Max int
+}
+
+func (e *MemoLimitError) Error() string {
+	switch e.What {
+	case "keys":
+		return fmt.Sprintf("runtime: run memory of %d keys, at most %d", e.Size, e.Max)
+	case "memory":
+		return fmt.Sprintf("runtime: run memory of %d bytes, at most %d", e.Size, e.Max)
+	}
+	return fmt.Sprintf("runtime: memo %s %q of %d bytes, at most %d", e.What, e.Key, e.Size, e.Max)
+}
+
+// Unwrap returns ErrMemoTooLarge.
+func (e *MemoLimitError) Unwrap() error { return ErrMemoTooLarge }
 
 // SignalTooLargeError: a Signal payload of Size bytes, over the Max that
 // WithMaxSignalPayload sets. It changed nothing; retrying with the same

@@ -26,6 +26,7 @@ type options struct {
 	stepTimeout       time.Duration
 	noChain           bool
 	maxSignalPayload  int
+	memoLimits        MemoLimits
 	logger            *slog.Logger
 	errorHandler      ErrorHandler
 	now               func() time.Time
@@ -46,6 +47,7 @@ func defaultOptions() options {
 		retention:         24 * time.Hour,
 		drainTimeout:      DefaultDrainTimeout,
 		maxSignalPayload:  DefaultMaxSignalPayload,
+		memoLimits:        MemoLimits{}.withDefaults(),
 		logger:            slog.Default(),
 		now:               time.Now,
 	}
@@ -55,12 +57,17 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 }
 
-// WithQueueName sets the queue that carries step jobs. Defaults to
-// "workflow-steps".
+// WithQueueName sets the step queue that this Runtime serves: the queue
+// of the steps its Run executes, of runs it submits without a
+// RunSpec.Queue, and of next steps that an Outcome does not send elsewhere
+// (steprunner.Outcome.OnQueue). Runtimes of several step queues may share
+// a store, in one process or many: each serves its own. The name must
+// pass ValidateQueueName (else ErrInvalidOption wrapping
+// ErrInvalidQueueName). Defaults to "workflow-steps".
 func WithQueueName(name string) Option {
 	return func(o *options) error {
-		if name == "" {
-			return invalid("queue name must not be empty")
+		if err := ValidateQueueName(name); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		o.queueName = name
 		return nil

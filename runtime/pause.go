@@ -154,7 +154,7 @@ func (rt *Runtime) loadParked(ctx context.Context, runID string) (*runrec.Parked
 func (rt *Runtime) parkClaimed(ctx context.Context, job *queue.Job, rec *kvrecord.Run, old []byte) error {
 	for {
 		next := *rec
-		next.UpdatedAt = rt.opts.now().UnixNano()
+		next.UpdatedAt, next.Queue = rt.opts.now().UnixNano(), job.Queue
 		txn := new(queue.Txn).Ack(job)
 		rt.startStep(txn, &next, job.Payload, 0, signalOf(job.Headers), false, job.Headers[HeaderTraceParent])
 		txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))

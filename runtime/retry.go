@@ -89,12 +89,12 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 		}
 		switch {
 		case job != nil && job.State == queue.JobDead:
-			next.CurrentJob = job.ID
+			next.CurrentJob, next.Queue = job.ID, job.Queue
 			requireJob(txn, job.ID, queue.JobDead).RequeueDead(job.ID)
 			return nil
 		case job != nil && (job.State == queue.JobPending || job.State == queue.JobScheduled):
 			// Requeued by hand (queue.Queue.RequeueDead): adopt it.
-			next.CurrentJob = job.ID
+			next.CurrentJob, next.Queue = job.ID, job.Queue
 			requireJob(txn, job.ID, queue.JobPending, queue.JobScheduled)
 			return nil
 		}
@@ -106,8 +106,9 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 	next.CurrentJob = newJobID()
 	stepQueue := t.Queue // the queue the step ran on, whichever Runtime retries it
 	if stepQueue == "" {
-		stepQueue = rt.opts.queueName
+		stepQueue = rt.stepQueue(next)
 	}
+	next.Queue = stepQueue
 	opts := rt.stepOptions(next, t.FinalStep, next.CurrentJob, rt.tel.traceParent(ctx))
 	opts.DeadLetterQueue = runrec.NoticesQueue(stepQueue)
 	// A dedup key of its own: the step's first job may still be around.

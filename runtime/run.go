@@ -239,7 +239,13 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		RunID: runID, Number: n, Payload: job.Payload, Headers: userHeaders(job.Headers),
 		JobID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Signal: signalOf(job.Headers),
 	}
+	var memo map[string][]byte
 	if !rec.Cancel {
+		// The run's memory: read only when its record counts some.
+		if memo, err = rt.loadMemo(settleCtx, rec); err != nil {
+			return err // the claim's lease expires and the step is retried
+		}
+		setStepMemo(step, memo)
 		ctx, stop := stepContext(claimCtx, spanCtx)
 		outcome, stepErr = rt.runWithTimeout(ctx, step, rt.stepTimeout(rec))
 		stop()
@@ -261,6 +267,20 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			if err := ValidateSignalName(outcome.SignalName()); err != nil {
 				stepErr = steprunner.Permanent(fmt.Errorf("AwaitSignal: %w", err))
 			}
+		}
+		if stepErr == nil && !outcome.IsZero() {
+			if _, err := rt.nextQueue(outcome); err != nil {
+				stepErr = steprunner.Permanent(err)
+			}
+		}
+	}
+	// The Outcome's memory writes, checked against the limits and the
+	// memory that committed before the step: over a limit, the step fails
+	// permanently before anything of its Outcome is written.
+	var mp *memoPlan
+	if stepErr == nil && !outcome.IsZero() {
+		if mp, err = planMemo(rec, memo, outcome.MemoWrites(), rt.opts.memoLimits); err != nil {
+			stepErr = steprunner.Permanent(fmt.Errorf("step %d's memory writes: %w", n, err))
 		}
 	}
 
@@ -307,7 +327,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		if unsettleable != nil {
 			txn = rt.failSettlement(rec, old, job, n, unsettleable.Error())
 		} else {
-			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail)
+			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail, mp)
 		}
 		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -370,8 +390,9 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []
 // settlement builds the one transaction that settles step n, and returns
 // with it the run record it writes when the run goes on (nil otherwise).
 // mail is the oldest signal in the mailbox that an AwaitSignal outcome
-// consumes (nil: none).
-func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV) (txn *queue.Txn, next []byte) {
+// consumes (nil: none); mp is the outcome's memory writes (nil: none),
+// written only when the outcome is settled as such.
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan) (txn *queue.Txn, next []byte) {
 	txn = new(queue.Txn)
 	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
 	// A retry (Nack) keeps the job, and with it its headers.
@@ -393,8 +414,10 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 		case steprunner.KindContinue, steprunner.KindAwait:
 			next := *rec
 			next.CurrentStep = n + 1
+			next.Queue, _ = rt.nextQueue(out) // checked when the step returned
 			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn.Ack(job)
+			mp.apply(txn, &next)
 			if out.Kind() == steprunner.KindAwait {
 				rt.await(txn, &next, out, mail, tp)
 			} else {
@@ -405,15 +428,15 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			return txn, b
 		case steprunner.KindSucceed:
 			txn.Ack(job)
-			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt, traceParent: tp})
+			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt, traceParent: tp, memo: mp})
 		case steprunner.KindFail:
 			txn.Ack(job)
 			rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: out.Reason(), step: n,
-				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp, memo: mp})
 		case steprunner.KindCancel:
 			txn.Ack(job)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, reason: out.Reason(), step: n,
-				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp, memo: mp})
 		}
 	}
 	return txn, nil
@@ -484,7 +507,7 @@ func (rt *Runtime) expireTerminal(ctx context.Context) error {
 				continue
 			case rec.State == kvrecord.StateTerminal && rec.EndedAt == ended:
 				txn.CompareAndDelete(kvrecord.RunKey(runID), old).Delete(runrec.SubmittedKey(rec.SubmittedAt, runID))
-				err = rt.deleteRunKeys(ctx, txn, rec, old) // mailbox: deleted with the record
+				err = rt.deleteRunKeys(ctx, txn, rec, old) // mailbox, memory: deleted with the record
 				if err != nil && !errors.Is(err, queue.ErrConditionFailed) {
 					return err
 				}

@@ -152,6 +152,11 @@ type RunSpec struct {
 	// or the zero policy: the queue's. An invalid policy is
 	// ErrInvalidRunSpec wrapping a *steprunner.RetryPolicyError.
 	Retry *steprunner.RetryPolicy
+	// Queue is the step queue of step 0: a Runtime serving it
+	// (WithQueueName) runs it. "": the submitting Runtime's. A name that
+	// ValidateQueueName refuses is ErrInvalidQueueName. A re-submit does
+	// not compare it (the run's queue changes as its steps go on).
+	Queue string
 }
 
 // SubmitOutcome says what Submit did.
@@ -211,6 +216,13 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	if err := validateSpecPolicy(&spec); err != nil {
 		return SubmitOutcome{}, err
 	}
+	stepQueue := rt.opts.queueName
+	if spec.Queue != "" {
+		if err := ValidateQueueName(spec.Queue); err != nil {
+			return SubmitOutcome{}, err
+		}
+		stepQueue = spec.Queue
+	}
 	hash := runrec.HashInput(spec.Input)
 	traceParent := rt.tel.traceParent(ctx)
 	for {
@@ -220,6 +232,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 			RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
 			State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
 			Headers: spec.Headers, Priority: spec.Priority, MaxAttempts: spec.MaxAttemptsPerStep,
+			Queue: stepQueue,
 		}
 		if !terminal.IsNoop(rt.hook) {
 			rec.NotifyQueue = rt.opts.notifyQueueName
@@ -232,7 +245,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		txn := new(queue.Txn).
 			CompareAndPut(kvrecord.RunKey(id), nil, b).
 			Put(runrec.SubmittedKey(now, id), []byte{}).
-			Enqueue(rt.opts.queueName, spec.Input, opts)
+			Enqueue(stepQueue, spec.Input, opts)
 		// Dispatched, step 0 starts with the record (see stepRun).
 		_, err := rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
 		if err == nil {
@@ -289,7 +302,7 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent s
 	return queue.EnqueueOptions{
 		Headers: h, Priority: rec.Priority, MaxAttempts: maxAttempts(rec),
 		DedupKey: fmt.Sprintf("run:%s:%d", rec.RunID, n), JobID: jobID,
-		DeadLetterQueue: rt.noticesQueue(),
+		DeadLetterQueue: runrec.NoticesQueue(rt.stepQueue(rec)),
 	}
 }
 
@@ -438,7 +451,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 // record keeps an empty payload for Retry) or one paused with its next step
 // parked (the parked payload is kept).
 func (rt *Runtime) cancelIdle(ctx context.Context, rec *kvrecord.Run, old []byte) (*queue.Txn, error) {
-	e := ending{status: terminal.Cancelled, step: rec.CurrentStep, payload: []byte{}, queue: rt.opts.queueName, handOff: true}
+	e := ending{status: terminal.Cancelled, step: rec.CurrentStep, payload: []byte{}, queue: rt.stepQueue(rec), handOff: true}
 	if rec.Parked {
 		p, err := rt.loadParked(ctx, rec.RunID)
 		if err != nil {
@@ -469,6 +482,8 @@ type ending struct {
 	queue string
 	// traceParent is the run's trace context, for the notification job.
 	traceParent string
+	// memo is the settled Outcome's memory writes (nil: none).
+	memo *memoPlan
 	// handOff: if no notify queue is known (see resolveNotify), hand the
 	// notification to the notices queue of the step queue (queue, else
 	// this Runtime's) instead of dropping it. Cancel sets it.
@@ -497,6 +512,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	}
 	clearWait(&next)
 	next.Paused, next.Parked = false, false
+	e.memo.apply(txn, &next)
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}

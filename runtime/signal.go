@@ -127,8 +127,9 @@ func clearWait(r *kvrecord.Run) {
 }
 
 // startStep adds to txn what starts step next.CurrentStep with payload,
-// due after delay: the step's enqueue (claimed by this process if claim
-// and it is due now, else dispatched), or, when the run is paused, its
+// due after delay, on the step queue next names: the step's enqueue
+// (claimed by this process if claim, it is due now and the queue is this
+// Runtime's, else dispatched), or, when the run is paused, its
 // parked record. It sets next.CurrentJob (or next.Parked); the caller
 // writes next. traceParent is the run's trace context (HeaderTraceParent;
 // "" for none); a parked step does not keep it.
@@ -154,15 +155,18 @@ func (rt *Runtime) startStep(txn *queue.Txn, next *kvrecord.Run, payload []byte,
 			opts.Headers[HeaderSignalTimedOut] = "1"
 		}
 	}
+	stepQueue := rt.stepQueue(next)
 	switch {
 	case delay > 0:
 		opts.Delay = delay
-	case claim:
+	case claim && stepQueue == rt.opts.queueName:
 		opts = qx.WithClaim(opts, !rt.opts.noChain)
 	default:
+		// Another step queue's step starts in an idle slot of a Runtime
+		// of this process that serves it, if any.
 		opts = qx.WithDispatch(opts, true)
 	}
-	txn.Enqueue(rt.opts.queueName, payload, opts)
+	txn.Enqueue(stepQueue, payload, opts)
 }
 
 // signalOf returns the SignalDelivery a step job's headers carry (nil for
@@ -206,7 +210,9 @@ func (rt *Runtime) await(txn *queue.Txn, next *kvrecord.Run, out steprunner.Outc
 		if traceParent != "" {
 			h[HeaderTraceParent] = traceParent
 		}
-		txn.Enqueue(rt.timersQueue(), nil, queue.EnqueueOptions{
+		// On the timers queue of the step queue the timeout starts a step
+		// on: the Runtimes that serve it fire it.
+		txn.Enqueue(runrec.TimersQueue(rt.stepQueue(next)), nil, queue.EnqueueOptions{
 			JobID: next.WaitTimer, Delay: t, MaxAttempts: timerAttempts, Headers: h,
 		})
 	}
@@ -262,20 +268,31 @@ func (rt *Runtime) handleTimer(claimCtx context.Context, job *queue.Job) error {
 	}
 }
 
-// deleteRunKeys adds to txn the deletion of a run's mailbox and parked
-// step, for the transaction that deletes its record (old: its bytes). A
-// mailbox too large for one transaction is emptied first by transactions
-// of its own, each conditional on the record being old.
+// deleteRunKeys adds to txn the deletion of a run's mailbox, memory and
+// parked step, for the transaction that deletes its record (old: its
+// bytes). A mailbox or memory too large for one transaction is emptied
+// first by transactions of their own, each conditional on the record
+// being old. A run that never had mail nor memory costs no read.
 func (rt *Runtime) deleteRunKeys(ctx context.Context, txn *queue.Txn, rec *kvrecord.Run, old []byte) error {
 	if rec.Parked {
 		txn.Delete(runrec.ParkedKey(rec.RunID))
 	}
-	if rec.MailSeq == 0 {
-		return nil
+	if rec.MailSeq != 0 {
+		if err := rt.deletePrefix(ctx, txn, rec, old, runrec.MailboxRunPrefix(rec.RunID)); err != nil {
+			return err
+		}
 	}
+	if rec.MemoKeys != 0 {
+		return rt.deletePrefix(ctx, txn, rec, old, runrec.MemoRunPrefix(rec.RunID))
+	}
+	return nil
+}
+
+// deletePrefix is deleteRunKeys for the keys under one prefix of the run.
+func (rt *Runtime) deletePrefix(ctx context.Context, txn *queue.Txn, rec *kvrecord.Run, old, prefix []byte) error {
 	const batch = 500
 	for {
-		page, err := rt.q.Scan(ctx, runrec.MailboxRunPrefix(rec.RunID), queue.ScanOptions{Limit: batch})
+		page, err := rt.q.Scan(ctx, prefix, queue.ScanOptions{Limit: batch})
 		if err != nil {
 			return err
 		}

@@ -122,6 +122,16 @@ type RunStatus struct {
 	// StateRunning while a step that was running when Pause committed
 	// finishes.
 	Paused bool
+	// MemoKeys and MemoBytes size the run's memory
+	// (steprunner.Outcome.WithMemo): its keys, and their and their
+	// values' lengths summed. RunMemo reads it.
+	MemoKeys  int
+	MemoBytes int64
+	// Queue is the step queue of the current step (for a waiting or paused
+	// run, where its next step will go; for an ended run, its final
+	// step's, "" if unknown): a run whose Queue no Runtime serves
+	// (WithQueueName) stays pending there.
+	Queue string
 }
 
 // Status reports a run's state from the durable records, so it works from
@@ -142,6 +152,7 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 	st := RunStatus{
 		RunID: rec.RunID, CurrentStep: rec.CurrentStep, Headers: rec.Headers, Retries: rec.Retries,
 		SubmittedAt: unixTime(rec.SubmittedAt), UpdatedAt: unixTime(rec.UpdatedAt), EndedAt: unixTime(rec.EndedAt),
+		MemoKeys: int(rec.MemoKeys), MemoBytes: int64(rec.MemoBytes), Queue: rec.Queue,
 	}
 	if rec.UpdatedAt == 0 { // a record written before UpdatedAt
 		st.UpdatedAt = unixTime(max(rec.SubmittedAt, rec.EndedAt))
@@ -160,6 +171,9 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 			return RunStatus{}, err
 		}
 		st.Error, st.LastError, st.CurrentStep, st.Attempt = t.Error, t.Error, t.FinalStep, t.Attempt
+		if t.Queue != "" {
+			st.Queue = t.Queue
+		}
 		if withResult {
 			st.Result = t.Result
 		}
@@ -183,7 +197,7 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 		return RunStatus{}, err
 	}
 	if job != nil {
-		st.Attempt = job.Attempt
+		st.Attempt, st.Queue = job.Attempt, job.Queue
 		if n := len(job.History); n > 0 {
 			st.LastError = job.History[n-1].Error
 		}

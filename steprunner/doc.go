@@ -31,6 +31,12 @@
 // The backoff and the attempt limit are the queue's unless the run has a
 // RetryPolicy (runtime.RunSpec.Retry), which sets them for all its steps.
 //
+// Continue, ContinueAfter and AwaitSignal may send the next step to
+// another step queue (Outcome.OnQueue), served by a Runtime of its own.
+// Any Outcome may also carry writes to the run's memory, a small key-value
+// map kept with the run (Outcome.WithMemo; Step.Memo reads it): they
+// commit with the step's settlement, or not at all.
+//
 // When RunStep returns a non-nil error its Outcome is ignored. The zero
 // Outcome (Kind() == 0) is not a valid answer: returning it with a nil error
 // is a bug in the Runner, and the runtime treats it as a failed attempt.

@@ -52,6 +52,10 @@ type Outcome struct {
 	data   []byte        // Continue payload or Succeed result
 	delay  time.Duration // ContinueAfter delay or AwaitSignal timeout
 	reason string        // Fail or Cancel reason, or AwaitSignal name
+	memo   []MemoWrite   // WithMemo writes, in order; never appended in place
+	queue  string        // OnQueue's name
+	// onQueue: OnQueue was called (an empty name is then invalid).
+	onQueue bool
 }
 
 // Continue asks the runtime to run the next step now, with payload as its
@@ -175,8 +179,20 @@ func (o Outcome) Reason() string {
 }
 
 // String describes o for logs, without payload bytes, for example
-// "continue(12 bytes, after 1s)" or "fail(\"card declined\")".
+// "continue(12 bytes, after 1s)" or "fail(\"card declined\")"; OnQueue adds
+// " on \"name\"", and memory writes "+memo(n)".
 func (o Outcome) String() string {
+	s := o.kindString()
+	if q, ok := o.NextQueue(); ok {
+		s += " on " + strconv.Quote(q)
+	}
+	if len(o.memo) > 0 {
+		s += "+memo(" + strconv.Itoa(len(o.memo)) + ")"
+	}
+	return s
+}
+
+func (o Outcome) kindString() string {
 	switch o.kind {
 	case KindContinue:
 		if o.delay > 0 {

@@ -26,6 +26,10 @@ type Step struct {
 	// AwaitSignal: the signal (Payload is its payload) or the timeout
 	// (Payload is empty). nil for a step that did not follow an await.
 	Signal *SignalDelivery
+
+	// memo is the run's memory as it committed before the step started
+	// (Memo); set by the runtime through internal/stepmemo.
+	memo map[string][]byte
 }
 
 // LastAttempt reports whether this delivery is the step's last: a transient

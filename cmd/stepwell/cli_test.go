@@ -70,7 +70,8 @@ func holdStore(dir string) {
 
 // fixture is a closed file:// store holding:
 //
-//	order-1  succeeded: step 0 continues, step 1 succeeds with "shipped"
+//	order-1  succeeded: step 0 continues, step 1 succeeds with "shipped";
+//	         its memory: address "12 Main St", label (3 binary bytes)
 //	order-2  failed: step 0 fails once, then permanently; its job is dead
 //	order-3  pending at step 0
 //	order-4  stuck: its step 0 job died with its worker on the last attempt
@@ -113,9 +114,9 @@ func newFixture(t *testing.T) *fixture {
 	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		switch {
 		case s.RunID == "order-1" && s.Number == 0:
-			return steprunner.Continue([]byte("reserved")), nil
+			return steprunner.Continue([]byte("reserved")).WithMemo("address", []byte("12 Main St")), nil
 		case s.RunID == "order-1":
-			return steprunner.Succeed([]byte("shipped")), nil
+			return steprunner.Succeed([]byte("shipped")).WithMemo("label", []byte{0, 1, 2}), nil
 		case s.RunID == "order-2" && s.Attempt == 1:
 			return steprunner.Outcome{}, errors.New("boom: connection reset")
 		case s.RunID == "order-2":
@@ -386,8 +387,13 @@ func TestJSON(t *testing.T) {
 	var r1 runJSON
 	f.okJSON(t, &r1, "run", "order-1")
 	if r1.State != "succeeded" || string(r1.Result) != "shipped" || r1.ResultText == nil || *r1.ResultText != "shipped" ||
-		r1.Step != 1 || r1.Headers["tenant"] != "acme" || r1.StepJob != nil || r1.CurrentJob != "" {
+		r1.Step != 1 || r1.Headers["tenant"] != "acme" || r1.StepJob != nil || r1.CurrentJob != "" || r1.Queue != "workflow-steps" {
 		t.Errorf("run order-1 = %+v", r1)
+	}
+	if m := r1.Memory; len(m) != 2 || m[0].Key != "address" || m[0].ValueText == nil || *m[0].ValueText != "12 Main St" ||
+		m[1].Key != "label" || m[1].Size != 3 || m[1].ValueText != nil || string(m[1].Value) != "\x00\x01\x02" ||
+		r1.MemoryBytes != 7+10+5+3 {
+		t.Errorf("run order-1 memory = %+v (%d bytes)", m, r1.MemoryBytes)
 	}
 	// The raw document: result is base64, absent values are null.
 	raw := f.ok(t, "run", "order-1", "--json")

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -219,8 +220,10 @@ type runJSON struct {
 	// the job is requeued or a Runtime handles the queue's dead-letter
 	// notice; for a failed or cancelled run it is the dead letter of the
 	// step that ended it.
-	StepDead           bool              `json:"step_dead"`
-	Step               uint32            `json:"step"`
+	StepDead bool   `json:"step_dead"`
+	Step     uint32 `json:"step"`
+	// Queue is the current step's step queue (see runtime.RunStatus.Queue).
+	Queue              string            `json:"queue"`
 	SubmittedAt        *time.Time        `json:"submitted_at"`
 	EndedAt            *time.Time        `json:"ended_at"`
 	InputSHA256        string            `json:"input_sha256"`
@@ -243,17 +246,31 @@ type runJSON struct {
 	// its final step when it is still kept. Its payload is left out (null):
 	// see "stepwell job".
 	StepJob *jobJSON `json:"step_job"`
+	// Memory is the run's memory (steprunner.Outcome.WithMemo), by key;
+	// MemoryBytes its size (keys and values).
+	Memory      []memoJSON `json:"memory"`
+	MemoryBytes int64      `json:"memory_bytes"`
+}
+
+// memoJSON is one entry of a run's memory in "run --json".
+type memoJSON struct {
+	Key       string  `json:"key"`
+	Size      int     `json:"size"`
+	Value     []byte  `json:"value"`      // base64
+	ValueText *string `json:"value_text"` // the value when printable, else null
 }
 
 func runCommand() *command {
 	return &command{
 		name:     "run",
 		synopsis: "RUN_ID",
-		help: `Shows one run: its record (state, step, headers, submit time, input hash;
-the signal a waiting run awaits and when that wait times out; whether it is
-paused), its outcome once finished (result as text when printable, else base64; error),
-and its step job with attempts and attempt history: the current step's job,
-or for a failed run the dead job of its final step. Opens the store read-only.
+		help: `Shows one run: its record (state, step and its step queue, headers,
+submit time, input hash; the signal a waiting run awaits and when that wait
+times out; whether it is paused), its outcome once finished (result as text
+when printable, else base64; error), its memory (each key with its value's
+size and a preview; --json: the values in base64), and its step job with
+attempts and attempt history: the current step's job, or for a failed run
+the dead job of its final step. Opens the store read-only.
 Exits 4 if the run does not exist (or finished longer ago than the terminal
 retention).
 `,
@@ -303,13 +320,21 @@ func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
 		return nil, err
 	}
 	out := &runJSON{
-		RunID: id, State: st.State.String(), Scheduled: st.Scheduled, Step: st.CurrentStep,
+		RunID: id, State: st.State.String(), Scheduled: st.Scheduled, Step: st.CurrentStep, Queue: st.Queue,
 		SubmittedAt: jsonTime(unixTime(rec.SubmittedAt)), EndedAt: jsonTime(unixTime(rec.EndedAt)),
 		InputSHA256: hex.EncodeToString(rec.InputHash[:]), Priority: rec.Priority,
 		MaxAttemptsPerStep: rec.MaxAttempts, CancelRequested: rec.Cancel,
 		Headers: headersJSON(rec.Headers), CurrentJob: rec.CurrentJob,
 		Result: st.Result, ResultText: textOf(st.Result), Error: st.Error,
 		WaitingFor: st.WaitingFor, WaitDeadline: jsonTime(st.WaitDeadline), Paused: st.Paused,
+		Memory: []memoJSON{}, MemoryBytes: st.MemoBytes,
+	}
+	memo, err := rt.RunMemo(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(memo)) {
+		out.Memory = append(out.Memory, memoJSON{Key: k, Size: len(memo[k]), Value: memo[k], ValueText: textOf(memo[k])})
 	}
 	var job *queue.Job
 	switch {
@@ -416,6 +441,7 @@ func printRun(w io.Writer, r *runJSON) {
 	fmt.Fprintf(tw, "run:\t%s\n", r.RunID)
 	fmt.Fprintf(tw, "state:\t%s\n", stateText(r.State, r.Scheduled, r.StepDead))
 	fmt.Fprintf(tw, "step:\t%d\n", r.Step)
+	fmt.Fprintf(tw, "queue:\t%s\n", orDash(r.Queue))
 	fmt.Fprintf(tw, "submitted:\t%s\n", textTime(deref(r.SubmittedAt)))
 	fmt.Fprintf(tw, "ended:\t%s\n", textTime(deref(r.EndedAt)))
 	fmt.Fprintf(tw, "input:\tsha256:%s\n", r.InputSHA256)
@@ -444,6 +470,7 @@ func printRun(w io.Writer, r *runJSON) {
 	}
 	tw.Flush()
 	printHeaders(w, r.Headers)
+	printMemory(w, r)
 	if r.StepJob == nil {
 		fmt.Fprintln(w, "step job: -")
 		return
@@ -454,6 +481,20 @@ func printRun(w io.Writer, r *runJSON) {
 		fmt.Fprintf(w, "note: the step job is dead (its worker stopped on the last attempt), so the run is stuck.\n"+
 			"      'stepwell requeue %s' lets it go on.\n", r.StepJob.ID)
 	}
+}
+
+// printMemory writes a run's memory: each key with its value's preview.
+func printMemory(w io.Writer, r *runJSON) {
+	if len(r.Memory) == 0 {
+		fmt.Fprintln(w, "memory: -")
+		return
+	}
+	fmt.Fprintf(w, "memory: %d keys, %s\n", len(r.Memory), size(int(r.MemoryBytes)))
+	tw := newTable(w)
+	for _, m := range r.Memory {
+		fmt.Fprintf(tw, "  %s\t%s\n", strconv.Quote(m.Key), preview(m.Value))
+	}
+	tw.Flush()
 }
 
 func yesNo(b bool) string {

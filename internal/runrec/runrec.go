@@ -14,6 +14,10 @@
 //	                                                that name consumes it
 //	workflow/parked/<id>                            Parked: the next step of
 //	                                                a paused run
+//	workflow/memo/<id>/<key>                        the value of one entry of
+//	                                                the run's memory
+//	                                                (Outcome.WithMemo), raw
+//	                                                bytes (possibly empty)
 //
 // A run's mailbox entries are numbered by kvrecord.Run.MailSeq in arrival
 // order (seq 1 first), so a prefix scan of one name lists them oldest
@@ -21,6 +25,13 @@
 // compare-and-puts its run record, so Run.Mailbox counts the entries
 // exactly. Both are deleted with the run record (expiry), not when the run
 // ends: a retried run keeps its mailbox.
+//
+// A run's memory is written only by the settlement of its current step,
+// in the transaction that compare-and-puts the run record with
+// Run.MemoKeys (entries) and Run.MemoBytes (the sum of the keys' and
+// values' lengths) updated, so the counts are exact and a run whose
+// MemoKeys is 0 has no entry: its steps read none. It too is deleted with
+// the run record, and kept by Retry.
 //
 // The submitted index key of a run holds MaxInt64 minus its SubmittedAt,
 // so that a forward scan lists the newest runs first. It is written in the
@@ -65,11 +76,12 @@ const (
 	SubmittedPrefix = "workflow/submitted/"
 	MailboxPrefix   = "workflow/mailbox/"
 	ParkedPrefix    = "workflow/parked/"
+	MemoPrefix      = "workflow/memo/"
 )
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 30
+	runFields      = 33
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -90,6 +102,13 @@ func MailboxNamePrefix(runID, name string) []byte {
 
 // MailboxRunPrefix returns the prefix of all of a run's mailbox entries.
 func MailboxRunPrefix(runID string) []byte { return []byte(MailboxPrefix + runID + "/") }
+
+// MemoKey returns the key of the entry key of a run's memory. A run ID
+// has no '/', so a memo key may.
+func MemoKey(runID, key string) []byte { return []byte(MemoPrefix + runID + "/" + key) }
+
+// MemoRunPrefix returns the prefix of all of a run's memory entries.
+func MemoRunPrefix(runID string) []byte { return []byte(MemoPrefix + runID + "/") }
 
 // ParkedKey returns the key of a paused run's parked step.
 func ParkedKey(runID string) []byte { return []byte(ParkedPrefix + runID) }
@@ -120,7 +139,7 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // without reflection. It sets r.Version.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 160 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer)
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue)
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
@@ -156,7 +175,10 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendInt64(b, r.RetryInitialBackoff)
 	b = format.AppendInt64(b, r.RetryMaxBackoff)
 	b = format.AppendFloat64(b, r.RetryMultiplier)
-	return format.AppendFloat64(b, r.RetryJitter)
+	b = format.AppendFloat64(b, r.RetryJitter)
+	b = format.AppendUint32(b, r.MemoKeys)
+	b = format.AppendUint64(b, r.MemoBytes)
+	return format.AppendString(b, r.Queue)
 }
 
 // EncodeTerminal encodes a terminal record: the bytes of format.Marshal,

@@ -24,6 +24,7 @@ func randRun(r *rand.Rand, multi bool) *kvrecord.Run {
 		StepTimeout: codectest.Int64(r), StartAt: codectest.Int64(r), RetryMaxAttempts: r.Uint32(),
 		RetryInitialBackoff: codectest.Int64(r), RetryMaxBackoff: codectest.Int64(r),
 		RetryMultiplier: 1 + r.Float64()*10, RetryJitter: r.Float64(),
+		MemoKeys: r.Uint32(), MemoBytes: r.Uint64(), Queue: codectest.String(r),
 	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())

@@ -1,0 +1,60 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/stepwell/stepwell/kvrecord"
+	"github.com/stepwell/stepwell/steprunner"
+)
+
+// MaxQueueNameLen is the longest step queue name (ValidateQueueName).
+const MaxQueueNameLen = 128
+
+// ValidateQueueName returns ErrInvalidQueueName (wrapped with the reason)
+// unless name can name a step queue: 1 to MaxQueueNameLen bytes of
+// printable ASCII without leading or trailing spaces, not ending in
+// ".dead" or ".timers" (the suffixes of the queues each step queue keeps
+// beside it: see internal/runrec).
+func ValidateQueueName(name string) error {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return fmt.Errorf("%w: empty", ErrInvalidQueueName)
+	case strings.TrimSpace(name) != name:
+		return fmt.Errorf("%w: %q has leading or trailing whitespace", ErrInvalidQueueName, name)
+	case len(name) > MaxQueueNameLen:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidQueueName, len(name), MaxQueueNameLen)
+	case strings.HasSuffix(name, ".dead"), strings.HasSuffix(name, ".timers"):
+		return fmt.Errorf("%w: %q ends in a reserved suffix (.dead, .timers)", ErrInvalidQueueName, name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: byte %#x at %d (printable ASCII only)", ErrInvalidQueueName, c, i)
+		}
+	}
+	return nil
+}
+
+// stepQueue returns the step queue of a run's current step: the one its
+// record names, or, in a record written before records named it, this
+// Runtime's (every step then ran on the queue of the Runtime handling it).
+func (rt *Runtime) stepQueue(rec *kvrecord.Run) string {
+	if rec.Queue != "" {
+		return rec.Queue
+	}
+	return rt.opts.queueName
+}
+
+// nextQueue returns the step queue of the step that an Outcome starts:
+// the one OnQueue named, else this Runtime's (the queue of the step that
+// returned it). An invalid name is an error wrapping ErrInvalidQueueName.
+func (rt *Runtime) nextQueue(out steprunner.Outcome) (string, error) {
+	name, ok := out.NextQueue()
+	if !ok {
+		return rt.opts.queueName, nil
+	}
+	if err := ValidateQueueName(name); err != nil {
+		return "", fmt.Errorf("OnQueue: %w", err)
+	}
+	return name, nil
+}
