@@ -306,14 +306,23 @@
 //
 // Claims survive the switch. A job record carries the token of its claim,
 // so claims are part of the committed state: a writer that opens the store
-// in cluster mode adopts every recorded claim with a fresh lease (the
-// queue's, from its open) instead of requeueing it. The members holding
-// them renew and settle them with the new writer with the same tokens,
-// and their steps go on undisturbed. A claim that no one renews (the steps
-// the dead writer ran itself) expires after its lease, and its job runs
-// again: after a crash such jobs wait up to one lease (WithLease, 30s by
-// default) longer than without cluster mode, where Open requeues them at
-// once. A call that a change of writer interrupted is sent again to the
+// in cluster mode adopts every recorded claim instead of requeueing it,
+// until a lease after the claim was made (the record's time), or, if that
+// has passed, for a short grace (a second, or half a heartbeat if longer;
+// never more than the lease). The members holding them confirm them as
+// they join the new writer (they list their claims to it at once), which
+// gives each a lease from then; they renew and settle them with the same
+// tokens, and their steps go on undisturbed, as do those of a member that
+// becomes the writer. A claim that no one confirms (the steps the dead
+// writer ran itself) expires, and its job runs again, within a lease of
+// its claim however many writers take over in between (or within the
+// grace of the first writer to outlive the grace, if one took over after
+// the lease had run): after a crash such jobs wait up to one lease
+// (WithLease, 30s by default) longer than without cluster mode, where Open
+// requeues them at once. A member that does not reach the new writer
+// within the grace loses those of its claims made over a lease ago (its
+// renewals since are not recorded): it learns so when it reaches the
+// writer, and their jobs run again. A call that a change of writer interrupted is sent again to the
 // next writer when it cannot apply twice: when one of its operations
 // fails if applied a second time (a settlement, by its claim token; a
 // compare-and-put or -delete that changes its key; an enqueue with a
