@@ -75,3 +75,25 @@ func (l *local) confirmHeld(refs []claimRef) {
 		}
 	}
 }
+
+// adoptedReapEvery is the reaper's pace while adopted claims wait for
+// their expiry (see reaperLoop).
+const adoptedReapEvery = 100 * time.Millisecond
+
+// adoptedUntil is when the last adopted claim not confirmed yet expires
+// (wall clock), plus slack; the past if there is none.
+func (l *local) adoptedUntil(slack time.Duration) time.Time {
+	now := l.now()
+	var last time.Time
+	l.lmu.Lock()
+	for _, ls := range l.leases {
+		if ls.adopted && ls.expires.After(last) {
+			last = ls.expires
+		}
+	}
+	l.lmu.Unlock()
+	if last.IsZero() {
+		return time.Time{}
+	}
+	return time.Now().Add(last.Sub(now) + slack)
+}

@@ -137,8 +137,14 @@ func (l *local) reaperLoop() {
 		}
 	}
 	every = min(max(every, 5*time.Millisecond), time.Second)
-	t := time.NewTicker(every)
+	// Until the claims adopted at Open have expired or been confirmed,
+	// reap at a faster pace: each expires at a time of its own, and a
+	// takeover may follow soon (see adoptedExpiry).
+	fast := min(every, adoptedReapEvery)
+	fastUntil := l.adoptedUntil(fast)
+	t := time.NewTicker(fast)
 	defer t.Stop()
+	last := time.Now()
 	// A reap caught by a stall stops waiting for it at Close.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -154,6 +160,11 @@ func (l *local) reaperLoop() {
 		case <-t.C:
 		case <-l.stop:
 			return
+		}
+		if now := time.Now(); now.Before(fastUntil) || now.Sub(last) >= every-fast/2 {
+			last = now
+		} else {
+			continue
 		}
 		if err := l.reap(ctx); err != nil && !errors.Is(err, ErrOutcomeUnknown) {
 			return // the engine has failed or closed
