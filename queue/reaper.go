@@ -137,14 +137,16 @@ func (l *local) reaperLoop() {
 		}
 	}
 	every = min(max(every, 5*time.Millisecond), time.Second)
-	// Until the claims adopted at Open have expired or been confirmed,
-	// reap at a faster pace: each expires at a time of its own, and a
-	// takeover may follow soon (see adoptedExpiry).
-	fast := min(every, adoptedReapEvery)
-	fastUntil := l.adoptedUntil(fast)
-	t := time.NewTicker(fast)
+	// Until the last claim adopted at Open and not confirmed would have
+	// expired, reap at a faster pace: each expires at a time of its own,
+	// and another takeover may follow soon (see adoptedExpiry).
+	pace := every
+	fastUntil := l.adoptedUntil(every)
+	if time.Now().Before(fastUntil) {
+		pace = min(every, adoptedReapEvery)
+	}
+	t := time.NewTicker(pace)
 	defer t.Stop()
-	last := time.Now()
 	// A reap caught by a stall stops waiting for it at Close.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -161,10 +163,9 @@ func (l *local) reaperLoop() {
 		case <-l.stop:
 			return
 		}
-		if now := time.Now(); now.Before(fastUntil) || now.Sub(last) >= every-fast/2 {
-			last = now
-		} else {
-			continue
+		if pace != every && !time.Now().Before(fastUntil) {
+			pace = every
+			t.Reset(every)
 		}
 		if err := l.reap(ctx); err != nil && !errors.Is(err, ErrOutcomeUnknown) {
 			return // the engine has failed or closed
