@@ -89,7 +89,7 @@ func (l *local) expireRetainedTx(tx *engine.Tx, now time.Time) {
 // requeueClaimed makes every job left claimed by a dead process claimable
 // again (or dead, at its attempt limit). Run once at Open. In cluster mode
 // a claim recorded with its token is kept instead: its holder may be a
-// live member, which renews and settles it with this writer.
+// live member, which confirms, renews and settles it with this writer.
 func (l *local) requeueClaimed(ctx context.Context) error {
 	now := l.now()
 	return l.eng.Update(ctx, func(tx *engine.Tx) error {
@@ -110,8 +110,9 @@ func (l *local) requeueClaimed(ctx context.Context) error {
 				return err
 			}
 			if l.opts.cluster != nil && rec.Claim != 0 {
-				// A member may be running it: honour the claim for a
-				// lease from now (see adoptClaim).
+				// A member may be running it: honour the claim until
+				// a lease after it was made, or a grace for its holder
+				// to confirm it (see adoptedExpiry).
 				l.adoptClaim(id, rec, now)
 				continue
 			}
