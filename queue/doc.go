@@ -319,11 +319,14 @@
 // grace of the first writer to outlive the grace, if one took over after
 // the lease had run): after a crash such jobs wait up to one lease
 // (WithLease, 30s by default) longer than without cluster mode, where Open
-// requeues them at once. A member that does not reach the new writer
-// within the grace loses those of its claims made over a lease ago (its
-// renewals since are not recorded): it learns so when it reaches the
-// writer, and their jobs run again. A call that a change of writer interrupted is sent again to the
-// next writer when it cannot apply twice: when one of its operations
+// requeues them at once. A process that does not reach the new writer
+// within the grace (a member cut off from it, or a deposed writer that
+// lives on, paused or cut off from the bucket, until it rejoins) loses
+// those of its claims made over a lease ago, as renewals are not recorded:
+// their jobs run again, and their steps' contexts end once it reaches the
+// writer (a ClaimLostError). A call that a change of writer interrupted
+// is sent again to the next writer when it cannot apply twice: when one
+// of its operations
 // fails if applied a second time (a settlement, by its claim token; a
 // compare-and-put or -delete that changes its key; an enqueue with a
 // JobID; a RequeueDead), since a transaction applies whole or not at all.
