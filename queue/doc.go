@@ -326,11 +326,10 @@
 // their jobs run again, and their steps' contexts end once it reaches the
 // writer (a ClaimLostError). A call that a change of writer interrupted
 // is sent again to the next writer when it cannot apply twice: when one
-// of its operations
-// fails if applied a second time (a settlement, by its claim token; a
-// compare-and-put or -delete that changes its key; an enqueue with a
-// JobID; a RequeueDead), since a transaction applies whole or not at all.
-// Any other returns ErrOutcomeUnknown. Nothing
+// of its operations fails if applied a second time (a settlement, by its
+// claim token; a compare-and-put or -delete that changes its key; an
+// enqueue with a JobID; a RequeueDead), since a transaction applies whole
+// or not at all. Any other returns ErrOutcomeUnknown. Nothing
 // acknowledged is lost: every acknowledgement is a writer's, after its
 // commit was durable.
 //
