@@ -48,7 +48,7 @@ const (
 	strandLease    = 3 * time.Second
 	strandHB       = 200 * time.Millisecond
 	strandSlots    = 4
-	strandJobs     = 600
+	strandJobs     = 1500 // more than the helpers run before the end
 	// strandSlack, plus two of the longest failover seen, bounds how much
 	// later than it was due (see below) an interrupted step may run
 	// again: the grace of the claims no one confirms, a reaper tick, a
@@ -220,11 +220,25 @@ func strandRun(t *testing.T, url string, kills int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range strandJobs {
-		ms := 1000 + rand.IntN(1500)
-		if _, err := q.Enqueue(ctx, "q", []byte(strconv.Itoa(ms)), EnqueueOptions{JobID: fmt.Sprintf("s%04d", i)}); err != nil {
-			t.Fatal(err)
-		}
+	var wg sync.WaitGroup
+	errs := make(chan error, strandJobs)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < strandJobs; i += 16 {
+				ms := 1000 + rand.IntN(1500)
+				if _, err := q.Enqueue(ctx, "q", []byte(strconv.Itoa(ms)), EnqueueOptions{JobID: fmt.Sprintf("s%04d", i)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 	if err := q.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -315,9 +329,11 @@ func strandRun(t *testing.T, url string, kills int) {
 		}
 		// A third to a half of a lease, then while it runs steps.
 		time.Sleep(strandLease/3 + rand.N(strandLease/6))
-		waitFor("the writer to run a step", func() bool {
+		// Two steps at least: one reported running may end just before
+		// the kill.
+		waitFor("the writer to run steps", func() bool {
 			_, n := w.state()
-			return n > 0
+			return n >= 2
 		})
 		w.mu.Lock()
 		w.killed = time.Now()
