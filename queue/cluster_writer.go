@@ -311,8 +311,9 @@ func (l *local) healthReply() healthReply {
 }
 
 // hold records member as the holder of claim c, so that its cancel and
-// loss are told to it. A claim this writer does not hold (lost, settled,
-// or of another token) is returned as a loss event, with ok.
+// loss are told to it, and confirms it if it was adopted (confirmAdopted).
+// A claim this writer does not hold (lost, settled, or of another token)
+// is returned as a loss event, with ok.
 func (l *local) hold(c claimRef, member string) (ev claimEvent, ok bool) {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
@@ -320,6 +321,7 @@ func (l *local) hold(c claimRef, member string) (ev claimEvent, ok bool) {
 	if ls == nil || ls.token != c.Token {
 		return claimEvent{ID: c.ID, Token: c.Token, Lost: true}, true
 	}
+	l.confirmAdopted(ls, l.now())
 	if ls.holder != member {
 		ls.holder = member
 		if ls.cancelled {

@@ -65,6 +65,9 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(busyWriterEnv); url != "" {
 		os.Exit(busyWriter(url))
 	}
+	if url := os.Getenv(strandHelperEnv); url != "" {
+		os.Exit(strandHelper(url))
+	}
 	testenv.Main(m)
 }
 

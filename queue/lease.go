@@ -26,6 +26,9 @@ type lease struct {
 	// holder is the cluster member holding the claim ("": this process),
 	// told of its cancel and loss (see members).
 	holder string
+	// adopted: taken over from the state at Open, and no holder has
+	// confirmed it yet (see adoptedExpiry).
+	adopted bool
 }
 
 // grantLeases registers this process's leases on freshly claimed jobs.
@@ -133,7 +136,7 @@ func (l *local) renew(id string, token uint64, o options) error {
 		// An expired lease is lost even before the reaper requeues the job.
 		return &ClaimLostError{JobID: id}
 	}
-	ls.expires, ls.stallAt = now.Add(o.config(ls.queue).Lease), l.eng.StallTime()
+	ls.expires, ls.stallAt, ls.adopted = now.Add(o.config(ls.queue).Lease), l.eng.StallTime(), false
 	return nil
 }
 
@@ -154,14 +157,15 @@ func (l *local) watch(id string, token uint64) (lost, cancel <-chan struct{}, ca
 	}
 }
 
-// adoptClaim grants the lease of a claim recorded in the state, from now:
-// a member that holds it renews it with this writer like any other, and
-// if none does, it expires after the queue's lease and the job runs again.
+// adoptClaim grants the lease of a claim recorded in the state, until
+// adoptedExpiry: a member that holds it confirms and renews it with this
+// writer like any other, and if none does, it expires a lease after the
+// claim (or after a short grace from now) and the job runs again.
 //
 // REQUIRES: inside the Open transaction of requeueClaimed.
 func (l *local) adoptClaim(id string, rec *jobRec, now time.Time) {
-	ls := &lease{token: rec.Claim, queue: rec.Queue, started: true, stallAt: l.eng.StallTime(),
-		expires: now.Add(l.opts.config(rec.Queue).Lease), lost: make(chan struct{}), cancel: make(chan struct{})}
+	ls := &lease{token: rec.Claim, queue: rec.Queue, started: true, stallAt: l.eng.StallTime(), adopted: true,
+		expires: l.adoptedExpiry(rec, now), lost: make(chan struct{}), cancel: make(chan struct{})}
 	if rec.CancelReq {
 		ls.cancelled = true
 		close(ls.cancel)

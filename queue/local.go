@@ -158,6 +158,6 @@ func (l *local) heldClaims() []claimRef {
 	return refs
 }
 
-// adopt does nothing: a writer that took over has the claims of the
-// state already (see adoptClaim).
-func (l *local) adopt([]claimRef) {}
+// adopt confirms the claims of this process's running jobs: a writer that
+// took over has the claims of the state already (see adoptClaim).
+func (l *local) adopt(refs []claimRef) { l.confirmHeld(refs) }

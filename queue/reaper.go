@@ -89,7 +89,7 @@ func (l *local) expireRetainedTx(tx *engine.Tx, now time.Time) {
 // requeueClaimed makes every job left claimed by a dead process claimable
 // again (or dead, at its attempt limit). Run once at Open. In cluster mode
 // a claim recorded with its token is kept instead: its holder may be a
-// live member, which renews and settles it with this writer.
+// live member, which confirms, renews and settles it with this writer.
 func (l *local) requeueClaimed(ctx context.Context) error {
 	now := l.now()
 	return l.eng.Update(ctx, func(tx *engine.Tx) error {
@@ -110,8 +110,9 @@ func (l *local) requeueClaimed(ctx context.Context) error {
 				return err
 			}
 			if l.opts.cluster != nil && rec.Claim != 0 {
-				// A member may be running it: honour the claim for a
-				// lease from now (see adoptClaim).
+				// A member may be running it: honour the claim until
+				// a lease after it was made, or a grace for its holder
+				// to confirm it (see adoptedExpiry).
 				l.adoptClaim(id, rec, now)
 				continue
 			}
@@ -137,7 +138,15 @@ func (l *local) reaperLoop() {
 		}
 	}
 	every = min(max(every, 5*time.Millisecond), time.Second)
-	t := time.NewTicker(every)
+	// Until the last claim adopted at Open and not confirmed would have
+	// expired, reap at a faster pace: each expires at a time of its own,
+	// and another takeover may follow soon (see adoptedExpiry).
+	pace := every
+	fastUntil := l.adoptedUntil(every)
+	if time.Now().Before(fastUntil) {
+		pace = min(every, adoptedReapEvery)
+	}
+	t := time.NewTicker(pace)
 	defer t.Stop()
 	// A reap caught by a stall stops waiting for it at Close.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -154,6 +163,10 @@ func (l *local) reaperLoop() {
 		case <-t.C:
 		case <-l.stop:
 			return
+		}
+		if pace != every && !time.Now().Before(fastUntil) {
+			pace = every
+			t.Reset(every)
 		}
 		if err := l.reap(ctx); err != nil && !errors.Is(err, ErrOutcomeUnknown) {
 			return // the engine has failed or closed

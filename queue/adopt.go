@@ -1,0 +1,99 @@
+package queue
+
+import "time"
+
+// adoptGraceMin is the least time a writer that took over keeps a claim
+// it adopted whose lease, counted from the claim, has run out: time for a
+// live member holding it to reach this writer and say so (see
+// adoptedExpiry).
+const adoptGraceMin = time.Second
+
+// adoptGrace is how long, at least, an adopted claim is kept for its
+// holder to confirm it: a second, or half a heartbeat on slow beats (a
+// member on a bucket store finds the new writer by reading the owner
+// object every quarter heartbeat), but never more than the lease. It must
+// stay short against the time between takeovers, which is what bounds
+// how long a dead process's claim can be carried from writer to writer.
+func (l *local) adoptGrace(lease time.Duration) time.Duration {
+	return min(lease, max(adoptGraceMin, l.opts.heartbeat/2))
+}
+
+// adoptedExpiry is when the lease of a claim adopted at a takeover (at
+// now) expires unless its holder confirms it: one lease after the claim,
+// as the claim's holder would have seen it expire had its writer lived,
+// but no sooner than the grace from now and no later than a lease from
+// now. The claim's time is the record's UpdatedAt, written with the claim
+// (a later rewrite of the claimed record, a cancel request, only moves it
+// later). A renewal, or a member's events call listing the claim, confirms
+// it (confirmAdopted): its holder lives, and it gets a lease from then, as
+// every adopted claim did before. A claim no one confirms is one whose
+// holder died with the writer (a step the writer ran itself) or cannot
+// reach this writer: it expires, and its job runs again, within a lease of
+// its claim however many writers take over in between, rather than a
+// lease after the last of them.
+//
+// The record's time is the claiming writer's clock: a skew between the two
+// writers' clocks moves the expiry by as much, within [grace, lease].
+func (l *local) adoptedExpiry(rec *jobRec, now time.Time) time.Time {
+	lease := l.opts.config(rec.Queue).Lease
+	exp := time.Unix(0, rec.UpdatedAt).Add(lease)
+	if floor := now.Add(l.adoptGrace(lease)); exp.Before(floor) {
+		exp = floor
+	}
+	if ceil := now.Add(lease); exp.After(ceil) {
+		exp = ceil
+	}
+	return exp
+}
+
+// confirmAdopted gives an adopted claim whose holder just showed itself a
+// lease from now, once. An expired one is not revived: the reaper
+// requeues it, and its holder learns it lost it.
+//
+// REQUIRES: l.lmu held.
+func (l *local) confirmAdopted(ls *lease, now time.Time) {
+	if !ls.adopted || l.expired(ls, now) {
+		return
+	}
+	ls.adopted = false
+	if exp := now.Add(l.opts.config(ls.queue).Lease); exp.After(ls.expires) {
+		ls.expires, ls.stallAt = exp, l.eng.StallTime()
+	}
+}
+
+// confirmHeld confirms the adopted claims of this process's own running
+// jobs: a member that took over brings the claims of its steps along
+// (clustered.switchTo), and they must not wait on the grace for their next
+// renewal.
+func (l *local) confirmHeld(refs []claimRef) {
+	now := l.now()
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	for _, c := range refs {
+		if ls := l.leases[c.ID]; ls != nil && ls.token == c.Token {
+			l.confirmAdopted(ls, now)
+		}
+	}
+}
+
+// adoptedReapEvery is the reaper's pace while adopted claims wait for
+// their expiry (see reaperLoop).
+const adoptedReapEvery = 100 * time.Millisecond
+
+// adoptedUntil is when the last adopted claim not confirmed yet expires
+// (wall clock), plus slack; the past if there is none.
+func (l *local) adoptedUntil(slack time.Duration) time.Time {
+	now := l.now()
+	var last time.Time
+	l.lmu.Lock()
+	for _, ls := range l.leases {
+		if ls.adopted && ls.expires.After(last) {
+			last = ls.expires
+		}
+	}
+	l.lmu.Unlock()
+	if last.IsZero() {
+		return time.Time{}
+	}
+	return time.Now().Add(last.Sub(now) + slack)
+}
