@@ -55,8 +55,6 @@ package kvrecord
 import (
 	"errors"
 	"fmt"
-	"math"
-	"strings"
 
 	"github.com/stepwell/stepwell/internal/format"
 )
@@ -192,19 +190,11 @@ func ParseTerminalKey(key []byte) (endedAt int64, runID string, err error) {
 
 // parseTimeKey parses prefix, 20 decimal digits, '/', and an ID.
 func parseTimeKey(key []byte, prefix string) (int64, string, error) {
-	rest, ok := strings.CutPrefix(string(key), prefix)
-	if !ok || len(rest) < 22 || rest[20] != '/' {
+	n, id, ok := format.ParseTimeKey(key, prefix)
+	if !ok {
 		return 0, "", fmt.Errorf("%w: key %q", ErrCorrupt, key)
 	}
-	var n int64
-	for _, c := range rest[:20] {
-		d := int64(c - '0')
-		if c < '0' || c > '9' || n > (math.MaxInt64-d)/10 {
-			return 0, "", fmt.Errorf("%w: key %q", ErrCorrupt, key)
-		}
-		n = n*10 + d
-	}
-	return n, rest[21:], nil
+	return n, id, nil
 }
 
 // Field counts of the records (see the Encoding section above): the

@@ -11,9 +11,9 @@ import (
 // TestHugeErrorTextsAreBounded: the error of a Nack and the reason of a
 // DeadLetter go into the job's history bounded to 64 KiB, and the reason
 // into a dead-letter notice's header bounded to 1 KiB, each cut at a
-// character boundary and ending with the original size. Before, a 32 MiB
-// error was kept whole in every history entry (and cut at a byte, not a
-// character, in the header).
+// character boundary and ending with the original size: a 32 MiB error
+// is not kept whole in every history entry, nor cut mid-character in the
+// header.
 func TestHugeErrorTextsAreBounded(t *testing.T) {
 	const size = 32 << 20
 	// A cut at an even byte offset splits an "é".

@@ -203,10 +203,10 @@ func TestLargeResultsSettle(t *testing.T) {
 // good (a Succeed result, a Continue payload over the queue's value
 // limit: a *queue.TooLargeError) fails the run at once with that reason,
 // logged at ERROR with the run and step and told to the ErrorHandler, its
-// step job dead-lettered so that Retry can run it again. Before, the
-// settlement failed silently on every attempt, and the run ended only
-// when the attempts ran out by lease expiry ("step 1 died: lease
-// expired"); with this test's lease, never within the test.
+// step job dead-lettered so that Retry can run it again. A settlement
+// that failed silently on every attempt would end the run only when the
+// attempts ran out by lease expiry ("step 1 died: lease expired"): with
+// this test's lease, never within the test.
 func TestUnsettleableSettlementFailsRun(t *testing.T) {
 	const limit = 1 << 20 // the queue's value limit here (64 MiB by default)
 	tooBig := bytes.Repeat([]byte("v"), 2*limit)

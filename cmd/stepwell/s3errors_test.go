@@ -12,9 +12,9 @@ import (
 )
 
 // TestReadFailsFastOnS3: a read command on an S3 store it cannot read
-// fails within seconds with the store's own error (it used to retry for
-// 60s: a program's default write-retry window), and a prefix that holds no
-// store is exit 4, not an empty listing.
+// fails within seconds with the store's own error (not after a program's
+// default 60s write-retry window), and a prefix that holds no store is
+// exit 4, not an empty listing.
 func TestReadFailsFastOnS3(t *testing.T) {
 	url := testenv.S3(t)
 	ctx := t.Context()

@@ -25,8 +25,8 @@ func (h recordsTo) Handle(_ context.Context, r slog.Record) error {
 
 // TestRefusalBurstIsLogged: the refusals of a burst that follow its first
 // line are logged by themselves about a second later, though no refusal
-// comes after them (they used to wait for the next refusal, forever if
-// none came); Stop logs what is still pending.
+// comes after them (they do not wait for the next refusal, which may
+// never come); Stop logs what is still pending.
 func TestRefusalBurstIsLogged(t *testing.T) {
 	lines := make(recordsTo, 16)
 	r := &refusalLog{log: slog.New(lines)}

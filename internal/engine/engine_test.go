@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,13 +19,9 @@ import (
 	"github.com/stepwell/stepwell/internal/testenv"
 )
 
-var memSeq atomic.Int64
-
 // storeURL returns a fresh store URL for a test: in memory by default; the
 // backend tests (backends_test.go) point it at MinIO and the GCS emulator.
-var storeURL = func(t *testing.T) string {
-	return fmt.Sprintf("mem://engine-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), memSeq.Add(1))
-}
+var storeURL = func(t *testing.T) string { return testenv.MemURL("engine-" + t.Name()) }
 
 // memBucket returns a fresh bucket (see storeURL) and a function that opens
 // it again (as a new process would).

@@ -65,7 +65,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/kvrecord"
@@ -120,19 +119,11 @@ func SubmittedKey(submittedAt int64, runID string) []byte {
 
 // ParseSubmittedKey returns the submit time and run ID of a SubmittedKey.
 func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) {
-	rest, ok := strings.CutPrefix(string(key), SubmittedPrefix)
-	if !ok || len(rest) < 22 || rest[20] != '/' {
+	inv, id, ok := format.ParseTimeKey(key, SubmittedPrefix)
+	if !ok {
 		return 0, "", fmt.Errorf("%w: key %q", kvrecord.ErrCorrupt, key)
 	}
-	var inv int64
-	for _, c := range rest[:20] {
-		d := int64(c - '0')
-		if c < '0' || c > '9' || inv > (math.MaxInt64-d)/10 {
-			return 0, "", fmt.Errorf("%w: key %q", kvrecord.ErrCorrupt, key)
-		}
-		inv = inv*10 + d
-	}
-	return math.MaxInt64 - inv, rest[21:], nil
+	return math.MaxInt64 - inv, id, nil
 }
 
 // EncodeRun encodes a run record: the bytes of format.Marshal, written

@@ -2,29 +2,18 @@ package objstoretest
 
 import (
 	"context"
-	"fmt"
 	"net/url"
-	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stepwell/stepwell/internal/objstore"
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
-var memSeq atomic.Int64
-
-// MemURL returns the URL of a new, empty mem:// store, named after the test.
-// Its objects stay in memory until the process exits.
+// MemURL returns the URL of a new, empty mem:// store, named after the test
+// (testenv.MemURL). Its objects stay in memory until the process exits.
 func MemURL(t testing.TB) string {
 	t.Helper()
-	name := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.':
-			return r
-		}
-		return '-'
-	}, t.Name())
-	return fmt.Sprintf("mem://%s-%d", name, memSeq.Add(1))
+	return testenv.MemURL(t.Name())
 }
 
 // FileURL returns the URL of a new, empty file:// store in a temporary

@@ -1,0 +1,25 @@
+package format
+
+import (
+	"math"
+	"strings"
+)
+
+// ParseTimeKey parses a time-ordered index key: prefix, a time (or its
+// inverse) as 20 decimal digits, '/', and an ID, as the runtime's terminal
+// and submitted indexes write them. It reports false for a key of another
+// form, or digits over MaxInt64.
+func ParseTimeKey(key []byte, prefix string) (n int64, id string, ok bool) {
+	rest, ok := strings.CutPrefix(string(key), prefix)
+	if !ok || len(rest) < 22 || rest[20] != '/' {
+		return 0, "", false
+	}
+	for _, c := range rest[:20] {
+		d := int64(c - '0')
+		if c < '0' || c > '9' || n > (math.MaxInt64-d)/10 {
+			return 0, "", false
+		}
+		n = n*10 + d
+	}
+	return n, rest[21:], true
+}
