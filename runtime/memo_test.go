@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/runrec"
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -192,7 +193,7 @@ func TestMemoOnEveryOutcome(t *testing.T) {
 	if err := rt.Retry(ctx, "fail"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "the retried run to end", func() bool { return len(hook.outcomes("fail")) == 2 })
+	testenv.Eventually(t, waitTimeout, "the retried run to end", func() bool { return len(hook.outcomes("fail")) == 2 })
 	mu.Lock()
 	execs := runs["fail0"]
 	mu.Unlock()
@@ -360,7 +361,7 @@ func TestMemoDeletedAtExpiry(t *testing.T) {
 	startRun(t, rt)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "ex"})
 	hook.wait(t, "ex")
-	eventually(t, waitTimeout, "the run to expire", func() bool {
+	testenv.Eventually(t, waitTimeout, "the run to expire", func() bool {
 		_, err := rt.Status(ctx, "ex")
 		return errors.Is(err, runtime.ErrRunNotFound)
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -121,7 +122,7 @@ func TestOnQueueSameProcess(t *testing.T) {
 			t.Errorf("run %s: Status %+v, %v; want its final step's queue", id, st, err)
 		}
 	}
-	quiet(t, 100*time.Millisecond, "one notification per run", func() bool { return hook.total() == len(runs) })
+	whenIdle(t, q, "one notification per run", func() bool { return hook.total() == len(runs) })
 }
 
 // TestOnQueueUnserved: a step sent to a queue that no Runtime serves waits
@@ -188,7 +189,7 @@ func TestOnQueueUnserved(t *testing.T) {
 	later := newRuntime(t, q, routeRunner("later", log), nil, runtime.WithQueueName("later"))
 	startRun(t, later)
 	for _, id := range []string{"cancel", "pause", "signal"} {
-		eventually(t, waitTimeout, "run "+id+" to succeed", func() bool {
+		testenv.Eventually(t, waitTimeout, "run "+id+" to succeed", func() bool {
 			for _, o := range hook.outcomes(id) {
 				if o.Status == terminal.Succeeded {
 					return true
@@ -261,7 +262,7 @@ func TestOnQueueDeadStepNotice(t *testing.T) {
 	if j, err := claimOne(ctx, q, "side"); err != nil || j == nil {
 		t.Fatalf("claim: %v %v", j, err)
 	}
-	eventually(t, waitTimeout, "the notice of the dead step on side.dead", func() bool {
+	testenv.Eventually(t, waitTimeout, "the notice of the dead step on side.dead", func() bool {
 		s, err := q.Stats(ctx, "side.dead")
 		return err == nil && s.Pending == 1
 	})
