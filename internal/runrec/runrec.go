@@ -81,7 +81,7 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 33
+	runFields      = 41
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -139,7 +139,7 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // without reflection. It sets r.Version.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue)
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 30
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
@@ -178,7 +178,15 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendFloat64(b, r.RetryJitter)
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
-	return format.AppendString(b, r.Queue)
+	b = format.AppendString(b, r.Queue)
+	b = format.AppendString(b, r.Parent)
+	b = format.AppendUint32(b, r.ParentStep)
+	b = format.AppendUint32(b, r.ChildIndex)
+	b = format.AppendUint32(b, r.Depth)
+	b = format.AppendBool(b, r.JoinReported)
+	b = format.AppendUint32(b, r.Spawned)
+	b = format.AppendUint32(b, r.SpawnStep)
+	return format.AppendUint32(b, r.Pending)
 }
 
 // EncodeTerminal encodes a terminal record: the bytes of format.Marshal,
