@@ -292,3 +292,31 @@ func TestSpawnLimits(t *testing.T) {
 }
 
 func runtimeChild(parent string) string { return steprunner.DeriveChildRunID(parent, 0, 0) }
+
+// TestSpawnChildRetriedWhileWaiting: a child retried while its parent
+// still waits for the others is counted once: the parent does not join
+// before the last child ends.
+func TestSpawnChildRetriedWhileWaiting(t *testing.T) {
+	q, log, hook, rt := spawnSetup(t)
+	ctx := context.Background()
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "p", Input: []byte("spawn fail,wait")})
+	waitStatus(t, rt, "p", "1 of 2 ended", func(s runtime.RunStatus) bool { return s.WaitingFor == "children: 1 of 2 ended" })
+	for i := 1; i <= 2; i++ {
+		if err := rt.Retry(ctx, "p.s0.0"); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, waitTimeout, "the retried child to end", func() bool { return len(hook.outcomes("p.s0.0")) == i+1 })
+	}
+	whenIdle(t, q, "the parent still waiting", func() bool { return len(joins(log, "p")) == 0 })
+	if st, err := rt.Status(ctx, "p"); err != nil || st.State != runtime.StateWaiting || st.WaitingFor != "children: 1 of 2 ended" {
+		t.Fatalf("parent %+v, %v", st, err)
+	}
+	waitStatus(t, rt, "p.s0.1", "waiting", func(s runtime.RunStatus) bool { return s.State == runtime.StateWaiting })
+	if err := rt.Signal(ctx, "p.s0.1", "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	if o := hook.wait(t, "p"); o.Status != terminal.Succeeded {
+		t.Fatalf("parent ended %v (%s)", o.Status, o.Error)
+	}
+	whenIdle(t, q, "one join", func() bool { return len(joins(log, "p")) == 1 })
+}
