@@ -47,8 +47,10 @@
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
 // mailbox, no step timeout, start time or retry policy, no memory, no
-// step queue, no parent and no children, no dead job and no payload); the runtime writes the newest
-// shape only.
+// step queue, no parent and no children, no dead job and no payload); the
+// runtime writes the newest shape only, but for a run without a parent
+// and without children, which it writes in shape 5 (the shape 6 fields
+// would all be zero), so that such runs cost what they did before.
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
