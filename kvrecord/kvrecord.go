@@ -168,8 +168,9 @@ type Run struct {
 	JoinReported bool
 	// Spawned is the number of children of the run's latest Spawn, made
 	// by its step SpawnStep (step SpawnStep+1 gets their results), and
-	// Pending the number of them still running: the run waits for them
-	// while it is > 0. Shape 6.
+	// Pending the number of the Spawn's shards (at most 16, see the
+	// runtime's internal/runrec) with children still running: the run
+	// waits for them while it is > 0. Shape 6.
 	Spawned   uint32
 	SpawnStep uint32
 	Pending   uint32

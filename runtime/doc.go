@@ -64,8 +64,10 @@
 //	                                entry and step-0 job; one entry per
 //	                                child under workflow/children/<run>/<n>/
 //	                                and the Join (this step's payload) under
-//	                                workflow/join/<run>; run record ->
-//	                                waiting for them (Spawned, Pending,
+//	                                workflow/join/<run>; up to 16 pending
+//	                                counters (workflow/pending/<run>/<n>/);
+//	                                run record -> waiting for them
+//	                                (Spawned, Pending: the counters,
 //	                                SpawnStep n, CurrentStep n+1, no job)
 //	a Spawn over a limit            as steprunner.Permanent: dead-letter;
 //	(WithSpawnLimits), with an      Failed with a *SpawnLimitError,
@@ -73,11 +75,13 @@
 //	that exists                     ErrInputMismatch (another input) or
 //	                                ErrChildExists; nothing of it written
 //	any row that ends a child run,  also: the child's entry under its parent
-//	its first end                   -> ended (status, result, error); the
-//	                                parent's record Pending-1 and, at 0,
-//	                                its step n+1 enqueued with the Join's
-//	                                payload and Step.Children (parked if
-//	                                paused); child record -> JoinReported
+//	its first end                   -> ended (status, result, error); its
+//	                                pending counter -1; if that empties it,
+//	                                the counter deleted and the parent's
+//	                                record Pending-1 and, at 0, its step
+//	                                n+1 enqueued with the Join's payload
+//	                                and Step.Children (parked if paused);
+//	                                child record -> JoinReported
 //
 // Each row is ONE queue transaction: a crash never leaves a step acked
 // without its successor, or a run ended without its notification.
@@ -135,8 +139,9 @@
 //	Cancel of a queued step         remove the step; Cancelled; notification
 //	Cancel of a waiting run or of   remove the timeout job / parked step;
 //	a paused run's parked step      Cancelled; notification
-//	Cancel of a run waiting for     Cancelled; notification; a cascade
-//	children                        notice on <step queue>.dead, whose
+//	Cancel of a run waiting for     Cancelled; notification; its pending
+//	children                        counters deleted; a cascade notice
+//	                                on <step queue>.dead, whose
 //	                                handler Cancels each child not ended
 //	                                (theirs in turn), then acks it
 //

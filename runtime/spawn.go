@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/stepwell/stepwell/internal/runrec"
@@ -17,23 +18,28 @@ import (
 // transaction: the step's ack; each child's run record (compare-and-put
 // from absent, with Parent, ParentStep, ChildIndex and Depth), its index
 // entry and its step-0 job; one entry per child under the parent
-// (runrec.ChildKey, not ended); the parent's Join (its step's payload);
-// and the parent's record, waiting (WaitFor childrenWait) with Spawned and
-// Pending set to the number of children and CurrentStep n+1.
+// (runrec.ChildKey, not ended); the pending counters of the Spawn's
+// shards (runrec.PendingKey); the parent's Join (its step's payload); and
+// the parent's record, waiting (WaitFor childrenWait) with Spawned the
+// number of children, Pending the number of shards, and CurrentStep n+1.
 //
 // A child's first end (terminate, whatever ends it) also, in the same
 // transaction: marks the child JoinReported, overwrites its entry under
-// the parent with its status, result and error, and compare-and-puts the
-// parent's record with Pending one less; the child that brings it to 0
-// starts the parent's step n+1 with the Join's payload (parked if the
-// parent is paused). A child counts once: JoinReported is written with
-// the decrement, so a retried child that ends again leaves its parent
-// alone, whether the parent still waits or has joined.
+// the parent with its status, result and error, and decrements its
+// shard's counter; the end that empties the shard deletes it instead and
+// compare-and-puts the parent's record with Pending one less, and the one
+// that brings Pending to 0 starts the parent's step n+1 with the Join's
+// payload (parked if the parent is paused). A child counts once:
+// JoinReported is written with the decrement, so a retried child that
+// ends again leaves its parent alone, whether the parent still waits or
+// has joined. A child whose shard key is gone (its parent joined, was
+// cancelled, or expired) only writes its entry, if the parent exists.
 //
-// Cancel of a waiting parent (Pending > 0) enqueues, in the transaction
-// that ends it, a cascade notice on the notices queue of its step queue:
-// its handler cancels every child not ended yet (Cancel, which cascades
-// in turn for a child that waits for children of its own).
+// Cancel of a waiting parent (Pending > 0) deletes its shard keys and
+// enqueues, in the transaction that ends it, a cascade notice on the
+// notices queue of its step queue: its handler cancels every child not
+// ended yet (Cancel, which cascades in turn for a child that waits for
+// children of its own).
 
 // childrenWait is a waiting parent's WaitFor: it has a '/', so no signal
 // name (ValidateSignalName) ever matches it.
@@ -206,14 +212,23 @@ func (rt *Runtime) spawn(txn *queue.Txn, rec, next *kvrecord.Run, job *queue.Job
 			Enqueue(ch.Queue, input, opts).
 			Put(runrec.ChildKey(rec.RunID, n, i), runrec.EncodeChildEntry(&runrec.ChildEntry{RunID: id}))
 	}
+	shards := joinShards(len(sp.ids))
+	for sh := range shards {
+		count := (len(sp.ids) - sh + shards - 1) / shards // children i with i % shards == sh
+		txn.Put(runrec.PendingKey(rec.RunID, n, sh), []byte(strconv.Itoa(count)))
+	}
 	payload := job.Payload
 	if payload == nil {
 		payload = []byte{}
 	}
 	txn.Put(runrec.JoinKey(rec.RunID), runrec.EncodeJoin(&runrec.Join{RunID: rec.RunID, Step: n, Payload: payload, TraceParent: tp}))
 	next.CurrentJob, next.WaitFor = "", childrenWait
-	next.Spawned, next.SpawnStep, next.Pending = uint32(len(sp.ids)), n, uint32(len(sp.ids))
+	next.Spawned, next.SpawnStep, next.Pending = uint32(len(sp.ids)), n, uint32(shards)
 }
+
+// joinShards is the number of pending counters of a Spawn of n children
+// (child i counts in shard i % runrec.JoinShards, which is below it).
+func joinShards(n int) int { return min(n, runrec.JoinShards) }
 
 // spawnConflict explains a Spawn's settlement that failed its conditions:
 // a child's run ID that exists (ErrInputMismatch, or ErrChildExists with
@@ -238,26 +253,44 @@ func (rt *Runtime) spawnConflict(ctx context.Context, sp *spawnPlan) error {
 
 // joinParent adds to txn, which ends the child rec (next: its final
 // record, not yet encoded), what its end does to its parent: see the top
-// of this file. A parent that is gone (expired) or no longer waits for
-// this child's Spawn only gets the child's entry (if it still exists).
-// If the parent's record cannot be read, txn gets a condition that fails,
-// so that its caller reads the run again and retries, as it does when a
-// record moved.
+// of this file. If a record cannot be read, txn gets a condition that
+// fails, so that its caller reads the run again and retries, as it does
+// when a record moved.
 func (rt *Runtime) joinParent(txn *queue.Txn, rec, next *kvrecord.Run, e *ending) {
 	next.JoinReported = true
 	ctx := context.Background()
+	ent := runrec.EncodeChildEntry(&runrec.ChildEntry{RunID: rec.RunID, Ended: true, Status: uint8(e.status), Result: e.result, Error: e.reason})
+	entKey := runrec.ChildKey(rec.Parent, rec.ParentStep, int(rec.ChildIndex))
+	shardKey := runrec.PendingKey(rec.Parent, rec.ParentStep, int(rec.ChildIndex)%runrec.JoinShards)
+	cb, err := rt.q.Get(ctx, shardKey)
+	if errors.Is(err, queue.ErrKeyNotFound) {
+		// The parent no longer waits for this Spawn: the entry only, if
+		// the parent is still kept (its record as read).
+		_, pold, err := rt.loadRun(ctx, rec.Parent)
+		switch {
+		case errors.Is(err, ErrRunNotFound):
+		case err != nil:
+			failTxn(txn, rec.Parent)
+		default:
+			txn.Put(entKey, ent).CompareAndPut(kvrecord.RunKey(rec.Parent), pold, pold)
+		}
+		return
+	}
+	count, perr := strconv.Atoi(string(cb))
+	if err != nil || perr != nil || count <= 0 {
+		failTxn(txn, rec.Parent)
+		return
+	}
+	txn.Put(entKey, ent)
+	if count > 1 {
+		txn.CompareAndPut(shardKey, cb, []byte(strconv.Itoa(count-1)))
+		return
+	}
+	// The shard's last child: the parent's record counts one shard less.
+	txn.CompareAndDelete(shardKey, cb)
 	prec, pold, err := rt.loadRun(ctx, rec.Parent)
-	if errors.Is(err, ErrRunNotFound) {
-		return
-	}
-	if err != nil {
-		txn.CompareAndPut(kvrecord.RunKey(rec.Parent), []byte{0}, []byte{0}) // fails: retried
-		return
-	}
-	ent := &runrec.ChildEntry{RunID: rec.RunID, Ended: true, Status: uint8(e.status), Result: e.result, Error: e.reason}
-	txn.Put(runrec.ChildKey(rec.Parent, rec.ParentStep, int(rec.ChildIndex)), runrec.EncodeChildEntry(ent))
-	if prec.State == kvrecord.StateTerminal || prec.Pending == 0 || prec.WaitFor != childrenWait || prec.SpawnStep != rec.ParentStep {
-		txn.CompareAndPut(kvrecord.RunKey(rec.Parent), pold, pold) // the entry's parent is as read
+	if err != nil || prec.State == kvrecord.StateTerminal || prec.Pending == 0 || prec.WaitFor != childrenWait || prec.SpawnStep != rec.ParentStep {
+		failTxn(txn, rec.Parent) // cannot be while the shard exists: read again
 		return
 	}
 	pnext := *prec
@@ -270,13 +303,42 @@ func (rt *Runtime) joinParent(txn *queue.Txn, rec, next *kvrecord.Run, e *ending
 			j, err = runrec.DecodeJoin(jb)
 		}
 		if err != nil {
-			txn.CompareAndPut(kvrecord.RunKey(rec.Parent), []byte{0}, []byte{0}) // fails: retried
+			failTxn(txn, rec.Parent)
 			return
 		}
 		clearWait(&pnext)
 		rt.startStep(txn, &pnext, j.Payload, 0, nil, false, j.TraceParent)
 	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.Parent), pold, runrec.EncodeRun(&pnext))
+}
+
+// failTxn adds to txn a condition that fails (ErrConditionFailed): its
+// caller reads the run again and retries.
+func failTxn(txn *queue.Txn, runID string) {
+	txn.CompareAndPut(kvrecord.RunKey(runID), []byte{0}, []byte{0})
+}
+
+// deleteShards adds to txn, which ends rec while it waits for children,
+// the deletion of its Spawn's pending counters.
+func deleteShards(txn *queue.Txn, rec *kvrecord.Run) {
+	for sh := range joinShards(int(rec.Spawned)) {
+		txn.Delete(runrec.PendingKey(rec.RunID, rec.SpawnStep, sh))
+	}
+}
+
+// childrenEnded returns how many children of the Spawn rec waits for
+// have ended: Spawned less the pending counters' sum.
+func (rt *Runtime) childrenEnded(ctx context.Context, rec *kvrecord.Run) (int, error) {
+	page, err := rt.q.Scan(ctx, runrec.PendingStepPrefix(rec.RunID, rec.SpawnStep), queue.ScanOptions{Limit: runrec.JoinShards})
+	if err != nil {
+		return 0, err
+	}
+	ended := int(rec.Spawned)
+	for _, kv := range page.Items {
+		n, _ := strconv.Atoi(string(kv.Value))
+		ended -= n
+	}
+	return ended, nil
 }
 
 // cascadeNotice adds to txn, which ends rec while it waits for children,
@@ -374,11 +436,12 @@ func (rt *Runtime) childIDs(ctx context.Context, rec *kvrecord.Run) ([]string, e
 }
 
 // waitingFor is what Status reports a waiting run waits for.
-func waitingFor(rec *kvrecord.Run) string {
+func (rt *Runtime) waitingFor(ctx context.Context, rec *kvrecord.Run) (string, error) {
 	if rec.WaitFor != childrenWait {
-		return rec.WaitFor
+		return rec.WaitFor, nil
 	}
-	return fmt.Sprintf("children: %d of %d ended", rec.Spawned-rec.Pending, rec.Spawned)
+	ended, err := rt.childrenEnded(ctx, rec)
+	return fmt.Sprintf("children: %d of %d ended", ended, rec.Spawned), err
 }
 
 // deleteChildKeys adds to deleteRunKeys's transaction the deletion of a

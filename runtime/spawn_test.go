@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -97,6 +98,7 @@ func TestSpawnFanOut1000(t *testing.T) {
 		t.Fatalf("parent ended %v %q (%s)", o.Status, o.Result, o.Error)
 	}
 	whenIdle(t, q, "every run notified once", func() bool { return hook.total() == 1001 })
+	noPendingKeys(t, q)
 	js := joins(log, "p")
 	if len(js) != 1 {
 		t.Fatalf("the step after the join ran %d times, want 1", len(js))
@@ -191,6 +193,7 @@ func TestSpawnCancelCascade(t *testing.T) {
 		}
 	}
 	whenIdle(t, q, "no join after the cancel", func() bool { return len(joins(log, "p")) == 0 && len(joins(log, "p.s0.0")) == 0 })
+	noPendingKeys(t, q)
 }
 
 // TestSpawnSettlementLost: the Spawn's first settlement is lost (its claim
@@ -319,4 +322,41 @@ func TestSpawnChildRetriedWhileWaiting(t *testing.T) {
 		t.Fatalf("parent ended %v (%s)", o.Status, o.Error)
 	}
 	whenIdle(t, q, "one join", func() bool { return len(joins(log, "p")) == 1 })
+}
+
+// noPendingKeys fails unless every Spawn's pending counters are gone (a
+// join or a cancel deletes them).
+func noPendingKeys(t *testing.T, q *queue.Queue) {
+	t.Helper()
+	page, err := q.Scan(context.Background(), []byte(runrec.PendingPrefix), queue.ScanOptions{})
+	if err != nil || len(page.Items) != 0 {
+		t.Fatalf("pending counters left: %d, %v", len(page.Items), err)
+	}
+}
+
+// TestSpawnCancelMany: a parent cancelled while 40 children (three shards
+// full) wait: all cancelled, the counters deleted, no join.
+func TestSpawnCancelMany(t *testing.T) {
+	q, log, hook, rt := spawnSetup(t)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "p", Input: []byte("spawn 40*wait")})
+	for i := range 40 {
+		waitStatus(t, rt, "p.s0."+strconv.Itoa(i), "waiting", func(s runtime.RunStatus) bool { return s.State == runtime.StateWaiting })
+	}
+	// Ten end first: the counters count them.
+	for i := range 10 {
+		if err := rt.Signal(context.Background(), "p.s0."+strconv.Itoa(i*3), "go", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStatus(t, rt, "p", "10 of 40", func(s runtime.RunStatus) bool { return s.WaitingFor == "children: 10 of 40 ended" })
+	if ok, err := rt.Cancel(context.Background(), "p"); !ok || err != nil {
+		t.Fatalf("Cancel: %v, %v", ok, err)
+	}
+	testenv.Eventually(t, waitTimeout, "every child to end", func() bool { return hook.total() == 41 })
+	whenIdle(t, q, "no join", func() bool { return len(joins(log, "p")) == 0 && hook.total() == 41 })
+	noPendingKeys(t, q)
+	st, err := rt.Status(context.Background(), "p.s0.39")
+	if err != nil || st.State != runtime.StateCancelled {
+		t.Fatalf("child 39: %+v, %v", st, err)
+	}
 }

@@ -193,7 +193,11 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 		return st, nil
 	}
 	st.State = StatePending
-	st.WaitingFor, st.WaitDeadline, st.Paused = waitingFor(rec), unixTime(rec.WaitDeadline), rec.Paused
+	st.WaitDeadline, st.Paused = unixTime(rec.WaitDeadline), rec.Paused
+	var err error
+	if st.WaitingFor, err = rt.waitingFor(ctx, rec); err != nil {
+		return RunStatus{}, err
+	}
 	switch {
 	case rec.State == kvrecord.StateCancelling:
 		st.State = StateCancelling

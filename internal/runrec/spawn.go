@@ -16,6 +16,18 @@ import (
 //	workflow/join/<parent>                              Join: what the parent's
 //	                                                     step after its latest
 //	                                                     Spawn starts with
+//	workflow/pending/<parent>/<step:010d>/<shard:02d>   the number of children
+//	                                                     of that shard still
+//	                                                     running (decimal)
+//
+// A Spawn of n children counts them in min(n, JoinShards) shards, child i
+// in shard i % JoinShards, so that children ending at once rarely write
+// the same key: a child's end decrements its shard's counter
+// (compare-and-put), and only the end that empties a shard deletes it and
+// compare-and-puts the parent's record (Pending: the shards left), so the
+// parent's record takes JoinShards writes per Spawn, not n. A shard key
+// exists only while its parent waits for that Spawn: the end that
+// empties it deletes it, and so does the parent's end (Cancel).
 //
 // The Spawn's settlement writes them (entries not ended) with the
 // children's run records; a child's first end overwrites its entry in the
@@ -26,7 +38,28 @@ import (
 const (
 	ChildrenPrefix = "workflow/children/"
 	JoinPrefix     = "workflow/join/"
+	PendingPrefix  = "workflow/pending/"
 )
+
+// JoinShards bounds the shards of a Spawn's pending counters. Children
+// ending at once then rarely write one key, and the parent's record takes
+// at most 16 writes per Spawn; the 16 ends that empty the shards, which
+// come together at the end, are serialized on it (more shards make that
+// tail longer). It is part of the on-bucket state (a child finds its
+// shard as ChildIndex % JoinShards): never change it.
+const JoinShards = 16
+
+// PendingKey returns the key of the pending counter of shard shard of the
+// Spawn of step step of run parent.
+func PendingKey(parent string, step uint32, shard int) []byte {
+	return []byte(fmt.Sprintf("%s%s/%010d/%02d", PendingPrefix, parent, step, shard))
+}
+
+// PendingStepPrefix returns the prefix of the pending counters of one
+// Spawn.
+func PendingStepPrefix(parent string, step uint32) []byte {
+	return []byte(fmt.Sprintf("%s%s/%010d/", PendingPrefix, parent, step))
+}
 
 // ChildKey returns the key of child index of the Spawn of step step of
 // run parent.
