@@ -163,7 +163,9 @@
 // child after its first end (its parent joined, or still waits for the
 // others) does not reach the parent again. Cancelling a waiting parent
 // cancels its children, and theirs (the cascade notice above: a crash
-// mid-cascade redoes it). Limits (WithSpawnLimits; defaults: 10,000
+// mid-cascade redoes it); a Retry of that parent runs its step n+1 with
+// an empty payload and the results as they stand (a child not ended yet
+// has Status 0). Limits (WithSpawnLimits; defaults: 10,000
 // children per Spawn, nesting depth 8, 16 MiB of children's inputs,
 // headers and IDs per Spawn, which with their records and jobs fits the
 // queue's 32 MiB transaction) are checked when the step returns, before
@@ -353,7 +355,7 @@
 // providers, no-ops unless the service sets them). Each step attempt is a
 // span "stepwell.step" and each hook delivery a span "stepwell.hook", with
 // attributes stepwell.run_id, stepwell.step, stepwell.attempt and (steps)
-// stepwell.outcome: continue, await, succeed, fail, cancel, error (the
+// stepwell.outcome: continue, await, spawn, succeed, fail, cancel, error (the
 // attempt failed and will be retried), dead (it failed and so did the
 // run) or cancelled (the run was cancelled from outside); a failed
 // attempt or delivery records its error with status Error. The step's ctx
