@@ -42,6 +42,7 @@ var wantFixtures = []string{
 	"v7-claim-token",
 	"v8-run-memory",
 	"v9-step-queue",
+	"v10-child-runs",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.
@@ -222,6 +223,10 @@ func checkRuns(ctx context.Context, t *testing.T, q *queue.Queue, how string) {
 		if st.State != w.state || st.CurrentStep != w.step || st.Scheduled != w.scheduled ||
 			string(st.Result) != w.result || st.Error != w.err || st.MemoKeys != 0 || st.MemoBytes != 0 {
 			t.Errorf("%s: run %s = %+v (state %s), want %+v (state %s)", how, id, st, st.State, w, w.state)
+		}
+		// Records without a parent and children report none.
+		if st.Parent != "" || st.Children != nil {
+			t.Errorf("%s: run %s: Parent %q, Children %v, want none", how, id, st.Parent, st.Children)
 		}
 		// Records without a step queue report their step job's.
 		if !w.state.Terminal() && st.Queue != "workflow-steps" {

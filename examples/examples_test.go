@@ -91,6 +91,9 @@ var checks = map[string]func(t *testing.T, bin string){
 	"agent_loop": func(t *testing.T, bin string) {
 		out := mustRun(t, bin, t.TempDir())
 		wantContains(t, out,
+			"[picnic-planner.s1.0] tool weather(",
+			"[picnic-planner.s1.1] tool parks(",
+			"join: joined 2 tool calls -> \"sunny, 24°C | Parc Monceau open, tables free\"",
 			"[picnic-planner] run succeeded",
 			"status of picnic-planner: succeeded",
 			"ctx cause: steprunner: run cancelled (ErrRunCancelled: true)",

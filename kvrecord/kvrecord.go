@@ -9,7 +9,8 @@
 //	                                                expiry is a prefix scan)
 //
 // The runtime keeps other keys under workflow/ (an index of runs by submit
-// time, signal mailboxes, the parked steps of paused runs, run memory):
+// time, signal mailboxes, the parked steps of paused runs, run memory,
+// the children of a Spawn and their results):
 // its own, not
 // for users to read or write. It alone writes these records, too: this
 // package decodes them, for programs that read a store (the stepwell CLI,
@@ -38,6 +39,8 @@
 //	          November 2026)
 //	          shape 5: 33 fields, + Queue (named step queues;
 //	          November 2026)
+//	          shape 6: 41 fields, + Parent, ParentStep, ChildIndex, Depth,
+//	          JoinReported, Spawned, SpawnStep, Pending (child runs; November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
 //	          (November 2026)
@@ -45,8 +48,10 @@
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
 // mailbox, no step timeout, start time or retry policy, no memory, no
-// step queue, no dead job and no payload); the runtime writes the newest
-// shape only.
+// step queue, no parent and no children, no dead job and no payload); the
+// runtime writes the newest shape only, but for a run without a parent
+// and without children, which it writes in shape 5 (the shape 6 fields
+// would all be zero), so that such runs cost what they did before.
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
@@ -147,6 +152,27 @@ type Run struct {
 	// of older shapes: the queue of the Runtime that handles the run.
 	// Shape 5.
 	Queue string
+
+	// Parent is the run that spawned this one (steprunner.Spawn), "" for a
+	// run submitted by Submit. ParentStep is the parent's step that
+	// spawned it, ChildIndex its place in that Spawn, Depth its nesting
+	// depth (a top-level run 0, its children 1). JoinReported says the
+	// child's first end was counted by its parent (written in the
+	// transaction that ended it: a retried child is not counted again).
+	// Shape 6.
+	Parent       string
+	ParentStep   uint32
+	ChildIndex   uint32
+	Depth        uint32
+	JoinReported bool
+	// Spawned is the number of children of the run's latest Spawn, made
+	// by its step SpawnStep (step SpawnStep+1 gets their results), and
+	// Pending the number of the Spawn's shards (at most 16, see the
+	// runtime's internal/runrec) with children still running: the run
+	// waits for them while it is > 0. Shape 6.
+	Spawned   uint32
+	SpawnStep uint32
+	Pending   uint32
 }
 
 // Terminal is the outcome of a finished run.
@@ -200,7 +226,8 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 // Field counts of the records (see the Encoding section above): the
 // current shape, and the older ones.
 const (
-	runFields        = 33
+	runFields        = 41
+	runFieldsV5      = 33
 	runFieldsV4      = 32
 	runFieldsV3      = 30
 	runFieldsV2      = 16
@@ -257,8 +284,18 @@ func readRun(rd *format.Reader, r *Run) {
 		r.MemoKeys = rd.Uint32()
 		r.MemoBytes = rd.Uint64()
 	}
-	if n >= runFields {
+	if n >= runFieldsV5 {
 		r.Queue = rd.String()
+	}
+	if n >= runFields {
+		r.Parent = rd.String()
+		r.ParentStep = rd.Uint32()
+		r.ChildIndex = rd.Uint32()
+		r.Depth = rd.Uint32()
+		r.JoinReported = rd.Bool()
+		r.Spawned = rd.Uint32()
+		r.SpawnStep = rd.Uint32()
+		r.Pending = rd.Uint32()
 	}
 }
 
@@ -315,12 +352,24 @@ type runV4 struct {
 	MemoBytes uint64
 }
 
+// runV5 is a shape 5 run record, for the reflective decoder.
+type runV5 struct {
+	runV4
+	Queue string
+}
+
 // unmarshalRun is the reflective decoder of run records of every shape:
 // what the fast reader must agree with.
 func unmarshalRun(b []byte, r *Run) error {
 	*r = Run{}
 	err := format.UnmarshalExact(b, r)
 	if err == nil {
+		return nil
+	}
+	var v5 runV5
+	if format.UnmarshalExact(b, &v5) == nil {
+		*r = v3WithZero(v5.runV3)
+		r.MemoKeys, r.MemoBytes, r.Queue = v5.MemoKeys, v5.MemoBytes, v5.Queue
 		return nil
 	}
 	var v4 runV4

@@ -111,6 +111,8 @@ func randRun(r *rand.Rand, multi bool) *Run {
 		RetryInitialBackoff: codectest.Int64(r), RetryMaxBackoff: codectest.Int64(r),
 		RetryMultiplier: 1 + r.Float64()*10, RetryJitter: r.Float64(),
 		MemoKeys: r.Uint32(), MemoBytes: r.Uint64(), Queue: codectest.String(r),
+		Parent: codectest.String(r), ParentStep: r.Uint32(), ChildIndex: r.Uint32(), Depth: r.Uint32(),
+		JoinReported: r.UintN(2) == 1, Spawned: r.Uint32(), SpawnStep: r.Uint32(), Pending: r.Uint32(),
 	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
@@ -224,8 +226,35 @@ func checkOldRun(t *testing.T, shape string, rec any, want *Run) {
 // zeroShape4 zeroes the fields shapes 4 and 5 appended.
 func zeroShape4(r *Run) { r.MemoKeys, r.MemoBytes = 0, 0; zeroShape5(r) }
 
-// zeroShape5 zeroes the field shape 5 appended.
-func zeroShape5(r *Run) { r.Queue = "" }
+// zeroShape5 zeroes the fields shapes 5 and 6 appended.
+func zeroShape5(r *Run) { r.Queue = ""; zeroShape6(r) }
+
+// zeroShape6 zeroes the fields shape 6 appended.
+func zeroShape6(r *Run) {
+	r.Parent, r.ParentStep, r.ChildIndex, r.Depth, r.JoinReported = "", 0, 0, 0, false
+	r.Spawned, r.SpawnStep, r.Pending = 0, 0, 0
+}
+
+// TestDecodeShape5 holds the run decoders to records written before child
+// runs (shape 6) were appended: they decode with no parent and no
+// children on both paths. Fails if a decoder insists on 41 fields.
+func TestDecodeShape5(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		run := randRun(r, false)
+		run.State, run.Version = StateActive, Version
+		if run.RunID == "" {
+			run.RunID = "r"
+		}
+		old := *run
+		zeroShape6(&old)
+		checkOldRun(t, "shape 5", &runV5{runV4: *runV4Of(run), Queue: run.Queue}, &old)
+	}
+	bad, _ := format.Marshal(make([]int, 35))
+	if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("DecodeRun(35 fields) = %v, want ErrCorrupt", err)
+	}
+}
 
 func runV4Of(r *Run) *runV4 {
 	return &runV4{runV3: *runV3Of(r), MemoKeys: r.MemoKeys, MemoBytes: r.MemoBytes}

@@ -60,6 +60,8 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv(crashChildEnv) != "":
 		os.Exit(crashChild(os.Getenv(crashChildEnv), os.Getenv(crashModeEnv)))
+	case os.Getenv(spawnCrashEnv) != "":
+		os.Exit(spawnCrashChild(os.Getenv(spawnCrashEnv), os.Getenv(spawnCrashModeEnv)))
 	case os.Getenv(tinyRetentionChildEnv) != "":
 		os.Exit(tinyRetentionChild())
 	case os.Getenv(controlChildEnv) != "":

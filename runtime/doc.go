@@ -59,6 +59,29 @@
 //	break a limit (WithMemoLimits)  Failed with a *MemoLimitError (or
 //	or name an invalid key          ErrInvalidMemoKey); nothing of the
 //	                                Outcome written; logged at ERROR
+//	Spawn(children)                 ack; each child's run record (Parent,
+//	                                ParentStep, ChildIndex, Depth), index
+//	                                entry and step-0 job; one entry per
+//	                                child under workflow/children/<run>/<n>/
+//	                                and the Join (this step's payload) under
+//	                                workflow/join/<run>; up to 16 pending
+//	                                counters (workflow/pending/<run>/<n>/);
+//	                                run record -> waiting for them
+//	                                (Spawned, Pending: the counters,
+//	                                SpawnStep n, CurrentStep n+1, no job)
+//	a Spawn over a limit            as steprunner.Permanent: dead-letter;
+//	(WithSpawnLimits), with an      Failed with a *SpawnLimitError,
+//	invalid child, or naming a run  ErrInvalidChild, ErrInvalidRunID,
+//	that exists                     ErrInputMismatch (another input) or
+//	                                ErrChildExists; nothing of it written
+//	any row that ends a child run,  also: the child's entry under its parent
+//	its first end                   -> ended (status, result, error); its
+//	                                pending counter -1; if that empties it,
+//	                                the counter deleted and the parent's
+//	                                record Pending-1 and, at 0, its step
+//	                                n+1 enqueued with the Join's payload
+//	                                and Step.Children (parked if paused);
+//	                                child record -> JoinReported
 //
 // Each row is ONE queue transaction: a crash never leaves a step acked
 // without its successor, or a run ended without its notification.
@@ -116,6 +139,38 @@
 //	Cancel of a queued step         remove the step; Cancelled; notification
 //	Cancel of a waiting run or of   remove the timeout job / parked step;
 //	a paused run's parked step      Cancelled; notification
+//	Cancel of a run waiting for     Cancelled; notification; its pending
+//	children                        counters deleted; a cascade notice
+//	                                on <step queue>.dead, whose
+//	                                handler Cancels each child not ended
+//	                                (theirs in turn), then acks it
+//
+// Child runs. A step's Spawn (steprunner.Spawn) starts child runs and
+// parks its run until every child has ended; the last child's end starts
+// the parent's next step with the spawning step's payload and
+// Step.Children, the results in the order given. A child left unnamed
+// gets the run ID "<parent>.s<step>.<index>", so a Spawn whose attempt
+// runs again (its settlement was lost) names the same children, and its
+// one transaction writes them once. The results are kept under the
+// parent (workflow/children/<parent>/), not read from the children's
+// terminal records, so a child's terminal retention never shortens a
+// join; they are deleted with the parent's record. Children are ordinary
+// runs (Status shows Parent; the parent's Status lists Children, and
+// waits with WaitingFor "children: 37 of 100 ended"), inheriting the
+// parent's priority, attempt limit, step timeout and retry policy and
+// its step queue unless Child.Queue names one. A child that fails or is
+// cancelled does not fail its parent. A child counts once: a Retry of a
+// child after its first end (its parent joined, or still waits for the
+// others) does not reach the parent again. Cancelling a waiting parent
+// cancels its children, and theirs (the cascade notice above: a crash
+// mid-cascade redoes it); a Retry of that parent runs its step n+1 with
+// an empty payload and the results as they stand (a child not ended yet
+// has Status 0). Limits (WithSpawnLimits; defaults: 10,000
+// children per Spawn, nesting depth 8, 16 MiB of children's inputs,
+// headers and IDs per Spawn, which with their records and jobs fits the
+// queue's 32 MiB transaction) are checked when the step returns, before
+// anything is written. A derived run ID over 128 bytes (a parent ID over
+// about 115 bytes) is ErrInvalidRunID: name such children.
 //
 // Signals, timeouts, pause and resume are rows of their own, each one
 // transaction that compare-and-puts the run record (so of two that race,
@@ -300,7 +355,7 @@
 // providers, no-ops unless the service sets them). Each step attempt is a
 // span "stepwell.step" and each hook delivery a span "stepwell.hook", with
 // attributes stepwell.run_id, stepwell.step, stepwell.attempt and (steps)
-// stepwell.outcome: continue, await, succeed, fail, cancel, error (the
+// stepwell.outcome: continue, await, spawn, succeed, fail, cancel, error (the
 // attempt failed and will be retried), dead (it failed and so did the
 // run) or cancelled (the run was cancelled from outside); a failed
 // attempt or delivery records its error with status Error. The step's ctx

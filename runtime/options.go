@@ -27,6 +27,7 @@ type options struct {
 	noChain           bool
 	maxSignalPayload  int
 	memoLimits        MemoLimits
+	spawnLimits       SpawnLimits
 	logger            *slog.Logger
 	errorHandler      ErrorHandler
 	now               func() time.Time
@@ -48,6 +49,7 @@ func defaultOptions() options {
 		drainTimeout:      DefaultDrainTimeout,
 		maxSignalPayload:  DefaultMaxSignalPayload,
 		memoLimits:        MemoLimits{}.withDefaults(),
+		spawnLimits:       SpawnLimits{}.withDefaults(),
 		logger:            slog.Default(),
 		now:               time.Now,
 	}

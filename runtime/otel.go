@@ -53,13 +53,14 @@ const (
 	outcomeFail      = "fail"
 	outcomeCancel    = "cancel"
 	outcomeAwait     = "await"
+	outcomeSpawn     = "spawn"
 	outcomeError     = "error"     // retried
 	outcomeDead      = "dead"      // the last attempt's error: the run fails
 	outcomeCancelled = "cancelled" // cancelled from outside
 )
 
 var allOutcomes = []string{outcomeContinue, outcomeSucceed, outcomeFail, outcomeCancel,
-	outcomeAwait, outcomeError, outcomeDead, outcomeCancelled}
+	outcomeAwait, outcomeSpawn, outcomeError, outcomeDead, outcomeCancelled}
 
 // telemetry holds the runtime's tracer and instruments. Options and
 // attribute sets are built once, so that recording allocates nothing
@@ -126,6 +127,8 @@ func stepOutcome(cancelled bool, job *queue.Job, out steprunner.Outcome, stepErr
 		return outcomeContinue
 	case steprunner.KindAwait:
 		return outcomeAwait
+	case steprunner.KindSpawn:
+		return outcomeSpawn
 	case steprunner.KindSucceed:
 		return outcomeSucceed
 	case steprunner.KindFail:

@@ -114,8 +114,11 @@ func (rt *Runtime) forwardNotification(ctx context.Context, notice *queue.Job) e
 // run, without the payload.
 func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error {
 	ctx = context.WithoutCancel(ctx)
-	if notice.Headers[headerNotice] == noticeHandOff {
+	switch notice.Headers[headerNotice] {
+	case noticeHandOff:
 		return rt.forwardNotification(ctx, notice)
+	case noticeCascade:
+		return rt.cascade(ctx, notice)
 	}
 	deadID := string(notice.Payload)
 	runID := notice.Headers[HeaderRunID]
@@ -246,6 +249,11 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			return err // the claim's lease expires and the step is retried
 		}
 		setStepMemo(step, memo)
+		if rec.Spawned > 0 && n == rec.SpawnStep+1 { // after a Spawn: its children's results
+			if step.Children, err = rt.childResults(settleCtx, rec); err != nil {
+				return err // the claim's lease expires and the step is retried
+			}
+		}
 		ctx, stop := stepContext(claimCtx, spanCtx)
 		outcome, stepErr = rt.runWithTimeout(ctx, step, rt.stepTimeout(rec))
 		stop()
@@ -281,6 +289,12 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	if stepErr == nil && !outcome.IsZero() {
 		if mp, err = planMemo(rec, memo, outcome.MemoWrites(), rt.opts.memoLimits); err != nil {
 			stepErr = steprunner.Permanent(fmt.Errorf("step %d's memory writes: %w", n, err))
+		}
+	}
+	var sp *spawnPlan // a Spawn's children, checked against the limits
+	if stepErr == nil && outcome.Kind() == steprunner.KindSpawn {
+		if sp, err = rt.planSpawn(rec, n, outcome); err != nil {
+			stepErr = steprunner.Permanent(fmt.Errorf("step %d's Spawn: %w", n, err))
 		}
 	}
 
@@ -327,10 +341,16 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		if unsettleable != nil {
 			txn = rt.failSettlement(rec, old, job, n, unsettleable.Error())
 		} else {
-			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail, mp)
+			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail, mp, sp)
 		}
 		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
+			if sp != nil && stepErr == nil && !rec.Cancel {
+				// A child's run ID may exist: fail the step, not loop.
+				if cerr := rt.spawnConflict(settleCtx, sp); cerr != nil {
+					stepErr, sp = steprunner.Permanent(fmt.Errorf("step %d's Spawn: %w", n, cerr)), nil
+				}
+			}
 			continue
 		}
 		if errors.Is(err, queue.ErrTooLarge) && unsettleable == nil {
@@ -392,7 +412,7 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []
 // mail is the oldest signal in the mailbox that an AwaitSignal outcome
 // consumes (nil: none); mp is the outcome's memory writes (nil: none),
 // written only when the outcome is settled as such.
-func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan) (txn *queue.Txn, next []byte) {
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan) (txn *queue.Txn, next []byte) {
 	txn = new(queue.Txn)
 	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
 	// A retry (Nack) keeps the job, and with it its headers.
@@ -411,16 +431,19 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue, traceParent: tp})
 	default:
 		switch out.Kind() {
-		case steprunner.KindContinue, steprunner.KindAwait:
+		case steprunner.KindContinue, steprunner.KindAwait, steprunner.KindSpawn:
 			next := *rec
 			next.CurrentStep = n + 1
 			next.Queue, _ = rt.nextQueue(out) // checked when the step returned
 			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn.Ack(job)
 			mp.apply(txn, &next)
-			if out.Kind() == steprunner.KindAwait {
+			switch out.Kind() {
+			case steprunner.KindAwait:
 				rt.await(txn, &next, out, mail, tp)
-			} else {
+			case steprunner.KindSpawn:
+				rt.spawn(txn, rec, &next, job, n, sp, tp)
+			default:
 				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true, tp)
 			}
 			b := runrec.EncodeRun(&next)

@@ -513,6 +513,14 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	clearWait(&next)
 	next.Paused, next.Parked = false, false
 	e.memo.apply(txn, &next)
+	if rec.Parent != "" && !rec.JoinReported {
+		rt.joinParent(txn, rec, &next, &e) // a child's first end: its parent counts it
+	}
+	if rec.Pending > 0 { // it waited for children: cancel them
+		next.Pending = 0
+		deleteShards(txn, rec)
+		rt.cascadeNotice(txn, rec, e.queue)
+	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}

@@ -283,9 +283,11 @@ func (rt *Runtime) deleteRunKeys(ctx context.Context, txn *queue.Txn, rec *kvrec
 		}
 	}
 	if rec.MemoKeys != 0 {
-		return rt.deletePrefix(ctx, txn, rec, old, runrec.MemoRunPrefix(rec.RunID))
+		if err := rt.deletePrefix(ctx, txn, rec, old, runrec.MemoRunPrefix(rec.RunID)); err != nil {
+			return err
+		}
 	}
-	return nil
+	return rt.deleteChildKeys(ctx, txn, rec, old)
 }
 
 // deletePrefix is deleteRunKeys for the keys under one prefix of the run.

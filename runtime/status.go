@@ -132,6 +132,14 @@ type RunStatus struct {
 	// step's, "" if unknown): a run whose Queue no Runtime serves
 	// (WithQueueName) stays pending there.
 	Queue string
+	// Parent is the run whose Spawn started this one ("" for a run that
+	// Submit started).
+	Parent string
+	// Children are the run IDs of the children of the run's latest Spawn,
+	// in the order given (Status only: nil in ListRuns pages). While the
+	// run waits for them it is StateWaiting, with WaitingFor
+	// "children: 37 of 100 ended".
+	Children []string
 }
 
 // Status reports a run's state from the durable records, so it works from
@@ -142,7 +150,11 @@ func (rt *Runtime) Status(ctx context.Context, runID string) (RunStatus, error) 
 	if err != nil {
 		return RunStatus{}, err
 	}
-	return rt.status(ctx, rec, true)
+	st, err := rt.status(ctx, rec, true)
+	if err == nil {
+		st.Children, err = rt.childIDs(ctx, rec)
+	}
+	return st, err
 }
 
 // status builds a run's RunStatus from its record, reading its terminal
@@ -153,6 +165,7 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 		RunID: rec.RunID, CurrentStep: rec.CurrentStep, Headers: rec.Headers, Retries: rec.Retries,
 		SubmittedAt: unixTime(rec.SubmittedAt), UpdatedAt: unixTime(rec.UpdatedAt), EndedAt: unixTime(rec.EndedAt),
 		MemoKeys: int(rec.MemoKeys), MemoBytes: int64(rec.MemoBytes), Queue: rec.Queue,
+		Parent: rec.Parent,
 	}
 	if rec.UpdatedAt == 0 { // a record written before UpdatedAt
 		st.UpdatedAt = unixTime(max(rec.SubmittedAt, rec.EndedAt))
@@ -180,7 +193,11 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 		return st, nil
 	}
 	st.State = StatePending
-	st.WaitingFor, st.WaitDeadline, st.Paused = rec.WaitFor, unixTime(rec.WaitDeadline), rec.Paused
+	st.WaitDeadline, st.Paused = unixTime(rec.WaitDeadline), rec.Paused
+	var err error
+	if st.WaitingFor, err = rt.waitingFor(ctx, rec); err != nil {
+		return RunStatus{}, err
+	}
 	switch {
 	case rec.State == kvrecord.StateCancelling:
 		st.State = StateCancelling

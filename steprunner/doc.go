@@ -17,6 +17,9 @@
 //	                     of that name (its payload is step n+1's payload) or
 //	                     t passes (0: never; step n+1 then gets an empty
 //	                     payload); Step.Signal says which
+//	Spawn(children)      child runs start and the run parks until all have
+//	                     ended; step n+1 then runs with this step's payload
+//	                     and Step.Children, their results in order
 //
 // or a non-nil error:
 //
@@ -31,7 +34,7 @@
 // The backoff and the attempt limit are the queue's unless the run has a
 // RetryPolicy (runtime.RunSpec.Retry), which sets them for all its steps.
 //
-// Continue, ContinueAfter and AwaitSignal may send the next step to
+// Continue, ContinueAfter, AwaitSignal and Spawn may send the next step to
 // another step queue (Outcome.OnQueue), served by a Runtime of its own.
 // Any Outcome may also carry writes to the run's memory, a small key-value
 // map kept with the run (Outcome.WithMemo; Step.Memo reads it): they

@@ -22,6 +22,8 @@ const (
 	KindCancel
 	// KindAwait: park the run until a signal or a timeout (AwaitSignal).
 	KindAwait
+	// KindSpawn: start child runs and park the run until they end (Spawn).
+	KindSpawn
 )
 
 // String returns "continue", "succeed", "fail" or "cancel", and
@@ -40,6 +42,8 @@ func (k OutcomeKind) String() string {
 		return "cancel"
 	case KindAwait:
 		return "await"
+	case KindSpawn:
+		return "spawn"
 	}
 	return "OutcomeKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -54,6 +58,8 @@ type Outcome struct {
 	reason string        // Fail or Cancel reason, or AwaitSignal name
 	memo   []MemoWrite   // WithMemo writes, in order; never appended in place
 	queue  string        // OnQueue's name
+	// children are Spawn's children.
+	children []Child
 	// onQueue: OnQueue was called (an empty name is then invalid).
 	onQueue bool
 }
@@ -211,6 +217,8 @@ func (o Outcome) kindString() string {
 			return fmt.Sprintf("await(%q, timeout %v)", o.reason, o.delay)
 		}
 		return fmt.Sprintf("await(%q)", o.reason)
+	case KindSpawn:
+		return fmt.Sprintf("spawn(%d children)", len(o.children))
 	}
 	return o.kind.String()
 }

@@ -4,8 +4,9 @@ package steprunner
 // runtime enqueues it there instead of on the queue of the Runtime that
 // settles o, and a Runtime that serves name (runtime.WithQueueName, in
 // this process or another) runs it; until one does, it waits there. It
-// applies to Continue, ContinueAfter and AwaitSignal (the step that the
-// signal or the timeout starts goes to name); Succeed, Fail and Cancel
+// applies to Continue, ContinueAfter, AwaitSignal (the step that the
+// signal or the timeout starts goes to name) and Spawn (the step after
+// the join); Succeed, Fail and Cancel
 // have no next step, and ignore it. Without OnQueue the next step stays
 // on the current step's queue.
 //
@@ -22,7 +23,7 @@ func (o Outcome) OnQueue(name string) Outcome {
 // and whether OnQueue was called; ("", false) for every Outcome whose kind
 // has no next step (Succeed, Fail, Cancel).
 func (o Outcome) NextQueue() (name string, ok bool) {
-	if o.kind != KindContinue && o.kind != KindAwait {
+	if o.kind != KindContinue && o.kind != KindAwait && o.kind != KindSpawn {
 		return "", false
 	}
 	return o.queue, o.onQueue

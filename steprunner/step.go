@@ -26,6 +26,10 @@ type Step struct {
 	// AwaitSignal: the signal (Payload is its payload) or the timeout
 	// (Payload is empty). nil for a step that did not follow an await.
 	Signal *SignalDelivery
+	// Children are the results of the children of the previous step's
+	// Spawn, in the order given (nil for a step that did not follow a
+	// Spawn).
+	Children []ChildResult
 
 	// memo is the run's memory as it committed before the step started
 	// (Memo); set by the runtime through internal/stepmemo.

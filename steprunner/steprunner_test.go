@@ -74,6 +74,7 @@ func TestOutcomeKindString(t *testing.T) {
 		KindSucceed:  "succeed",
 		KindFail:     "fail",
 		KindCancel:   "cancel",
+		KindSpawn:    "spawn",
 		9:            "OutcomeKind(9)",
 	}
 	for k, s := range want {
@@ -183,5 +184,22 @@ func TestAwaitSignal(t *testing.T) {
 	}
 	if KindAwait.String() != "await" {
 		t.Fatalf("KindAwait = %q", KindAwait)
+	}
+}
+
+func TestSpawnOutcome(t *testing.T) {
+	cs := []Child{{Input: []byte("a")}, {RunID: "b"}}
+	o := Spawn(cs).OnQueue("gpu")
+	if o.Kind() != KindSpawn || len(o.Children()) != 2 || o.Payload() != nil || o.String() != `spawn(2 children) on "gpu"` {
+		t.Fatalf("Spawn = %v, kind %v, %d children", o, o.Kind(), len(o.Children()))
+	}
+	if q, ok := o.NextQueue(); !ok || q != "gpu" {
+		t.Fatalf("NextQueue = %q, %v", q, ok)
+	}
+	if Continue(nil).Children() != nil {
+		t.Fatal("Continue has children")
+	}
+	if id := DeriveChildRunID("order-7", 2, 10); id != "order-7.s2.10" {
+		t.Fatalf("DeriveChildRunID = %q", id)
 	}
 }

@@ -235,9 +235,14 @@ type runJSON struct {
 	Result             []byte            `json:"result"`      // base64; null unless succeeded with a result
 	ResultText         *string           `json:"result_text"`
 	Error              string            `json:"error"`
+	// Parent is the run whose Spawn started this one ("" for a submitted
+	// run); Children the run IDs of the run's latest Spawn, in order.
+	Parent   string   `json:"parent"`
+	Children []string `json:"children"`
 	// WaitingFor is the signal a waiting run awaits (steprunner.AwaitSignal;
-	// "stepwell signal" sends it); "" otherwise. WaitDeadline is when that
-	// await times out (null: no timeout).
+	// "stepwell signal" sends it), or "children: N of M ended" for a run
+	// waiting for its children (steprunner.Spawn); "" otherwise.
+	// WaitDeadline is when that await times out (null: no timeout).
 	WaitingFor   string     `json:"waiting_for"`
 	WaitDeadline *time.Time `json:"wait_deadline"`
 	// Paused is true while a pause is in effect ("stepwell resume").
@@ -328,6 +333,10 @@ func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
 		Result: st.Result, ResultText: textOf(st.Result), Error: st.Error,
 		WaitingFor: st.WaitingFor, WaitDeadline: jsonTime(st.WaitDeadline), Paused: st.Paused,
 		Memory: []memoJSON{}, MemoryBytes: st.MemoBytes,
+		Parent: st.Parent, Children: st.Children,
+	}
+	if out.Children == nil {
+		out.Children = []string{}
 	}
 	memo, err := rt.RunMemo(ctx, id)
 	if err != nil {
@@ -455,7 +464,15 @@ func printRun(w io.Writer, r *runJSON) {
 	if r.Paused {
 		fmt.Fprintf(tw, "paused:\tyes (stepwell resume %s)\n", r.RunID)
 	}
-	if r.WaitingFor != "" {
+	if r.Parent != "" {
+		fmt.Fprintf(tw, "parent:\t%s\n", r.Parent)
+	}
+	if n := len(r.Children); n > 0 {
+		fmt.Fprintf(tw, "children:\t%d (%s)\n", n, childrenPreview(r.Children))
+	}
+	if r.WaitingFor != "" && len(r.Children) > 0 && strings.HasPrefix(r.WaitingFor, "children: ") {
+		fmt.Fprintf(tw, "waiting for:\t%s\n", r.WaitingFor)
+	} else if r.WaitingFor != "" {
 		deadline := "no timeout"
 		if r.WaitDeadline != nil {
 			deadline = "times out at " + textTime(*r.WaitDeadline)
@@ -541,4 +558,13 @@ func (in *indented) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// childrenPreview lists the first child run IDs, and how many more.
+func childrenPreview(ids []string) string {
+	const show = 3
+	if len(ids) <= show {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s, ... %d more", strings.Join(ids[:show], ", "), len(ids)-show)
 }

@@ -8,7 +8,10 @@
 //   - "picnic-planner" thinks (decides the next action from the state carried
 //     in its payload), acts (a fake tool call), then waits 200ms with
 //     ContinueAfter for the tool or a human to answer, and loops until it
-//     decides it is done (or gives up after maxIterations).
+//     decides it is done (or gives up after maxIterations). Its first act
+//     fans out two tool calls at once, each a child run of its own
+//     (steprunner.Spawn), and its next step joins them: Step.Children
+//     holds their results, in order.
 //   - "web-summariser" starts a slow tool call, and main cancels the run from
 //     outside with Runtime.Cancel; the step sees its context cancelled with
 //     the cause steprunner.ErrRunCancelled and the run ends Cancelled.
@@ -75,7 +78,7 @@ func run() error {
 	slowToolStarted := make(chan string, 1)
 	agent := &agent{slowToolStarted: slowToolStarted}
 
-	ended := make(chan terminal.Outcome, 2)
+	ended := make(chan terminal.Outcome, 8)
 	hook := terminal.HookFunc(func(ctx context.Context, o terminal.Outcome) error {
 		fmt.Printf("[%s] run %s after step %d: result %q, error %q\n", o.RunID, o.Status, o.FinalStep, o.Result, o.Error)
 		select {
@@ -125,7 +128,9 @@ func run() error {
 				return err
 			}
 		case o := <-ended:
-			seen[o.RunID] = true // hooks are at-least-once: count runs
+			if !strings.Contains(o.RunID, ".s") { // not a tool call's child run
+				seen[o.RunID] = true // hooks are at-least-once: count runs
+			}
 		case err := <-errc:
 			return fmt.Errorf("runtime stopped: %v", err)
 		case <-ctx.Done():
@@ -155,9 +160,15 @@ type agent struct {
 }
 
 func (a *agent) RunStep(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+	if s.Headers["role"] == "tool" {
+		return toolCall(s) // a child run of a fan-out
+	}
 	var st state
 	if err := json.Unmarshal(s.Payload, &st); err != nil {
 		return steprunner.Outcome{}, steprunner.Permanent(err) // retrying cannot help
+	}
+	if s.Children != nil {
+		return a.join(s, st)
 	}
 	if st.Next == nil {
 		return a.think(s, st)
@@ -180,7 +191,7 @@ func (a *agent) think(s *steprunner.Step, st state) (steprunner.Outcome, error) 
 	case strings.HasPrefix(st.Goal, "summarise"):
 		st.Next = &action{"crawl", fmt.Sprintf("page %d", st.Iteration)}
 	case last == "":
-		st.Next = &action{"weather", "Paris, Saturday"}
+		st.Next = &action{"fan_out", "weather(Paris, Saturday) + parks(Paris)"}
 	case strings.HasPrefix(last, "sunny"):
 		st.Next = &action{"ask_human", "book a picnic table at Parc Monceau for 4?"}
 	case last == "approved":
@@ -200,8 +211,15 @@ func (a *agent) think(s *steprunner.Step, st state) (steprunner.Outcome, error) 
 func (a *agent) act(ctx context.Context, s *steprunner.Step, st state) (steprunner.Outcome, error) {
 	var obs string
 	switch st.Next.Tool {
-	case "weather":
-		obs = "sunny, 24°C"
+	case "fan_out":
+		// Two tool calls at once, each a durable child run; the run
+		// parks until both ended, and join gets their results.
+		fmt.Printf("[%s] step %d act: fan out %s\n", s.RunID, s.Number, st.Next.Arg)
+		tool := map[string]string{"role": "tool"}
+		return steprunner.Spawn([]steprunner.Child{
+			{Input: marshalAction(action{"weather", "Paris, Saturday"}), Headers: tool},
+			{Input: marshalAction(action{"parks", "Paris"}), Headers: tool},
+		}), nil
 	case "ask_human":
 		obs = "approved" // the human's answer, delivered while we wait
 	case "book":
@@ -234,6 +252,52 @@ func (a *agent) act(ctx context.Context, s *steprunner.Step, st state) (steprunn
 	return steprunner.ContinueAfter(marshal(st), 200*time.Millisecond), nil
 }
 
+// join gathers the results of a fan-out's tool calls (Step.Children, in
+// the order spawned) into one observation; the payload is the fanning
+// step's own, so the state carries over.
+func (a *agent) join(s *steprunner.Step, st state) (steprunner.Outcome, error) {
+	var parts []string
+	for _, c := range s.Children {
+		if c.Status != terminal.Succeeded {
+			parts = append(parts, fmt.Sprintf("%s failed: %s", c.RunID, c.Error))
+			continue
+		}
+		parts = append(parts, string(c.Result))
+	}
+	obs := strings.Join(parts, " | ")
+	fmt.Printf("[%s] step %d join: joined %d tool calls -> %q\n", s.RunID, s.Number, len(s.Children), obs)
+	st.Observations = append(st.Observations, obs)
+	st.Next = nil
+	return steprunner.Continue(marshal(st)), nil
+}
+
+// toolCall runs one tool call of a fan-out, as a child run of its own.
+func toolCall(s *steprunner.Step) (steprunner.Outcome, error) {
+	var act action
+	if err := json.Unmarshal(s.Payload, &act); err != nil {
+		return steprunner.Outcome{}, steprunner.Permanent(err)
+	}
+	var obs string
+	switch act.Tool {
+	case "weather":
+		obs = "sunny, 24°C"
+	case "parks":
+		obs = "Parc Monceau open, tables free"
+	default:
+		return steprunner.Fail("unknown tool " + act.Tool), nil
+	}
+	fmt.Printf("[%s] tool %s(%q) -> %q\n", s.RunID, act.Tool, act.Arg, obs)
+	return steprunner.Succeed([]byte(obs)), nil
+}
+
+func marshalAction(a action) []byte {
+	b, err := json.Marshal(a)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
 func marshal(st state) []byte {
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -252,6 +316,8 @@ Why steps rather than one long function?
     long function would start over, repeating tool calls and LLM spend.
   - Waiting is free: ContinueAfter parks the run in the store, not in a
     goroutine, so an agent can wait minutes or days for a human.
+  - Parallel tool calls: Spawn runs each as a durable child run and parks
+    the agent until all have ended; the next step gets every result.
   - Cancellable: Runtime.Cancel, from any process on the store, removes a
     waiting step or cancels a running step's ctx (steprunner.ErrRunCancelled).
   - Observable: Runtime.Status reports each run's state and current step at

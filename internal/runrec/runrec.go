@@ -80,7 +80,8 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 33
+	runFields      = 41
+	runFieldsV5    = 33 // a run without parent nor children (see EncodeRun)
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -127,15 +128,22 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 }
 
 // EncodeRun encodes a run record: the bytes of format.Marshal, written
-// without reflection. It sets r.Version.
+// without reflection. It sets r.Version. A run without a parent and
+// without children (the shape 6 fields all zero) is written in shape 5,
+// those fields left out, so that runs which use no child runs write the
+// records they wrote before them, byte for byte; kvrecord reads either.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue)
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 30
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
 func appendRun(b []byte, r *kvrecord.Run) []byte {
-	b = format.AppendArrayLen(b, runFields)
+	if noChildFields(r) {
+		b = format.AppendArrayLen(b, runFieldsV5)
+	} else {
+		b = format.AppendArrayLen(b, runFields)
+	}
 	b = format.AppendUint8(b, r.Version)
 	b = format.AppendString(b, r.RunID)
 	b = format.AppendInt64(b, r.SubmittedAt)
@@ -169,7 +177,24 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendFloat64(b, r.RetryJitter)
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
-	return format.AppendString(b, r.Queue)
+	b = format.AppendString(b, r.Queue)
+	if noChildFields(r) {
+		return b
+	}
+	b = format.AppendString(b, r.Parent)
+	b = format.AppendUint32(b, r.ParentStep)
+	b = format.AppendUint32(b, r.ChildIndex)
+	b = format.AppendUint32(b, r.Depth)
+	b = format.AppendBool(b, r.JoinReported)
+	b = format.AppendUint32(b, r.Spawned)
+	b = format.AppendUint32(b, r.SpawnStep)
+	return format.AppendUint32(b, r.Pending)
+}
+
+// noChildFields reports whether r's shape 6 fields are all zero.
+func noChildFields(r *kvrecord.Run) bool {
+	return r.Parent == "" && r.ParentStep == 0 && r.ChildIndex == 0 && r.Depth == 0 && !r.JoinReported &&
+		r.Spawned == 0 && r.SpawnStep == 0 && r.Pending == 0
 }
 
 // EncodeTerminal encodes a terminal record: the bytes of format.Marshal,

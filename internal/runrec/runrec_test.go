@@ -26,6 +26,10 @@ func randRun(r *rand.Rand, multi bool) *kvrecord.Run {
 		RetryMultiplier: 1 + r.Float64()*10, RetryJitter: r.Float64(),
 		MemoKeys: r.Uint32(), MemoBytes: r.Uint64(), Queue: codectest.String(r),
 	}
+	if multi || r.IntN(2) == 0 { // a child or a parent (else: shape 5 is written)
+		run.Parent, run.ParentStep, run.ChildIndex, run.Depth = codectest.String(r), r.Uint32(), r.Uint32(), r.Uint32()
+		run.JoinReported, run.Spawned, run.SpawnStep, run.Pending = r.IntN(2) == 0, r.Uint32(), r.Uint32(), r.Uint32()
+	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
 	}
@@ -46,9 +50,25 @@ func TestEncodersMatchMarshal(t *testing.T) {
 	for i := range 2000 {
 		multi := i%2 == 1
 		run := randRun(r, multi)
-		if b := EncodeRun(run); multi {
+		switch b := EncodeRun(run); {
+		case multi:
 			codectest.RoundTrip(t, b, run)
-		} else {
+		case noChildFields(run):
+			// Shape 5: format.Marshal's bytes without the zero fields of
+			// shape 6 ("" and false one byte each, six uint32 five), and
+			// 33 for the count.
+			want, err := format.Marshal(run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append([]byte{want[0], 0, runFieldsV5}, want[3:len(want)-32]...)
+			if string(b) != string(want) {
+				t.Fatalf("EncodeRun(no child fields) = %x, want %x", b, want)
+			}
+			if got, err := kvrecord.DecodeRun(b); err == nil && !reflect.DeepEqual(got, run) {
+				t.Fatalf("shape 5 round trip: %+v, want %+v", got, run)
+			}
+		default:
 			codectest.Same(t, b, run)
 		}
 		term := randTerminal(r)
