@@ -10,8 +10,9 @@ package steprunner
 // on the current step's queue.
 //
 // The name must be a valid step queue name (runtime.ValidateQueueName:
-// 1 to 128 bytes of printable ASCII, not ending in ".dead" or ".timers");
-// a step that returns an Outcome with an invalid one (OnQueue("")
+// 1 to 128 bytes of printable ASCII, not ending in ".dead" or ".timers")
+// and must not be a notify queue (runtime.WithNotifyQueueName: the
+// settling Runtime refuses its own); a step that returns an Outcome with an invalid one (OnQueue("")
 // included) fails its run, as Permanent would.
 func (o Outcome) OnQueue(name string) Outcome {
 	o.queue, o.onQueue = name, true
