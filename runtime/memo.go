@@ -34,8 +34,9 @@ type MemoLimits struct {
 	// MaxTotalBytes bounds the run's whole memory: the sum of its keys'
 	// and values' lengths. Defaults to 1 MiB.
 	MaxTotalBytes int
-	// MaxKeys bounds the number of keys of the run's memory. Defaults to
-	// 1,000.
+	// MaxKeys bounds the number of keys of the run's memory; at most
+	// queue.MaxScanLimit (10,000), so that one scan reads the whole
+	// memory as one settlement left it. Defaults to 1,000.
 	MaxKeys int
 }
 
@@ -57,8 +58,8 @@ func (l MemoLimits) withDefaults() MemoLimits {
 
 // WithMemoLimits sets the limits of a run's memory that this Runtime
 // enforces on the steps it settles; zero fields keep their defaults (see
-// MemoLimits). A negative field, or a MaxKeyBytes over MaxMemoKeyBytes,
-// is ErrInvalidOption. The limits are checked on what a step's Outcome
+// MemoLimits). A negative field, a MaxKeyBytes over MaxMemoKeyBytes or a
+// MaxKeys over queue.MaxScanLimit is ErrInvalidOption. The limits are checked on what a step's Outcome
 // would leave committed, before anything of it is written: an Outcome
 // over one fails the step permanently (the run ends Failed, see
 // MemoLimitError). Lowering a limit does not touch memory that committed
@@ -70,6 +71,10 @@ func WithMemoLimits(l MemoLimits) Option {
 		}
 		if l.MaxKeyBytes > MaxMemoKeyBytes {
 			return invalid("memo key limit %d over %d", l.MaxKeyBytes, MaxMemoKeyBytes)
+		}
+		if l.MaxKeys > queue.MaxScanLimit {
+			// loadMemo reads the memory in one scan: one snapshot.
+			return invalid("memo keys limit %d over %d (queue.MaxScanLimit)", l.MaxKeys, queue.MaxScanLimit)
 		}
 		o.memoLimits = l.withDefaults()
 		return nil
@@ -166,31 +171,30 @@ func (p *memoPlan) apply(txn *queue.Txn, next *kvrecord.Run) {
 // loadMemo reads a run's memory: nothing at all (no read) when its record
 // counts none. The memory changes only in the settlement of the run's
 // current step, so what it reads while that step is current is what
-// committed before the step started.
+// committed before the step started. It reads in one scan, one snapshot
+// of the store (WithMemoLimits caps MaxKeys at queue.MaxScanLimit): pages
+// of several scans could mix the memory of two settlements.
 func (rt *Runtime) loadMemo(ctx context.Context, rec *kvrecord.Run) (map[string][]byte, error) {
 	if rec.MemoKeys == 0 {
 		return nil, nil
 	}
 	prefix := runrec.MemoRunPrefix(rec.RunID)
-	memo := make(map[string][]byte, rec.MemoKeys)
-	var after []byte
-	for {
-		page, err := rt.q.Scan(ctx, prefix, queue.ScanOptions{After: after, Limit: queue.MaxScanLimit})
-		if err != nil {
-			return nil, err
-		}
-		for _, kv := range page.Items {
-			v := kv.Value
-			if v == nil {
-				v = []byte{}
-			}
-			memo[string(kv.Key[len(prefix):])] = v
-		}
-		if page.Next == nil {
-			return memo, nil
-		}
-		after = page.Next
+	page, err := rt.q.Scan(ctx, prefix, queue.ScanOptions{Limit: queue.MaxScanLimit})
+	if err != nil {
+		return nil, err
 	}
+	if page.Next != nil {
+		return nil, fmt.Errorf("runtime: run %q's memory holds more than %d keys (queue.MaxScanLimit)", rec.RunID, queue.MaxScanLimit)
+	}
+	memo := make(map[string][]byte, len(page.Items))
+	for _, kv := range page.Items {
+		v := kv.Value
+		if v == nil {
+			v = []byte{}
+		}
+		memo[string(kv.Key[len(prefix):])] = v
+	}
+	return memo, nil
 }
 
 // setStepMemo hands a step the run's memory (steprunner.Step.Memo).

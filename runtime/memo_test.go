@@ -288,14 +288,21 @@ func TestMemoLimits(t *testing.T) {
 	}
 }
 
-// TestMemoLimitOptions: WithMemoLimits refuses negative limits and a key
-// limit over MaxMemoKeyBytes.
+// TestMemoLimitOptions: WithMemoLimits refuses negative limits, a key
+// limit over MaxMemoKeyBytes and a keys limit over queue.MaxScanLimit
+// (loadMemo reads the memory in one scan), and takes the largest ones.
+// Fails if MaxKeys is not capped: the memory could then take several
+// scans to read, and RunMemo return a map torn between two settlements.
 func TestMemoLimitOptions(t *testing.T) {
 	q := openQueue(t, memURL())
-	for _, l := range []runtime.MemoLimits{{MaxKeys: -1}, {MaxKeyBytes: runtime.MaxMemoKeyBytes + 1}} {
+	for _, l := range []runtime.MemoLimits{{MaxKeys: -1}, {MaxKeyBytes: runtime.MaxMemoKeyBytes + 1}, {MaxKeys: queue.MaxScanLimit + 1}} {
 		if _, err := runtime.New(q, succeedRunner(nil), nil, runtime.WithMemoLimits(l)); !errors.Is(err, runtime.ErrInvalidOption) {
 			t.Errorf("WithMemoLimits(%+v): %v, want ErrInvalidOption", l, err)
 		}
+	}
+	l := runtime.MemoLimits{MaxKeys: queue.MaxScanLimit, MaxKeyBytes: runtime.MaxMemoKeyBytes}
+	if _, err := runtime.New(q, succeedRunner(nil), nil, runtime.WithMemoLimits(l)); err != nil {
+		t.Errorf("WithMemoLimits(%+v): %v, want nil", l, err)
 	}
 }
 
