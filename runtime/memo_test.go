@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -303,6 +307,51 @@ func TestMemoLimitOptions(t *testing.T) {
 	l := runtime.MemoLimits{MaxKeys: queue.MaxScanLimit, MaxKeyBytes: runtime.MaxMemoKeyBytes}
 	if _, err := runtime.New(q, succeedRunner(nil), nil, runtime.WithMemoLimits(l)); err != nil {
 		t.Errorf("WithMemoLimits(%+v): %v, want nil", l, err)
+	}
+}
+
+// TestMemoReadFailureLogged (file://): a step whose run's memory cannot
+// be read (here a value's blob is gone from the store) does not start, and
+// the failure is logged, with the run and step, like a settlement that
+// does not commit. Fails if the read fails silently (the step would just
+// wait out its lease, nothing said).
+func TestMemoReadFailureLogged(t *testing.T) {
+	if memberMode() {
+		t.Skip("deletes the store's blob files: local stores only")
+	}
+	dir := t.TempDir()
+	var ran atomic.Int32
+	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		if s.Number == 0 {
+			return steprunner.AwaitSignal("go", 0).WithMemo("big", []byte(strings.Repeat("b", 128<<10))), nil
+		}
+		ran.Add(1)
+		return steprunner.Succeed(nil), nil
+	})
+	q := openQueue(t, "file://"+dir, queue.WithLargeValueThreshold(64<<10))
+	logs := &testenv.Buffer{}
+	rt := newRuntime(t, q, runner, nil, runtime.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	startRun(t, rt)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "lost-blob"})
+	waitStatus(t, rt, "lost-blob", "waiting", func(s runtime.RunStatus) bool { return s.State == runtime.StateWaiting })
+	blobs, err := filepath.Glob(filepath.Join(dir, "blob", "*"))
+	if err != nil || len(blobs) == 0 {
+		t.Fatalf("no blob files under %s (%v): the memory value was not stored as a blob", dir, err)
+	}
+	for _, b := range blobs {
+		if err := os.Remove(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rt.Signal(context.Background(), "lost-blob", "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, "the failed memory read to be logged", func() bool {
+		out := logs.String()
+		return strings.Contains(out, "reading the run's memory failed") && strings.Contains(out, "run_id=lost-blob") && strings.Contains(out, "step=1")
+	})
+	if n := ran.Load(); n != 0 {
+		t.Errorf("step 1 ran %d times without its memory", n)
 	}
 }
 

@@ -243,6 +243,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	if !rec.Cancel {
 		// The run's memory: read only when its record counts some.
 		if memo, err = rt.loadMemo(settleCtx, rec); err != nil {
+			rt.logMemoUnread(job, n, err)
 			return err // the claim's lease expires and the step is retried
 		}
 		setStepMemo(step, memo)
