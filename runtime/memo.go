@@ -114,7 +114,7 @@ type memoPlan struct {
 // memory that committed (committed, with its counts in rec), and returns
 // the plan that applies them; nil if there are none. Its errors are
 // *MemoLimitError or wrap ErrInvalidMemoKey.
-func planMemo(rec *kvrecord.Run, committed map[string][]byte, ws []steprunner.MemoWrite, lim MemoLimits) (*memoPlan, error) {
+func planMemo(rec *kvrecord.Run, committed map[string][]byte, ws []stepmemo.Write, lim MemoLimits) (*memoPlan, error) {
 	if len(ws) == 0 {
 		return nil, nil
 	}

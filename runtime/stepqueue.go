@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/stepwell/stepwell/internal/stepmemo"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/steprunner"
 )
@@ -53,7 +54,7 @@ func (rt *Runtime) stepQueue(rec *kvrecord.Run) string {
 // the one OnQueue named, else this Runtime's (the queue of the step that
 // returned it). An invalid name is an error wrapping ErrInvalidQueueName.
 func (rt *Runtime) nextQueue(out steprunner.Outcome) (string, error) {
-	name, ok := out.NextQueue()
+	name, ok := stepmemo.NextQueue(out)
 	if !ok {
 		return rt.opts.queueName, nil
 	}

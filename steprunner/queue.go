@@ -19,10 +19,11 @@ func (o Outcome) OnQueue(name string) Outcome {
 	return o
 }
 
-// NextQueue returns the step queue that OnQueue named for the next step,
+// nextQueue returns the step queue that OnQueue named for the next step,
 // and whether OnQueue was called; ("", false) for every Outcome whose kind
-// has no next step (Succeed, Fail, Cancel).
-func (o Outcome) NextQueue() (name string, ok bool) {
+// has no next step (Succeed, Fail, Cancel). The runtime reads it through
+// stepmemo.NextQueue.
+func (o Outcome) nextQueue() (name string, ok bool) {
 	if o.kind != KindContinue && o.kind != KindAwait {
 		return "", false
 	}
