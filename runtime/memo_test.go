@@ -270,10 +270,16 @@ func TestMemoLimits(t *testing.T) {
 			if o.Status != terminal.Failed || !strings.Contains(o.Error, "memo") {
 				t.Errorf("outcome %+v, want failed with a memo error", o)
 			}
-			mu.Lock()
-			se := stepErrs[c.name]
-			mu.Unlock()
-			if se == nil || !se.Final || se.Attempt != 1 {
+			// The error handler is called after the settlement commits:
+			// the hook, on another worker, may come first.
+			var se *runtime.StepError
+			testenv.Eventually(t, waitTimeout, "the step error of "+c.name, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				se = stepErrs[c.name]
+				return se != nil
+			})
+			if !se.Final || se.Attempt != 1 {
 				t.Fatalf("step error %+v, want a final one on attempt 1", se)
 			}
 			var le *runtime.MemoLimitError
