@@ -82,10 +82,15 @@ func WithMemoLimits(l MemoLimits) Option {
 }
 
 // ValidateMemoKey reports whether key can name an entry of a run's
-// memory under a key limit of maxLen bytes: 1 to maxLen bytes of printable
-// ASCII ('/' included). A longer key is a *MemoLimitError (What "key"),
-// any other invalid key wraps ErrInvalidMemoKey.
-func ValidateMemoKey(key string, maxLen int) error {
+// memory under the default key limit: 1 to DefaultMemoMaxKeyBytes (256)
+// bytes of printable ASCII ('/' included). A longer key is a
+// *MemoLimitError (What "key"), any other invalid key wraps
+// ErrInvalidMemoKey. A Runtime checks keys against its own limit
+// (MemoLimits.MaxKeyBytes), which may be larger or smaller.
+func ValidateMemoKey(key string) error { return validateMemoKey(key, DefaultMemoMaxKeyBytes) }
+
+// validateMemoKey is ValidateMemoKey under a key limit of maxLen bytes.
+func validateMemoKey(key string, maxLen int) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidMemoKey)
 	}
@@ -120,7 +125,7 @@ func planMemo(rec *kvrecord.Run, committed map[string][]byte, ws []stepmemo.Writ
 	}
 	p := &memoPlan{writes: make(map[string][]byte, len(ws))}
 	for _, w := range ws {
-		if err := ValidateMemoKey(w.Key, lim.MaxKeyBytes); err != nil {
+		if err := validateMemoKey(w.Key, lim.MaxKeyBytes); err != nil {
 			return nil, err
 		}
 		if len(w.Value) > lim.MaxValueBytes {

@@ -316,6 +316,28 @@ func TestMemoLimitOptions(t *testing.T) {
 	}
 }
 
+// TestValidateMemoKey: ValidateMemoKey checks a key against the default
+// limits, no limit to pass: printable ASCII of 1 to
+// DefaultMemoMaxKeyBytes bytes. Fails if a key over the default limit, an
+// empty one or a control byte passes, or a valid one fails.
+func TestValidateMemoKey(t *testing.T) {
+	for _, k := range []string{"a", "orders/42", "sp ace", strings.Repeat("k", runtime.DefaultMemoMaxKeyBytes)} {
+		if err := runtime.ValidateMemoKey(k); err != nil {
+			t.Errorf("ValidateMemoKey(%.20q): %v, want nil", k, err)
+		}
+	}
+	var le *runtime.MemoLimitError
+	long := strings.Repeat("k", runtime.DefaultMemoMaxKeyBytes+1)
+	if err := runtime.ValidateMemoKey(long); !errors.As(err, &le) || le.What != "key" || le.Max != runtime.DefaultMemoMaxKeyBytes {
+		t.Errorf("ValidateMemoKey(%d bytes): %v, want a MemoLimitError on the key", len(long), err)
+	}
+	for _, k := range []string{"", "a\nb", "caf\u00e9"} {
+		if err := runtime.ValidateMemoKey(k); !errors.Is(err, runtime.ErrInvalidMemoKey) {
+			t.Errorf("ValidateMemoKey(%q): %v, want ErrInvalidMemoKey", k, err)
+		}
+	}
+}
+
 // TestMemoReadFailureLogged (file://): a step whose run's memory cannot
 // be read (here a value's blob is gone from the store) does not start, and
 // the failure is logged, with the run and step, like a settlement that
