@@ -237,7 +237,8 @@
 // over by Cancel; see Operating).
 //
 // Submit and the end of a run do the same across goroutines: step 0 and the
-// terminal notification are enqueued to be dispatched (internal too), so
+// terminal notification are enqueued with dispatch set (the queue's
+// internal queuex.API.WithDispatch, which its public API leaves out), so
 // when a Run of this process has a slot idle (and nothing else is waiting
 // in that queue) the submit's or the last settlement's transaction claims
 // the job for it and it starts as soon as that transaction is durable, with

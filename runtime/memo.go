@@ -34,8 +34,9 @@ type MemoLimits struct {
 	// MaxTotalBytes bounds the run's whole memory: the sum of its keys'
 	// and values' lengths. Defaults to 1 MiB.
 	MaxTotalBytes int
-	// MaxKeys bounds the number of keys of the run's memory. Defaults to
-	// 1,000.
+	// MaxKeys bounds the number of keys of the run's memory; at most
+	// queue.MaxScanLimit (10,000), so that one scan reads the whole
+	// memory as one settlement left it. Defaults to 1,000.
 	MaxKeys int
 }
 
@@ -57,8 +58,8 @@ func (l MemoLimits) withDefaults() MemoLimits {
 
 // WithMemoLimits sets the limits of a run's memory that this Runtime
 // enforces on the steps it settles; zero fields keep their defaults (see
-// MemoLimits). A negative field, or a MaxKeyBytes over MaxMemoKeyBytes,
-// is ErrInvalidOption. The limits are checked on what a step's Outcome
+// MemoLimits). A negative field, a MaxKeyBytes over MaxMemoKeyBytes or a
+// MaxKeys over queue.MaxScanLimit is ErrInvalidOption. The limits are checked on what a step's Outcome
 // would leave committed, before anything of it is written: an Outcome
 // over one fails the step permanently (the run ends Failed, see
 // MemoLimitError). Lowering a limit does not touch memory that committed
@@ -71,16 +72,25 @@ func WithMemoLimits(l MemoLimits) Option {
 		if l.MaxKeyBytes > MaxMemoKeyBytes {
 			return invalid("memo key limit %d over %d", l.MaxKeyBytes, MaxMemoKeyBytes)
 		}
+		if l.MaxKeys > queue.MaxScanLimit {
+			// loadMemo reads the memory in one scan: one snapshot.
+			return invalid("memo keys limit %d over %d (queue.MaxScanLimit)", l.MaxKeys, queue.MaxScanLimit)
+		}
 		o.memoLimits = l.withDefaults()
 		return nil
 	}
 }
 
 // ValidateMemoKey reports whether key can name an entry of a run's
-// memory under a key limit of maxLen bytes: 1 to maxLen bytes of printable
-// ASCII ('/' included). A longer key is a *MemoLimitError (What "key"),
-// any other invalid key wraps ErrInvalidMemoKey.
-func ValidateMemoKey(key string, maxLen int) error {
+// memory under the default key limit: 1 to DefaultMemoMaxKeyBytes (256)
+// bytes of printable ASCII ('/' included). A longer key is a
+// *MemoLimitError (What "key"), any other invalid key wraps
+// ErrInvalidMemoKey. A Runtime checks keys against its own limit
+// (MemoLimits.MaxKeyBytes), which may be larger or smaller.
+func ValidateMemoKey(key string) error { return validateMemoKey(key, DefaultMemoMaxKeyBytes) }
+
+// validateMemoKey is ValidateMemoKey under a key limit of maxLen bytes.
+func validateMemoKey(key string, maxLen int) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidMemoKey)
 	}
@@ -109,13 +119,13 @@ type memoPlan struct {
 // memory that committed (committed, with its counts in rec), and returns
 // the plan that applies them; nil if there are none. Its errors are
 // *MemoLimitError or wrap ErrInvalidMemoKey.
-func planMemo(rec *kvrecord.Run, committed map[string][]byte, ws []steprunner.MemoWrite, lim MemoLimits) (*memoPlan, error) {
+func planMemo(rec *kvrecord.Run, committed map[string][]byte, ws []stepmemo.Write, lim MemoLimits) (*memoPlan, error) {
 	if len(ws) == 0 {
 		return nil, nil
 	}
 	p := &memoPlan{writes: make(map[string][]byte, len(ws))}
 	for _, w := range ws {
-		if err := ValidateMemoKey(w.Key, lim.MaxKeyBytes); err != nil {
+		if err := validateMemoKey(w.Key, lim.MaxKeyBytes); err != nil {
 			return nil, err
 		}
 		if len(w.Value) > lim.MaxValueBytes {
@@ -166,31 +176,30 @@ func (p *memoPlan) apply(txn *queue.Txn, next *kvrecord.Run) {
 // loadMemo reads a run's memory: nothing at all (no read) when its record
 // counts none. The memory changes only in the settlement of the run's
 // current step, so what it reads while that step is current is what
-// committed before the step started.
+// committed before the step started. It reads in one scan, one snapshot
+// of the store (WithMemoLimits caps MaxKeys at queue.MaxScanLimit): pages
+// of several scans could mix the memory of two settlements.
 func (rt *Runtime) loadMemo(ctx context.Context, rec *kvrecord.Run) (map[string][]byte, error) {
 	if rec.MemoKeys == 0 {
 		return nil, nil
 	}
 	prefix := runrec.MemoRunPrefix(rec.RunID)
-	memo := make(map[string][]byte, rec.MemoKeys)
-	var after []byte
-	for {
-		page, err := rt.q.Scan(ctx, prefix, queue.ScanOptions{After: after, Limit: queue.MaxScanLimit})
-		if err != nil {
-			return nil, err
-		}
-		for _, kv := range page.Items {
-			v := kv.Value
-			if v == nil {
-				v = []byte{}
-			}
-			memo[string(kv.Key[len(prefix):])] = v
-		}
-		if page.Next == nil {
-			return memo, nil
-		}
-		after = page.Next
+	page, err := rt.q.Scan(ctx, prefix, queue.ScanOptions{Limit: queue.MaxScanLimit})
+	if err != nil {
+		return nil, err
 	}
+	if page.Next != nil {
+		return nil, fmt.Errorf("runtime: run %q's memory holds more than %d keys (queue.MaxScanLimit)", rec.RunID, queue.MaxScanLimit)
+	}
+	memo := make(map[string][]byte, len(page.Items))
+	for _, kv := range page.Items {
+		v := kv.Value
+		if v == nil {
+			v = []byte{}
+		}
+		memo[string(kv.Key[len(prefix):])] = v
+	}
+	return memo, nil
 }
 
 // setStepMemo hands a step the run's memory (steprunner.Step.Memo).

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,10 +270,16 @@ func TestMemoLimits(t *testing.T) {
 			if o.Status != terminal.Failed || !strings.Contains(o.Error, "memo") {
 				t.Errorf("outcome %+v, want failed with a memo error", o)
 			}
-			mu.Lock()
-			se := stepErrs[c.name]
-			mu.Unlock()
-			if se == nil || !se.Final || se.Attempt != 1 {
+			// The error handler is called after the settlement commits:
+			// the hook, on another worker, may come first.
+			var se *runtime.StepError
+			testenv.Eventually(t, waitTimeout, "the step error of "+c.name, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				se = stepErrs[c.name]
+				return se != nil
+			})
+			if !se.Final || se.Attempt != 1 {
 				t.Fatalf("step error %+v, want a final one on attempt 1", se)
 			}
 			var le *runtime.MemoLimitError
@@ -288,14 +298,88 @@ func TestMemoLimits(t *testing.T) {
 	}
 }
 
-// TestMemoLimitOptions: WithMemoLimits refuses negative limits and a key
-// limit over MaxMemoKeyBytes.
+// TestMemoLimitOptions: WithMemoLimits refuses negative limits, a key
+// limit over MaxMemoKeyBytes and a keys limit over queue.MaxScanLimit
+// (loadMemo reads the memory in one scan), and takes the largest ones.
+// Fails if MaxKeys is not capped: the memory could then take several
+// scans to read, and RunMemo return a map torn between two settlements.
 func TestMemoLimitOptions(t *testing.T) {
 	q := openQueue(t, memURL())
-	for _, l := range []runtime.MemoLimits{{MaxKeys: -1}, {MaxKeyBytes: runtime.MaxMemoKeyBytes + 1}} {
+	for _, l := range []runtime.MemoLimits{{MaxKeys: -1}, {MaxKeyBytes: runtime.MaxMemoKeyBytes + 1}, {MaxKeys: queue.MaxScanLimit + 1}} {
 		if _, err := runtime.New(q, succeedRunner(nil), nil, runtime.WithMemoLimits(l)); !errors.Is(err, runtime.ErrInvalidOption) {
 			t.Errorf("WithMemoLimits(%+v): %v, want ErrInvalidOption", l, err)
 		}
+	}
+	l := runtime.MemoLimits{MaxKeys: queue.MaxScanLimit, MaxKeyBytes: runtime.MaxMemoKeyBytes}
+	if _, err := runtime.New(q, succeedRunner(nil), nil, runtime.WithMemoLimits(l)); err != nil {
+		t.Errorf("WithMemoLimits(%+v): %v, want nil", l, err)
+	}
+}
+
+// TestValidateMemoKey: ValidateMemoKey checks a key against the default
+// limits, no limit to pass: printable ASCII of 1 to
+// DefaultMemoMaxKeyBytes bytes. Fails if a key over the default limit, an
+// empty one or a control byte passes, or a valid one fails.
+func TestValidateMemoKey(t *testing.T) {
+	for _, k := range []string{"a", "orders/42", "sp ace", strings.Repeat("k", runtime.DefaultMemoMaxKeyBytes)} {
+		if err := runtime.ValidateMemoKey(k); err != nil {
+			t.Errorf("ValidateMemoKey(%.20q): %v, want nil", k, err)
+		}
+	}
+	var le *runtime.MemoLimitError
+	long := strings.Repeat("k", runtime.DefaultMemoMaxKeyBytes+1)
+	if err := runtime.ValidateMemoKey(long); !errors.As(err, &le) || le.What != "key" || le.Max != runtime.DefaultMemoMaxKeyBytes {
+		t.Errorf("ValidateMemoKey(%d bytes): %v, want a MemoLimitError on the key", len(long), err)
+	}
+	for _, k := range []string{"", "a\nb", "caf\u00e9"} {
+		if err := runtime.ValidateMemoKey(k); !errors.Is(err, runtime.ErrInvalidMemoKey) {
+			t.Errorf("ValidateMemoKey(%q): %v, want ErrInvalidMemoKey", k, err)
+		}
+	}
+}
+
+// TestMemoReadFailureLogged (file://): a step whose run's memory cannot
+// be read (here a value's blob is gone from the store) does not start, and
+// the failure is logged, with the run and step, like a settlement that
+// does not commit. Fails if the read fails silently (the step would just
+// wait out its lease, nothing said).
+func TestMemoReadFailureLogged(t *testing.T) {
+	if memberMode() {
+		t.Skip("deletes the store's blob files: local stores only")
+	}
+	dir := t.TempDir()
+	var ran atomic.Int32
+	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		if s.Number == 0 {
+			return steprunner.AwaitSignal("go", 0).WithMemo("big", []byte(strings.Repeat("b", 128<<10))), nil
+		}
+		ran.Add(1)
+		return steprunner.Succeed(nil), nil
+	})
+	q := openQueue(t, "file://"+dir, queue.WithLargeValueThreshold(64<<10))
+	logs := &testenv.Buffer{}
+	rt := newRuntime(t, q, runner, nil, runtime.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	startRun(t, rt)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "lost-blob"})
+	waitStatus(t, rt, "lost-blob", "waiting", func(s runtime.RunStatus) bool { return s.State == runtime.StateWaiting })
+	blobs, err := filepath.Glob(filepath.Join(dir, "blob", "*"))
+	if err != nil || len(blobs) == 0 {
+		t.Fatalf("no blob files under %s (%v): the memory value was not stored as a blob", dir, err)
+	}
+	for _, b := range blobs {
+		if err := os.Remove(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rt.Signal(context.Background(), "lost-blob", "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, "the failed memory read to be logged", func() bool {
+		out := logs.String()
+		return strings.Contains(out, "reading the run's memory failed") && strings.Contains(out, "run_id=lost-blob") && strings.Contains(out, "step=1")
+	})
+	if n := ran.Load(); n != 0 {
+		t.Errorf("step 1 ran %d times without its memory", n)
 	}
 }
 

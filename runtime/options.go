@@ -77,11 +77,13 @@ func WithQueueName(name string) Option {
 }
 
 // WithNotifyQueueName sets the queue that carries terminal notifications.
+// The name must pass ValidateQueueName (else ErrInvalidOption wrapping
+// ErrInvalidQueueName) and differ from the step queue's (WithQueueName).
 // Defaults to "workflow-notify".
 func WithNotifyQueueName(name string) Option {
 	return func(o *options) error {
-		if name == "" {
-			return invalid("notify queue name must not be empty")
+		if err := ValidateQueueName(name); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		o.notifyQueueName = name
 		return nil

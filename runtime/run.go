@@ -13,6 +13,7 @@ import (
 	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/internal/handoff"
 	"github.com/stepwell/stepwell/internal/runrec"
+	"github.com/stepwell/stepwell/internal/stepmemo"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -246,6 +247,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	if !rec.Cancel {
 		// The run's memory: read only when its record counts some.
 		if memo, err = rt.loadMemo(settleCtx, rec); err != nil {
+			rt.logMemoUnread(job, n, err)
 			return err // the claim's lease expires and the step is retried
 		}
 		setStepMemo(step, memo)
@@ -287,7 +289,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	// permanently before anything of its Outcome is written.
 	var mp *memoPlan
 	if stepErr == nil && !outcome.IsZero() {
-		if mp, err = planMemo(rec, memo, outcome.MemoWrites(), rt.opts.memoLimits); err != nil {
+		if mp, err = planMemo(rec, memo, stepmemo.Writes(outcome), rt.opts.memoLimits); err != nil {
 			stepErr = steprunner.Permanent(fmt.Errorf("step %d's memory writes: %w", n, err))
 		}
 	}

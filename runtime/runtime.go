@@ -154,7 +154,8 @@ type RunSpec struct {
 	Retry *steprunner.RetryPolicy
 	// Queue is the step queue of step 0: a Runtime serving it
 	// (WithQueueName) runs it. "": the submitting Runtime's. A name that
-	// ValidateQueueName refuses is ErrInvalidQueueName. A re-submit does
+	// ValidateQueueName refuses, or the Runtime's notify queue
+	// (WithNotifyQueueName), is ErrInvalidQueueName. A re-submit does
 	// not compare it (the run's queue changes as its steps go on).
 	Queue string
 }
@@ -218,7 +219,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	}
 	stepQueue := rt.opts.queueName
 	if spec.Queue != "" {
-		if err := ValidateQueueName(spec.Queue); err != nil {
+		if err := rt.validateStepQueue(spec.Queue); err != nil {
 			return SubmitOutcome{}, err
 		}
 		stepQueue = spec.Queue

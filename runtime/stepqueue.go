@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/stepwell/stepwell/internal/stepmemo"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/steprunner"
 )
@@ -15,7 +16,11 @@ const MaxQueueNameLen = 128
 // unless name can name a step queue: 1 to MaxQueueNameLen bytes of
 // printable ASCII without leading or trailing spaces, not ending in
 // ".dead" or ".timers" (the suffixes of the queues each step queue keeps
-// beside it: see internal/runrec).
+// beside it: see internal/runrec). A step queue must also not be a notify
+// queue (WithNotifyQueueName): a step job there would be taken for an
+// undecodable notification and dead-lettered, its run left active. The
+// Runtime that checks a step queue (RunSpec.Queue, Outcome.OnQueue)
+// refuses its own notify queue's name with ErrInvalidQueueName.
 func ValidateQueueName(name string) error {
 	switch {
 	case strings.TrimSpace(name) == "":
@@ -49,12 +54,26 @@ func (rt *Runtime) stepQueue(rec *kvrecord.Run) string {
 // the one OnQueue named, else this Runtime's (the queue of the step that
 // returned it). An invalid name is an error wrapping ErrInvalidQueueName.
 func (rt *Runtime) nextQueue(out steprunner.Outcome) (string, error) {
-	name, ok := out.NextQueue()
+	name, ok := stepmemo.NextQueue(out)
 	if !ok {
 		return rt.opts.queueName, nil
 	}
-	if err := ValidateQueueName(name); err != nil {
+	if err := rt.validateStepQueue(name); err != nil {
 		return "", fmt.Errorf("OnQueue: %w", err)
 	}
 	return name, nil
+}
+
+// validateStepQueue is ValidateQueueName, and refuses this Runtime's
+// notify queue too: its worker would dead-letter a step job as an
+// undecodable notification, into a queue that nothing works, and leave
+// the step's run active for good.
+func (rt *Runtime) validateStepQueue(name string) error {
+	if err := ValidateQueueName(name); err != nil {
+		return err
+	}
+	if name == rt.opts.notifyQueueName {
+		return fmt.Errorf("%w: %q is the notify queue", ErrInvalidQueueName, name)
+	}
+	return nil
 }

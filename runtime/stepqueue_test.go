@@ -237,6 +237,37 @@ func TestInvalidQueueNames(t *testing.T) {
 	}
 }
 
+// TestNotifyQueueIsNoStepQueue: the Runtime's notify queue is refused as
+// a step queue: by Submit (RunSpec.Queue, nothing written) and in a step's
+// Outcome (OnQueue: the run fails), with ErrInvalidQueueName; and
+// WithNotifyQueueName checks its name like a step queue's. Fails if a step
+// job reaches the notify queue: it is dead-lettered there as an
+// undecodable notification, and its run stays active (no hook call).
+func TestNotifyQueueIsNoStepQueue(t *testing.T) {
+	q := openQueue(t, memURL())
+	ctx := context.Background()
+	for _, name := range []string{"", "notes.dead", " lead"} {
+		if _, err := runtime.New(q, succeedRunner(nil), nil, runtime.WithNotifyQueueName(name)); !errors.Is(err, runtime.ErrInvalidQueueName) || !errors.Is(err, runtime.ErrInvalidOption) {
+			t.Errorf("WithNotifyQueueName(%q): %v, want ErrInvalidOption and ErrInvalidQueueName", name, err)
+		}
+	}
+	hook := &hookRecorder{}
+	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		return steprunner.Continue(nil).OnQueue("notes"), nil
+	}), hook, runtime.WithNotifyQueueName("notes"))
+	if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: "to-notes", Queue: "notes"}); !errors.Is(err, runtime.ErrInvalidQueueName) {
+		t.Errorf("Submit with Queue = the notify queue: %v, want ErrInvalidQueueName", err)
+	}
+	if _, err := rt.Status(ctx, "to-notes"); !errors.Is(err, runtime.ErrRunNotFound) {
+		t.Errorf("Submit with Queue = the notify queue wrote a run: %v", err)
+	}
+	startRun(t, rt)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "on-notes"})
+	if o := hook.wait(t, "on-notes"); o.Status != terminal.Failed || !strings.Contains(o.Error, "notify queue") {
+		t.Errorf("OnQueue(the notify queue): outcome %+v, want failed with ErrInvalidQueueName", o)
+	}
+}
+
 // TestOnQueueDeadStepNotice: a step of another step queue whose worker
 // died on its last attempt is noticed on that queue's notices queue
 // (<queue>.dead), and the Runtime that serves that queue fails the run,

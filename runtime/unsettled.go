@@ -73,6 +73,15 @@ func (rt *Runtime) logUnsettled(job *queue.Job, n uint32, err error) {
 		"job_id", job.ID, "err", errtext.Bound(err.Error()))
 }
 
+// logMemoUnread logs a step that did not start because the run's memory
+// could not be read (loadMemo): like an unsettled step, it is left to the
+// queue, and runs again once its lease runs out.
+func (rt *Runtime) logMemoUnread(job *queue.Job, n uint32, err error) {
+	rt.opts.logger.Error("stepwell: reading the run's memory failed, so the step did not start; it runs again once its lease runs out",
+		"run_id", job.Headers[HeaderRunID], "step", n, "attempt", job.Attempt, "max_attempts", job.MaxAttempts,
+		"job_id", job.ID, "err", errtext.Bound(err.Error()))
+}
+
 // logNotificationLost logs a hook delivery whose claim was lost (its
 // lease ran out): its settlement is discarded, and the queue delivers the
 // notification again.

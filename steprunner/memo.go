@@ -1,16 +1,16 @@
 package steprunner
 
-import "github.com/stepwell/stepwell/internal/stepmemo"
+import (
+	"slices"
 
+	"github.com/stepwell/stepwell/internal/stepmemo"
+)
+
+// The runtime's access to what Step and Outcome keep unexported.
 func init() {
 	stepmemo.Set = func(step any, memo map[string][]byte) { step.(*Step).memo = memo }
-}
-
-// MemoWrite is one write to a run's memory that an Outcome carries (see
-// Outcome.WithMemo): Value nil deletes Key.
-type MemoWrite struct {
-	Key   string
-	Value []byte
+	stepmemo.Writes = func(out any) []stepmemo.Write { return slices.Clone(out.(Outcome).memo) }
+	stepmemo.NextQueue = func(out any) (string, bool) { return out.(Outcome).nextQueue() }
 }
 
 // WithMemo returns o with a write of key to the run's memory: value, or,
@@ -36,13 +36,9 @@ type MemoWrite struct {
 func (o Outcome) WithMemo(key string, value []byte) Outcome {
 	// A full slice expression: append copies, so copies of o that share
 	// its writes never see this one.
-	o.memo = append(o.memo[:len(o.memo):len(o.memo)], MemoWrite{Key: key, Value: value})
+	o.memo = append(o.memo[:len(o.memo):len(o.memo)], stepmemo.Write{Key: key, Value: value})
 	return o
 }
-
-// MemoWrites returns the memory writes of o (WithMemo), in order; nil if
-// none. Treat the result as read-only.
-func (o Outcome) MemoWrites() []MemoWrite { return o.memo }
 
 // Memo returns the value of key in the run's memory as it committed
 // before this delivery of the step started (see Outcome.WithMemo), and

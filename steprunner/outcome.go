@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/stepmemo"
 )
 
 // OutcomeKind says what an Outcome asks the runtime to do. The zero value is
@@ -53,11 +55,11 @@ func (k OutcomeKind) String() string {
 // invalid (see IsZero). Outcome is a small immutable value: copy it freely.
 type Outcome struct {
 	kind   OutcomeKind
-	data   []byte        // Continue payload or Succeed result
-	delay  time.Duration // ContinueAfter delay or AwaitSignal timeout
-	reason string        // Fail or Cancel reason, or AwaitSignal name
-	memo   []MemoWrite   // WithMemo writes, in order; never appended in place
-	queue  string        // OnQueue's name
+	data   []byte           // Continue payload or Succeed result
+	delay  time.Duration    // ContinueAfter delay or AwaitSignal timeout
+	reason string           // Fail or Cancel reason, or AwaitSignal name
+	memo   []stepmemo.Write // WithMemo writes, in order; never appended in place
+	queue  string           // OnQueue's name
 	// children are Spawn's children.
 	children []Child
 	// onQueue: OnQueue was called (an empty name is then invalid).
@@ -189,7 +191,7 @@ func (o Outcome) Reason() string {
 // " on \"name\"", and memory writes "+memo(n)".
 func (o Outcome) String() string {
 	s := o.kindString()
-	if q, ok := o.NextQueue(); ok {
+	if q, ok := o.nextQueue(); ok {
 		s += " on " + strconv.Quote(q)
 	}
 	if len(o.memo) > 0 {

@@ -11,18 +11,20 @@ package steprunner
 // on the current step's queue.
 //
 // The name must be a valid step queue name (runtime.ValidateQueueName:
-// 1 to 128 bytes of printable ASCII, not ending in ".dead" or ".timers");
-// a step that returns an Outcome with an invalid one (OnQueue("")
+// 1 to 128 bytes of printable ASCII, not ending in ".dead" or ".timers")
+// and must not be a notify queue (runtime.WithNotifyQueueName: the
+// settling Runtime refuses its own); a step that returns an Outcome with an invalid one (OnQueue("")
 // included) fails its run, as Permanent would.
 func (o Outcome) OnQueue(name string) Outcome {
 	o.queue, o.onQueue = name, true
 	return o
 }
 
-// NextQueue returns the step queue that OnQueue named for the next step,
+// nextQueue returns the step queue that OnQueue named for the next step,
 // and whether OnQueue was called; ("", false) for every Outcome whose kind
-// has no next step (Succeed, Fail, Cancel).
-func (o Outcome) NextQueue() (name string, ok bool) {
+// has no next step (Succeed, Fail, Cancel). The runtime reads it through
+// stepmemo.NextQueue.
+func (o Outcome) nextQueue() (name string, ok bool) {
 	if o.kind != KindContinue && o.kind != KindAwait && o.kind != KindSpawn {
 		return "", false
 	}

@@ -193,7 +193,7 @@ func TestSpawnOutcome(t *testing.T) {
 	if o.Kind() != KindSpawn || len(o.Children()) != 2 || o.Payload() != nil || o.String() != `spawn(2 children) on "gpu"` {
 		t.Fatalf("Spawn = %v, kind %v, %d children", o, o.Kind(), len(o.Children()))
 	}
-	if q, ok := o.NextQueue(); !ok || q != "gpu" {
+	if q, ok := o.nextQueue(); !ok || q != "gpu" {
 		t.Fatalf("NextQueue = %q, %v", q, ok)
 	}
 	if Continue(nil).Children() != nil {

@@ -21,7 +21,10 @@ type signalJSON struct {
 	// Woke is true when the run was waiting for this signal and its next
 	// step starts with it (parked instead while the run is paused); false
 	// when the signal went to the run's mailbox, for its next await of
-	// that name.
+	// that name. Best effort: it comes from the run's status as read just
+	// before the signal was sent (Runtime.Signal does not say which it
+	// did), so a change that commits in between (the await's timeout, a
+	// step that ends) can make it wrong.
 	Woke bool `json:"woke"`
 	// State is the run's state afterwards.
 	State string `json:"state"`
@@ -47,6 +50,11 @@ kept in the mailbox (the output says which), 1 when the run has ended or is
 being cancelled (or the payload is over the size limit), 2 for an invalid
 signal name, 3 when a writer holds the store that this cannot join, 4 when
 there is no such run.
+
+Which of the two the output says (delivered, or kept; "woke" with --json)
+is best effort: it comes from the run's status as read just before the
+signal was sent, so a change that commits in between (the await's timeout,
+the end of a step) can make it wrong. The signal itself is sent either way.
 `,
 		flags: func(fs *flag.FlagSet) {
 			w.register(fs)
@@ -117,7 +125,11 @@ there is no such run.
 type pauseJSON struct {
 	RunID string `json:"run_id"`
 	// Changed is true when this command paused (resumed) the run; false
-	// when it was paused (not paused) already.
+	// when it was paused (not paused) already. Best effort: it comes from
+	// the run's status as read just before the pause (resume), as
+	// Runtime.Pause and Resume do not say whether they changed anything,
+	// so a pause or resume by another process in between can make it
+	// wrong.
 	Changed bool `json:"changed"`
 	// State is the run's state afterwards: paused (running while a step
 	// that was running when the pause committed finishes) after pause;
@@ -161,6 +173,11 @@ writer" in 'stepwell --help'). Exits 0 when done or when there was nothing
 to do (the output says which), 1 when the run has ended or is being
 cancelled, 3 when a writer holds the store that this cannot join, 4 when
 there is no such run.
+
+Whether there was something to do ("changed" with --json) is best effort:
+it comes from the run's status as read just before the write, so a pause or
+resume by another process in between can make it wrong. The run is paused
+(resumed) when this exits 0 either way.
 `
 	cmd.exec = func(ctx context.Context, c *cli, args []string) (err error) {
 		id := args[0]

@@ -148,3 +148,15 @@ func TestSignalPauseResume(t *testing.T) {
 		}
 	}
 }
+
+// TestControlHelpBestEffort: the help of signal, pause and resume says
+// that what they report (woke, changed) is best effort, read before the
+// write. Fails if a command's help drops it.
+func TestControlHelpBestEffort(t *testing.T) {
+	for _, name := range []string{"signal", "pause", "resume"} {
+		r := runCLI(t, nil, "help", name)
+		if r.code != exitOK || !strings.Contains(r.stdout, "best effort") || !strings.Contains(r.stdout, "just before") {
+			t.Errorf("stepwell help %s: exit %d, stdout %q; want it to say the report is best effort", name, r.code, r.stdout)
+		}
+	}
+}
