@@ -175,3 +175,59 @@ func TestTakeoverKeepsOwnRunningClaims(t *testing.T) {
 		t.Fatalf("Ack: %v", err)
 	}
 }
+
+// An adopted claim's grace runs from when the writer serves its members,
+// not from its open: before, a writer whose open (recovery) took longer
+// than the grace, as under load, had spent it before any member could
+// reach it to confirm a claim, and a live member's step ran twice.
+func TestAdoptedGraceStartsWhenServing(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	clock := newFakeClock()
+	const lease = 4 * time.Second
+	w := openMember(t, url, withClock(clock), WithLease(lease))
+	if _, err := w.Enqueue(ctx, "q", nil, EnqueueOptions{JobID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := w.claimOne(ctx, "q"); err != nil || j == nil {
+		t.Fatalf("Claim = %v, %v", j, err)
+	}
+	killWriter(t, w)
+	// The next writer opens the store, as becomeWriter does, a lease
+	// after the claim: the claim rests on the grace.
+	clock.Advance(lease)
+	o := defaultOptions()
+	for _, opt := range []Option{WithCluster(ClusterConfig{Listen: "127.0.0.1:0"}), withClock(clock), WithLease(lease)} {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := openLocal(ctx, url, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &Queue{url: url, opts: o, be: l, sh: &shared{be: l, refs: 1}}
+	t.Cleanup(func() { _ = q.Close(context.Background()) })
+	grace := l.adoptGrace(lease)
+	state := func() State {
+		t.Helper()
+		if err := l.reap(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return jobStateOf(t, q, "x")
+	}
+	// Its open takes longer than the grace: the claim stays.
+	clock.Advance(2 * grace)
+	if s := state(); s != JobClaimed {
+		t.Fatalf("%v after an open longer than the grace, before the writer serves, the job is %v, want claimed", 2*grace, s)
+	}
+	l.serveAdopted()
+	clock.Advance(grace - time.Millisecond)
+	if s := state(); s != JobClaimed {
+		t.Fatalf("within the grace after the writer serves, the job is %v, want claimed", s)
+	}
+	clock.Advance(time.Millisecond)
+	if s := state(); s == JobClaimed {
+		t.Fatalf("a grace after the writer serves, with no one to confirm it, the job is %v, want requeued", s)
+	}
+}
