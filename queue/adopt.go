@@ -35,7 +35,12 @@ func (l *local) adoptGrace(lease time.Duration) time.Duration {
 // lease after the last of them.
 //
 // The record's time is the claiming writer's clock: a skew between the two
-// writers' clocks moves the expiry by as much, within [grace, lease].
+// writers' clocks moves the expiry by as much, within [grace, lease]. Nor
+// does the lease counted from the claim exclude a store stall before the
+// takeover, as a lease does (see expired): the stall was the dead
+// writer's to see, and this engine's StallTime starts at its open. An
+// outage is when takeovers happen, so a claim of a live member may have
+// only the grace left; a stall after the open extends it as any lease.
 func (l *local) adoptedExpiry(rec *jobRec, now time.Time) time.Time {
 	lease := l.opts.config(rec.Queue).Lease
 	exp := time.Unix(0, rec.UpdatedAt).Add(lease)
