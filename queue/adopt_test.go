@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // writerLease returns the writer's lease of job id: its holder and whether
@@ -21,23 +23,22 @@ func writerLease(w *Queue, id string) (holder string, adopted, ok bool) {
 	return ls.holder, ls.adopted, true
 }
 
-// waitConfirmed waits until the member holding job id has confirmed its
-// claim with the writer w.
-func waitConfirmed(t *testing.T, w *Queue, id string) {
+// memberID is the ID with which the member m holds its claims.
+func memberID(m *Queue) string { return m.be.(*clustered).member }
+
+// waitConfirmed waits until the member m has confirmed its claim on job id
+// with the writer w.
+func waitConfirmed(t *testing.T, w, m *Queue, id string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		holder, adopted, ok := writerLease(w, id)
-		if !ok {
-			t.Fatalf("the writer has no lease on %s", id)
-		}
-		if holder != "" && !adopted {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the member did not confirm its claim on %s with the new writer", id)
-		}
-		time.Sleep(5 * time.Millisecond)
+	want := memberID(m)
+	var holder string
+	var adopted, ok bool
+	testenv.Eventually(t, 30*time.Second, "the member to confirm its claim on "+id+" with the new writer", func() bool {
+		holder, adopted, ok = writerLease(w, id)
+		return !ok || holder == want && !adopted
+	})
+	if !ok {
+		t.Fatalf("the writer has no lease on %s", id)
 	}
 }
 
@@ -100,7 +101,7 @@ func TestAdoptedClaimExpiresFromItsClaim(t *testing.T) {
 		if w.Role() != RoleWriter {
 			t.Fatalf("role %v, want writer", w.Role())
 		}
-		waitConfirmed(t, w, "live")
+		waitConfirmed(t, w, m, "live")
 	}
 	// Five writers die within the lease of the claims; each next one
 	// adopts both.
@@ -154,9 +155,21 @@ func TestTakeoverKeepsOwnRunningClaims(t *testing.T) {
 	}
 	// Renewed once, and older than a lease at the takeover.
 	clock.Advance(3 * time.Second)
-	time.Sleep(lease/4 + 50*time.Millisecond) // a member's renewal makes a call only then
+	// A member's renewal makes a call only a quarter lease (real time)
+	// after the last: date the last one back rather than wait.
+	rem := m.be.(*clustered).rem
+	rem.cmu.Lock()
+	rem.claims["x"].renewed = time.Now().Add(-lease)
+	rem.cmu.Unlock()
 	if err := m.renew(j); err != nil {
 		t.Fatal(err)
+	}
+	wloc := w.be.(*clustered).loc
+	wloc.lmu.Lock()
+	renewedTo := wloc.leases["x"].expires
+	wloc.lmu.Unlock()
+	if want := clock.Now().Add(lease); !renewedTo.Equal(want) {
+		t.Fatalf("the writer's lease after the renewal ends at %v, want %v (the renewal made no call)", renewedTo, want)
 	}
 	clock.Advance(2 * time.Second)
 	killWriter(t, w)
