@@ -9,9 +9,10 @@ import "time"
 const adoptGraceMin = time.Second
 
 // adoptGrace is how long, at least, an adopted claim is kept for its
-// holder to confirm it: a second, or half a heartbeat on slow beats (a
-// member on a bucket store finds the new writer by reading the owner
-// object every quarter heartbeat), but never more than the lease. It must
+// holder to confirm it once the writer serves (serveAdopted): a second, or
+// half a heartbeat on slow beats (a member on a bucket store finds the new
+// writer by reading the owner object every quarter heartbeat, then pings
+// it and lists its claims), but never more than the lease. It must
 // stay short against the time between takeovers, which is what bounds
 // how long a dead process's claim can be carried from writer to writer.
 func (l *local) adoptGrace(lease time.Duration) time.Duration {
@@ -22,9 +23,10 @@ func (l *local) adoptGrace(lease time.Duration) time.Duration {
 // now) expires unless its holder confirms it: one lease after the claim,
 // as the claim's holder would have seen it expire had its writer lived,
 // but no sooner than the grace from now and no later than a lease from
-// now. The claim's time is the record's UpdatedAt, written with the claim
-// (a later rewrite of the claimed record, a cancel request, only moves it
-// later). A renewal, or a member's events call listing the claim, confirms
+// now (serveAdopted moves the grace to when the writer serves, which no
+// member can reach before). The claim's time is the record's UpdatedAt,
+// written with the claim (a later rewrite of the claimed record, a cancel
+// request, only moves it later). A renewal, or a member's events call listing the claim, confirms
 // it (confirmAdopted): its holder lives, and it gets a lease from then, as
 // every adopted claim did before. A claim no one confirms is one whose
 // holder died with the writer (a step the writer ran itself) or cannot
@@ -33,7 +35,12 @@ func (l *local) adoptGrace(lease time.Duration) time.Duration {
 // lease after the last of them.
 //
 // The record's time is the claiming writer's clock: a skew between the two
-// writers' clocks moves the expiry by as much, within [grace, lease].
+// writers' clocks moves the expiry by as much, within [grace, lease]. Nor
+// does the lease counted from the claim exclude a store stall before the
+// takeover, as a lease does (see expired): the stall was the dead
+// writer's to see, and this engine's StallTime starts at its open. An
+// outage is when takeovers happen, so a claim of a live member may have
+// only the grace left; a stall after the open extends it as any lease.
 func (l *local) adoptedExpiry(rec *jobRec, now time.Time) time.Time {
 	lease := l.opts.config(rec.Queue).Lease
 	exp := time.Unix(0, rec.UpdatedAt).Add(lease)
@@ -44,6 +51,28 @@ func (l *local) adoptedExpiry(rec *jobRec, now time.Time) time.Time {
 		exp = ceil
 	}
 	return exp
+}
+
+// serveAdopted starts the grace of the adopted claims no one confirmed
+// yet: it is called once the writer serves its members, and until then
+// none expires (see expired). Opening the store (recovery, requeueClaimed)
+// and starting to serve may take a while under load, and a member needs
+// the writer served to confirm a claim: a grace from the open could be
+// spent before it could even reach the writer, and a live member's step
+// would run twice.
+func (l *local) serveAdopted() {
+	now, stall := l.now(), l.eng.StallTime()
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	l.serving = true
+	for _, ls := range l.leases {
+		if !ls.adopted {
+			continue
+		}
+		if floor := now.Add(l.adoptGrace(l.opts.config(ls.queue).Lease)); ls.expires.Before(floor) {
+			ls.expires, ls.stallAt = floor, stall
+		}
+	}
 }
 
 // confirmAdopted gives an adopted claim whose holder just showed itself a
@@ -81,14 +110,22 @@ func (l *local) confirmHeld(refs []claimRef) {
 const adoptedReapEvery = 100 * time.Millisecond
 
 // adoptedUntil is when the last adopted claim not confirmed yet expires
-// (wall clock), plus slack; the past if there is none.
+// (wall clock), plus slack; the past if there is none. Before the writer
+// serves, each expires a grace from now at the earliest (serveAdopted).
 func (l *local) adoptedUntil(slack time.Duration) time.Time {
 	now := l.now()
 	var last time.Time
 	l.lmu.Lock()
 	for _, ls := range l.leases {
-		if ls.adopted && ls.expires.After(last) {
-			last = ls.expires
+		if !ls.adopted {
+			continue
+		}
+		exp := ls.expires
+		if floor := now.Add(l.adoptGrace(l.opts.config(ls.queue).Lease)); !l.serving && exp.Before(floor) {
+			exp = floor
+		}
+		if exp.After(last) {
+			last = exp
 		}
 	}
 	l.lmu.Unlock()

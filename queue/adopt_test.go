@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
 )
 
 // writerLease returns the writer's lease of job id: its holder and whether
@@ -21,23 +23,22 @@ func writerLease(w *Queue, id string) (holder string, adopted, ok bool) {
 	return ls.holder, ls.adopted, true
 }
 
-// waitConfirmed waits until the member holding job id has confirmed its
-// claim with the writer w.
-func waitConfirmed(t *testing.T, w *Queue, id string) {
+// memberID is the ID with which the member m holds its claims.
+func memberID(m *Queue) string { return m.be.(*clustered).member }
+
+// waitConfirmed waits until the member m has confirmed its claim on job id
+// with the writer w.
+func waitConfirmed(t *testing.T, w, m *Queue, id string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		holder, adopted, ok := writerLease(w, id)
-		if !ok {
-			t.Fatalf("the writer has no lease on %s", id)
-		}
-		if holder != "" && !adopted {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the member did not confirm its claim on %s with the new writer", id)
-		}
-		time.Sleep(5 * time.Millisecond)
+	want := memberID(m)
+	var holder string
+	var adopted, ok bool
+	testenv.Eventually(t, 30*time.Second, "the member to confirm its claim on "+id+" with the new writer", func() bool {
+		holder, adopted, ok = writerLease(w, id)
+		return !ok || holder == want && !adopted
+	})
+	if !ok {
+		t.Fatalf("the writer has no lease on %s", id)
 	}
 }
 
@@ -100,7 +101,7 @@ func TestAdoptedClaimExpiresFromItsClaim(t *testing.T) {
 		if w.Role() != RoleWriter {
 			t.Fatalf("role %v, want writer", w.Role())
 		}
-		waitConfirmed(t, w, "live")
+		waitConfirmed(t, w, m, "live")
 	}
 	// Five writers die within the lease of the claims; each next one
 	// adopts both.
@@ -154,9 +155,21 @@ func TestTakeoverKeepsOwnRunningClaims(t *testing.T) {
 	}
 	// Renewed once, and older than a lease at the takeover.
 	clock.Advance(3 * time.Second)
-	time.Sleep(lease/4 + 50*time.Millisecond) // a member's renewal makes a call only then
+	// A member's renewal makes a call only a quarter lease (real time)
+	// after the last: date the last one back rather than wait.
+	rem := m.be.(*clustered).rem
+	rem.cmu.Lock()
+	rem.claims["x"].renewed = time.Now().Add(-lease)
+	rem.cmu.Unlock()
 	if err := m.renew(j); err != nil {
 		t.Fatal(err)
+	}
+	wloc := w.be.(*clustered).loc
+	wloc.lmu.Lock()
+	renewedTo := wloc.leases["x"].expires
+	wloc.lmu.Unlock()
+	if want := clock.Now().Add(lease); !renewedTo.Equal(want) {
+		t.Fatalf("the writer's lease after the renewal ends at %v, want %v (the renewal made no call)", renewedTo, want)
 	}
 	clock.Advance(2 * time.Second)
 	killWriter(t, w)
@@ -173,5 +186,61 @@ func TestTakeoverKeepsOwnRunningClaims(t *testing.T) {
 	}
 	if err := m.Ack(ctx, j); err != nil {
 		t.Fatalf("Ack: %v", err)
+	}
+}
+
+// An adopted claim's grace runs from when the writer serves its members,
+// not from its open: before, a writer whose open (recovery) took longer
+// than the grace, as under load, had spent it before any member could
+// reach it to confirm a claim, and a live member's step ran twice.
+func TestAdoptedGraceStartsWhenServing(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	clock := newFakeClock()
+	const lease = 4 * time.Second
+	w := openMember(t, url, withClock(clock), WithLease(lease))
+	if _, err := w.Enqueue(ctx, "q", nil, EnqueueOptions{JobID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := w.claimOne(ctx, "q"); err != nil || j == nil {
+		t.Fatalf("Claim = %v, %v", j, err)
+	}
+	killWriter(t, w)
+	// The next writer opens the store, as becomeWriter does, a lease
+	// after the claim: the claim rests on the grace.
+	clock.Advance(lease)
+	o := defaultOptions()
+	for _, opt := range []Option{WithCluster(ClusterConfig{Listen: "127.0.0.1:0"}), withClock(clock), WithLease(lease)} {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := openLocal(ctx, url, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &Queue{url: url, opts: o, be: l, sh: &shared{be: l, refs: 1}}
+	t.Cleanup(func() { _ = q.Close(context.Background()) })
+	grace := l.adoptGrace(lease)
+	state := func() State {
+		t.Helper()
+		if err := l.reap(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return jobStateOf(t, q, "x")
+	}
+	// Its open takes longer than the grace: the claim stays.
+	clock.Advance(2 * grace)
+	if s := state(); s != JobClaimed {
+		t.Fatalf("%v after an open longer than the grace, before the writer serves, the job is %v, want claimed", 2*grace, s)
+	}
+	l.serveAdopted()
+	clock.Advance(grace - time.Millisecond)
+	if s := state(); s != JobClaimed {
+		t.Fatalf("within the grace after the writer serves, the job is %v, want claimed", s)
+	}
+	clock.Advance(time.Millisecond)
+	if s := state(); s == JobClaimed {
+		t.Fatalf("a grace after the writer serves, with no one to confirm it, the job is %v, want requeued", s)
 	}
 }

@@ -79,6 +79,7 @@ func (c *clustered) becomeWriter(ctx context.Context, takeover bool) error {
 	}
 	srv := cluster.NewServer(lis, cluster.Config{Epoch: l.eng.Epoch(), Secret: secret, TLS: c.cfg.TLS, Logger: c.log}, l.methods())
 	go func() { _ = srv.Serve() }()
+	l.serveAdopted()
 	c.switchTo(l, nil, srv, l.eng.Epoch())
 	c.log.Info("stepwell: cluster: this process is the writer", "addr", o.clusterAddr, "epoch", l.eng.Epoch())
 	return nil

@@ -68,14 +68,15 @@ func (l *local) startLeases(jobs []*Job, o options) {
 }
 
 // expired reports whether a lease has run out at now. A lease not started
-// (its claim is not durable yet) never has; a started one is extended by
+// (its claim is not durable yet) never has, nor has an adopted one before
+// the writer serves (serveAdopted); a started one is extended by
 // the time the store spent stalled since it was started or renewed, so
 // that an outage, during which nothing can be settled, does not spend the
 // attempt.
 //
 // REQUIRES: l.lmu held.
 func (l *local) expired(ls *lease, now time.Time) bool {
-	if !ls.started || now.Before(ls.expires) {
+	if !ls.started || now.Before(ls.expires) || ls.adopted && !l.serving {
 		return false
 	}
 	return !now.Before(ls.expires.Add(l.eng.StallTime() - ls.stallAt))

@@ -48,6 +48,9 @@ type local struct {
 
 	lmu    sync.Mutex
 	leases map[string]*lease // guarded by lmu
+	// serving: the writer serves its members (see serveAdopted); until
+	// then no adopted claim expires. Guarded by lmu.
+	serving bool
 
 	slotTable // the Work loops' slots
 

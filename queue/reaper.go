@@ -140,7 +140,9 @@ func (l *local) reaperLoop() {
 	every = min(max(every, 5*time.Millisecond), time.Second)
 	// Until the last claim adopted at Open and not confirmed would have
 	// expired, reap at a faster pace: each expires at a time of its own,
-	// and another takeover may follow soon (see adoptedExpiry).
+	// and another takeover may follow soon (see adoptedExpiry). Their
+	// expiries move when the writer starts serving (serveAdopted): the
+	// window is read again when it ends.
 	pace := every
 	fastUntil := l.adoptedUntil(every)
 	if time.Now().Before(fastUntil) {
@@ -165,8 +167,10 @@ func (l *local) reaperLoop() {
 			return
 		}
 		if pace != every && !time.Now().Before(fastUntil) {
-			pace = every
-			t.Reset(every)
+			if fastUntil = l.adoptedUntil(every); !time.Now().Before(fastUntil) {
+				pace = every
+				t.Reset(every)
+			}
 		}
 		if err := l.reap(ctx); err != nil && !errors.Is(err, ErrOutcomeUnknown) {
 			return // the engine has failed or closed

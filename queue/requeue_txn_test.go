@@ -3,7 +3,14 @@ package queue
 import (
 	"errors"
 	"testing"
+
+	"github.com/stepwell/stepwell/internal/queuex"
 )
+
+// requireJobState is requireJobStates with the states listed (tests only).
+func (t *Txn) requireJobState(id string, states ...State) *Txn {
+	return t.requireJobStates(id, queuex.StateSet(states...))
+}
 
 // TestTxnRequeueDead: a transaction requeues a dead job together with its
 // other writes, and a failed RequeueDead (job not dead, or unknown) fails

@@ -49,7 +49,7 @@ type txnOp struct {
 	Headers     map[string]string
 	DedupKey    string
 	Error       string // Nack, DeadLetter: reason recorded in the history
-	States      uint32 // requireJobState: bit 1<<State for each allowed state
+	States      uint32 // requireJobStates: bit 1<<State for each allowed state
 	DeadNotify  string // Enqueue: EnqueueOptions.DeadLetterQueue
 	Claim       bool   // Enqueue: claim it for the enqueuer (queuex.API.WithClaim)
 	Dispatch    bool   // Enqueue: start it in a Work slot (queuex.API.WithDispatch)
@@ -182,16 +182,11 @@ func (t *Txn) CancelJob(id string) *Txn {
 	return t
 }
 
-// requireJobState makes the transaction fail with a *ConditionFailedError
-// (changing nothing) unless the job exists and is in one of the given
-// states. It lets a transaction act on what it read of a job, such as
-// removing a pending step, without racing a claim. The runtime's
+// requireJobStates makes the transaction fail with a *ConditionFailedError
+// (changing nothing) unless the job exists and is in one of the states in.
+// It lets a transaction act on what it read of a job, such as removing a
+// pending step, without racing a claim. The runtime's
 // (queuex.API.RequireJobState).
-func (t *Txn) requireJobState(id string, states ...State) *Txn {
-	return t.requireJobStates(id, queuex.StateSet(states...))
-}
-
-// requireJobStates is requireJobState with the states as a set.
 func (t *Txn) requireJobStates(id string, in queuex.States) *Txn {
 	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: uint32(in)})
 	return t
