@@ -146,6 +146,9 @@ func (c *clustered) switchTo(be backend, r *remote, srv *cluster.Server, epoch u
 	if r != nil {
 		r.start()
 	}
+	// Key watches read again from the new writer, and watch again there:
+	// a key may have changed during the switch.
+	c.watches.fireAll()
 	// What the old backend still holds is dropped without waiting: a
 	// deposed writer's engine has failed already, and a remote's writer is
 	// gone.

@@ -53,6 +53,8 @@ type local struct {
 
 	members memberSet // cluster members holding claims (cluster mode)
 
+	watches *watchSet // key watches (watch.go)
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -75,7 +77,11 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 	}
 	counting := objstore.NewCounting(bucket)
 	l := &local{counting: counting, opts: o, now: o.now, ix: newJobIndex(o.now),
-		leases: map[string]*lease{}, members: memberSet{closing: make(chan struct{})}, stop: make(chan struct{})}
+		leases: map[string]*lease{}, members: memberSet{closing: make(chan struct{})}, stop: make(chan struct{}),
+		watches: o.watches}
+	if l.watches == nil {
+		l.watches = newWatchSet()
+	}
 	l.nextToken.Store(uint64(time.Now().UnixNano()))
 	heartbeat := o.heartbeat
 	if u.Scheme == "mem" {

@@ -30,3 +30,13 @@ func WithBeforeSettle(f func(ctx context.Context, job *queue.Job)) Option {
 func ReleaseJob(ctx context.Context, q *queue.Queue, j *queue.Job) error {
 	return qx.Release(q, ctx, j)
 }
+
+// SetWaitReadHook sets a function called before each read of Wait (nil:
+// none), for tests that count them.
+func SetWaitReadHook(f func(runID string)) {
+	if f == nil {
+		testHookWaitRead.Store(nil)
+		return
+	}
+	testHookWaitRead.Store(&f)
+}
