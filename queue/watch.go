@@ -283,7 +283,15 @@ func (c *clustered) watchKey(ctx context.Context, w *keyWatch) error {
 }
 
 // watchPoll is how long one watch call waits on the writer.
-const watchPoll = 15 * time.Second
+// watchPollEvery is the least time between the starts of two watch calls
+// of a member: it bounds the calls (and the keys re-sent) when watched
+// keys change or are added often, at the price of up to that long before
+// a key added right after a call is watched, or a change right after a
+// reply is answered.
+const (
+	watchPoll      = 15 * time.Second
+	watchPollEvery = 5 * time.Millisecond
+)
 
 // watchLoop long-polls the writer for changes of the keys this member
 // watches, until close or the writer is gone (the next backend polls the
@@ -291,7 +299,18 @@ const watchPoll = 15 * time.Second
 // while nothing is watched.
 func (r *remote) watchLoop() {
 	defer r.wg.Done()
+	var last time.Time // when the last poll began
 	for failures := 0; r.ctx.Err() == nil; {
+		// Polls begin watchPollEvery apart at most: each carries every
+		// watched key, and what changes between two is seen by the
+		// second (its sums).
+		if d := time.Until(last.Add(watchPollEvery)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.ctx.Done():
+				return
+			}
+		}
 		keys, sums := r.watches.snapshot()
 		if len(keys) == 0 {
 			select {
@@ -301,6 +320,7 @@ func (r *remote) watchLoop() {
 			}
 			continue
 		}
+		last = time.Now()
 		ctx, cancel := context.WithTimeout(r.ctx, watchPoll+10*time.Second)
 		done := make(chan struct{})
 		go func() { // a key added meanwhile: poll again with it

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -245,5 +246,48 @@ func TestWaitReadOnly(t *testing.T) {
 	r := recvWait(t, w)
 	if r.err != nil || r.st.State != runtime.StateSucceeded || string(r.st.Result) != "done:r" {
 		t.Fatalf("read-only Wait = %+v, %v", r.st, r.err)
+	}
+}
+
+// TestWaitMemberFailover: a waiter in a cluster member survives the death
+// of the writer (a process of its own, SIGKILLed): it rides the member's
+// long-poll, then, once the member took over, waits at the new writer and
+// returns when the run ends there.
+func TestWaitMemberFailover(t *testing.T) {
+	url := fileURL(t)
+	setWriterFlags(url, "heartbeat=200ms")
+	startMemberWriter(t, url)
+	ctx := context.Background()
+	octx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	q, err := queue.Open(octx, url, append(fastQueueOpts(), clusterOpt(), queue.WithHeartbeat(200*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close(ctx) }) // after Run stopped
+	if r := q.Role(); r != queue.RoleMember {
+		t.Fatalf("opened as %v, want a member of the writer process", r)
+	}
+	g := newGateRunner("f1")
+	rt := newRuntime(t, q, g, nil)
+	client := newRuntime(t, q, nil, nil)
+	startRun(t, rt)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "f1", Input: []byte("f")})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "f0", Input: []byte("0")})
+	<-g.started
+	w := waitAsync(ctx, client, "f1")
+	w0 := waitAsync(ctx, client, "f0") // ends before the kill: step f0 has no gate
+	if r := recvWait(t, w0); r.err != nil || r.st.State != runtime.StateSucceeded {
+		t.Fatalf("Wait(f0) = %+v, %v", r.st, r.err)
+	}
+	waitStatus(t, client, "f1", "running", func(s runtime.RunStatus) bool { return s.State == runtime.StateRunning })
+	checkBlocked(t, w)
+	killMemberWriter(t, url)
+	testenv.Eventually(t, waitTimeout, "the member takes over", func() bool { return q.Role() == queue.RoleWriter })
+	checkBlocked(t, w)
+	close(g.gates["f1"])
+	r := recvWait(t, w)
+	if r.err != nil || r.st.State != runtime.StateSucceeded || string(r.st.Result) != "done:f" {
+		t.Fatalf("Wait across the failover = %+v, %v", r.st, r.err)
 	}
 }
