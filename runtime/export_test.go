@@ -31,12 +31,13 @@ func ReleaseJob(ctx context.Context, q *queue.Queue, j *queue.Job) error {
 	return qx.Release(q, ctx, j)
 }
 
-// SetWaitReadHook sets a function called before each read of Wait (nil:
-// none), for tests that count them.
-func SetWaitReadHook(f func(runID string)) {
+// SetWaitHook sets a function called before each read of Wait (armed
+// false) and once its watch is registered (armed true); nil: none. For
+// tests that count them.
+func SetWaitHook(f func(runID string, armed bool)) {
 	if f == nil {
-		testHookWaitRead.Store(nil)
+		testHookWait.Store(nil)
 		return
 	}
-	testHookWaitRead.Store(&f)
+	testHookWait.Store(&f)
 }

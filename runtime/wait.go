@@ -35,8 +35,8 @@ func (rt *Runtime) Wait(ctx context.Context, runID string) (RunStatus, error) {
 		if err := ctx.Err(); err != nil {
 			return RunStatus{}, err
 		}
-		if h := testHookWaitRead.Load(); h != nil {
-			(*h)(runID)
+		if h := testHookWait.Load(); h != nil {
+			(*h)(runID, false)
 		}
 		b, err := rt.q.Get(ctx, key)
 		if errors.Is(err, queue.ErrKeyNotFound) {
@@ -66,6 +66,9 @@ func (rt *Runtime) Wait(ctx context.Context, runID string) (RunStatus, error) {
 		if err != nil {
 			return RunStatus{}, waitErr(ctx, err)
 		}
+		if h := testHookWait.Load(); h != nil {
+			(*h)(runID, true)
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -74,8 +77,9 @@ func (rt *Runtime) Wait(ctx context.Context, runID string) (RunStatus, error) {
 	}
 }
 
-// testHookWaitRead, set by tests, is called before each read of Wait.
-var testHookWaitRead atomic.Pointer[func(runID string)]
+// testHookWait, set by tests, is called before each read of Wait
+// (armed false) and once its watch is registered (armed true).
+var testHookWait atomic.Pointer[func(runID string, armed bool)]
 
 // waitErr is ctx's error if it ended, else err.
 func waitErr(ctx context.Context, err error) error {

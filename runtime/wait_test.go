@@ -85,12 +85,12 @@ func checkBlocked(t testing.TB, ch <-chan waitResult) {
 // too.
 func TestWaitReturnsAtEnd(t *testing.T) {
 	var reads atomic.Int64
-	runtime.SetWaitReadHook(func(id string) {
-		if id == "w1" {
+	runtime.SetWaitHook(func(id string, armed bool) {
+		if id == "w1" && !armed {
 			reads.Add(1)
 		}
 	})
-	t.Cleanup(func() { runtime.SetWaitReadHook(nil) })
+	t.Cleanup(func() { runtime.SetWaitHook(nil) })
 	q := openQueue(t, memURL())
 	g := newGateRunner("w1")
 	rt := newRuntime(t, q, g, nil)
