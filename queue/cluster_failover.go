@@ -72,7 +72,7 @@ func (c *clustered) becomeWriter(ctx context.Context, takeover bool) error {
 	o := c.opts
 	o.takeover = takeover
 	o.clusterAddr, o.clusterSecret = advertise(c.cfg, lis.Addr()), secret
-	l, err := openLocal(ctx, c.url, o)
+	l, err := openLocal(ctx, c.url, o, c.watches)
 	if err != nil {
 		_ = lis.Close()
 		return mapErr(err)
@@ -107,7 +107,7 @@ func (c *clustered) becomeMember(ctx context.Context, own *format.Owner) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoWriter, err)
 	}
-	r := newRemote(cl, own.Epoch, c.member, c.opts)
+	r := newRemote(cl, own.Epoch, c.member, c.opts, c.watches)
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	err = r.ping(pctx)
 	cancel()

@@ -149,11 +149,13 @@ func txnSize(ops []txnOp) int {
 	return n
 }
 
-func newRemote(c *cluster.Client, epoch uint64, member string, o options) *remote {
+// newRemote makes the member's backend for the writer of epoch; ws is the
+// store's key watches (nil: new ones).
+func newRemote(c *cluster.Client, epoch uint64, member string, o options, ws *watchSet) *remote {
 	ctx, stop := context.WithCancel(context.Background())
 	r := &remote{c: c, epoch: epoch, member: member, opts: o, claims: map[string]*rclaim{},
 		gone: make(chan struct{}), ctx: ctx, stop: stop, batches: make(chan commitBatch, maxCommitsInFlight),
-		watches: o.watches}
+		watches: ws}
 	if r.watches == nil {
 		r.watches = newWatchSet()
 	}

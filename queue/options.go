@@ -37,10 +37,6 @@ type options struct {
 	// process opens the store as the cluster's writer.
 	clusterAddr   string
 	clusterSecret []byte
-	// watches is the store's key watches (watch.go), shared by the
-	// backends of a clustered store across changes of role; nil: openLocal
-	// makes its own.
-	watches *watchSet
 	// clusterDialer, set by tests, makes a member's connections.
 	clusterDialer func(ctx context.Context, addr string) (net.Conn, error)
 }
