@@ -299,6 +299,9 @@ const (
 // while nothing is watched.
 func (r *remote) watchLoop() {
 	defer r.wg.Done()
+	// The next backend's loop may be waiting for a key already: a signal
+	// this one took (snapshot clears it) would be lost to it.
+	defer r.watches.signalAdded()
 	var last time.Time // when the last poll began
 	for failures := 0; r.ctx.Err() == nil; {
 		// Polls begin watchPollEvery apart at most: each carries every
