@@ -283,14 +283,16 @@ func (c *clustered) watchKey(ctx context.Context, w *keyWatch) error {
 }
 
 // watchPoll is how long one watch call waits on the writer.
-// watchPollEvery is the least time between the starts of two watch calls
-// of a member: it bounds the calls (and the keys re-sent) when watched
-// keys change or are added often, at the price of up to that long before
-// a key added right after a call is watched, or a change right after a
-// reply is answered.
+// watchPollEvery, plus watchPollPerKey for each key it carries, is the
+// least time between the starts of two watch calls of a member: it bounds
+// the calls (and the keys re-sent, about 60 bytes each) when watched keys
+// change or are added often, at the price of up to that long before a key
+// added right after a call is watched, or a change right after a reply is
+// answered: 5ms for a few keys, 55ms for 10,000.
 const (
-	watchPoll      = 15 * time.Second
-	watchPollEvery = 5 * time.Millisecond
+	watchPoll       = 15 * time.Second
+	watchPollEvery  = 5 * time.Millisecond
+	watchPollPerKey = 5 * time.Microsecond
 )
 
 // watchLoop long-polls the writer for changes of the keys this member
@@ -303,11 +305,12 @@ func (r *remote) watchLoop() {
 	// this one took (snapshot clears it) would be lost to it.
 	defer r.watches.signalAdded()
 	var last time.Time // when the last poll began
+	var pace time.Duration
 	for failures := 0; r.ctx.Err() == nil; {
-		// Polls begin watchPollEvery apart at most: each carries every
-		// watched key, and what changes between two is seen by the
-		// second (its sums).
-		if d := time.Until(last.Add(watchPollEvery)); d > 0 {
+		// Polls begin pace apart at least: each carries every watched
+		// key, and what changes between two is seen by the second (its
+		// sums).
+		if d := time.Until(last.Add(pace)); d > 0 {
 			select {
 			case <-time.After(d):
 			case <-r.ctx.Done():
@@ -323,7 +326,7 @@ func (r *remote) watchLoop() {
 			}
 			continue
 		}
-		last = time.Now()
+		last, pace = time.Now(), watchPollEvery+time.Duration(len(keys))*watchPollPerKey
 		ctx, cancel := context.WithTimeout(r.ctx, watchPoll+10*time.Second)
 		done := make(chan struct{})
 		go func() { // a key added meanwhile: poll again with it

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 )
 
 // BenchmarkWait10k: 10,000 Waits of 10,000 runs at once, on a memory
-// store, from a client Runtime. Each iteration submits the runs (start in
+// store (in member mode, STEPWELL_RUNTIME_STORE=member: from a cluster
+// member of a writer process, on file://), from a client Runtime. Each iteration submits the runs (start in
 // an hour: nothing runs them), starts the waiters and waits until every
 // one is registered, then cancels the runs (16 goroutines) and waits for
 // every Wait to return. The same cancels of another 10,000 runs nobody
@@ -27,11 +27,12 @@ import (
 func BenchmarkWait10k(b *testing.B) {
 	const waiters = 10_000
 	ctx := context.Background()
-	q, err := queue.Open(ctx, fmt.Sprintf("mem://bench-wait-%d", time.Now().UnixNano()))
+	q, err := openStore(b, memURL()) // in member mode, a member of a writer process
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer q.Close(ctx)
+	calls0 := q.StorageStats().ClusterCalls
 	rt, err := runtime.New(q, nil, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -101,6 +102,9 @@ func BenchmarkWait10k(b *testing.B) {
 		cpu += float64((c1-c0)-(c2-c1)) / float64(time.Microsecond) / waiters
 	}
 	nf := float64(b.N)
+	if memberMode() {
+		b.ReportMetric(float64(q.StorageStats().ClusterCalls-calls0)/nf, "calls/op")
+	}
 	b.ReportMetric(heap/nf, "heap-B/waiter")
 	b.ReportMetric(stack/nf, "stack-B/waiter")
 	b.ReportMetric(wake/nf, "wake-ms")
