@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +69,41 @@ func recvWait(t testing.TB, ch <-chan waitResult) waitResult {
 	}
 }
 
+// waitTracker counts, per run, Wait's reads and the watches it armed
+// (runtime.SetWaitHook), for the test's duration.
+type waitTracker struct {
+	mu           sync.Mutex
+	reads, armed map[string]int
+}
+
+func trackWaits(t testing.TB) *waitTracker {
+	w := &waitTracker{reads: map[string]int{}, armed: map[string]int{}}
+	runtime.SetWaitHook(func(id string, armed bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if armed {
+			w.armed[id]++
+		} else {
+			w.reads[id]++
+		}
+	})
+	t.Cleanup(func() { runtime.SetWaitHook(nil) })
+	return w
+}
+
+func (w *waitTracker) count(m map[string]int, id string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return m[id]
+}
+
+// waitArmed waits until n watches of Waits of run id are armed: those
+// Waits can only return once woken.
+func (w *waitTracker) waitArmed(t testing.TB, id string, n int) {
+	t.Helper()
+	testenv.Eventually(t, waitTimeout, fmt.Sprintf("%d Waits of %s armed", n, id), func() bool { return w.count(w.armed, id) >= n })
+}
+
 // checkBlocked fails t if the Wait has returned.
 func checkBlocked(t testing.TB, ch <-chan waitResult) {
 	t.Helper()
@@ -84,13 +119,7 @@ func checkBlocked(t testing.TB, ch <-chan waitResult) {
 // a waiter on a client Runtime (nil runner) of the same Queue is woken
 // too.
 func TestWaitReturnsAtEnd(t *testing.T) {
-	var reads atomic.Int64
-	runtime.SetWaitHook(func(id string, armed bool) {
-		if id == "w1" && !armed {
-			reads.Add(1)
-		}
-	})
-	t.Cleanup(func() { runtime.SetWaitHook(nil) })
+	tr := trackWaits(t)
 	q := openQueue(t, memURL())
 	g := newGateRunner("w1")
 	rt := newRuntime(t, q, g, nil)
@@ -102,6 +131,7 @@ func TestWaitReturnsAtEnd(t *testing.T) {
 	wc := waitAsync(ctx, client, "w1")
 	<-g.started
 	waitStatus(t, rt, "w1", "running", func(s runtime.RunStatus) bool { return s.State == runtime.StateRunning })
+	tr.waitArmed(t, "w1", 2)
 	checkBlocked(t, w)
 	checkBlocked(t, wc)
 	close(g.gates["w1"])
@@ -113,7 +143,7 @@ func TestWaitReturnsAtEnd(t *testing.T) {
 	// Woken, not polling: each waiter read the run record when it began
 	// and once it was woken by the end (a spurious wake at most besides:
 	// a change of writer in member mode cannot happen here).
-	if n := reads.Load(); n > 2*3 {
+	if n := tr.count(tr.reads, "w1"); n > 2*3 {
 		t.Fatalf("2 waiters read the run record %d times while it changed once: polling", n)
 	}
 	// Ended: at once, even with a ctx that is about to end.
@@ -145,7 +175,9 @@ func TestWaitCancelled(t *testing.T) {
 	q := openQueue(t, memURL())
 	client := newRuntime(t, q, nil, nil)
 	mustSubmit(t, client, runtime.RunSpec{RunID: "c1", StartAt: time.Now().Add(time.Hour)})
+	tr := trackWaits(t)
 	w := waitAsync(context.Background(), client, "c1")
+	tr.waitArmed(t, "c1", 1)
 	if ok, err := client.Cancel(context.Background(), "c1"); !ok || err != nil {
 		t.Fatalf("Cancel = %v, %v", ok, err)
 	}
