@@ -64,6 +64,19 @@ var checks = map[string]func(t *testing.T, bin string){
 		wantContains(t, out, `import _ "github.com/stepwell/stepwell/queue/s3"`)
 	},
 	"crash_resume": testCrashResume,
+	"wait_http": func(t *testing.T, bin string) {
+		out := mustRun(t, bin, t.TempDir())
+		wantContains(t, out,
+			`POST /orders/o-1 "socks" -> 200 {"run_id":"o-1","state":"succeeded","result":"shipped SOCKS"}`,
+			`POST /orders/o-2 "boom" -> 422 {"run_id":"o-2","state":"failed","error":"cannot pack a boom"}`,
+			`POST /orders/o-3?wait=50ms "slow" -> 202`,
+			`GET /orders/o-3 "" -> 200 {"run_id":"o-3","state":"succeeded","result":"shipped SLOW"}`,
+			`GET /orders/o-404 "" -> 404`,
+			"done: every answer as expected")
+		if n := strings.Count(out, `-> 200 {"run_id":"o-1","state":"succeeded","result":"shipped SOCKS"}`); n != 2 {
+			t.Errorf("the retried POST of o-1 did not get the same answer (%d of 2)\n%s", n, out)
+		}
+	},
 	"cluster": func(t *testing.T, bin string) {
 		out := mustRun(t, bin, t.TempDir())
 		wantContains(t, out, "w1: writer", "w2: member", "w3: member", "killing w1, the writer", "a member took over",

@@ -26,6 +26,9 @@ type dataBackend interface {
 	getJob(ctx context.Context, id string) (*Job, error)
 	deadJobs(ctx context.Context, queue, after string, limit int) ([]*Job, string, error)
 	requeueDead(ctx context.Context, id string) error
+	// watchKey registers a key watch (watch.go).
+	watchKey(ctx context.Context, w *keyWatch) error
+	keyWatches() *watchSet
 }
 
 // claimBackend claims jobs and keeps their leases.

@@ -42,6 +42,7 @@ type clustered struct {
 	slots    []*slots      // Work loops, moved to each new backend
 	closed   bool
 	wake     chan struct{} // capacity 1: look at the store now
+	watches  *watchSet     // key watches, shared by each role's backend in turn
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -62,7 +63,7 @@ func openClustered(ctx context.Context, rawURL string, o options) (*clustered, e
 	_, locks := objstore.AsLocker(bucket)
 	c := &clustered{url: rawURL, opts: o, cfg: *o.cluster, member: ulid.Make().String(), bucket: bucket,
 		log: o.logger, bucketStore: !locks, switched: make(chan struct{}), wake: make(chan struct{}, 1),
-		stop: make(chan struct{})}
+		stop: make(chan struct{}), watches: newWatchSet()}
 	if c.log == nil {
 		c.log = slog.Default()
 	}

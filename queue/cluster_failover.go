@@ -72,7 +72,7 @@ func (c *clustered) becomeWriter(ctx context.Context, takeover bool) error {
 	o := c.opts
 	o.takeover = takeover
 	o.clusterAddr, o.clusterSecret = advertise(c.cfg, lis.Addr()), secret
-	l, err := openLocal(ctx, c.url, o)
+	l, err := openLocal(ctx, c.url, o, c.watches)
 	if err != nil {
 		_ = lis.Close()
 		return mapErr(err)
@@ -108,7 +108,7 @@ func (c *clustered) becomeMember(ctx context.Context, own *format.Owner) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoWriter, err)
 	}
-	r := newRemote(cl, own.Epoch, c.member, c.opts)
+	r := newRemote(cl, own.Epoch, c.member, c.opts, c.watches)
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	err = r.ping(pctx)
 	cancel()
@@ -147,6 +147,9 @@ func (c *clustered) switchTo(be backend, r *remote, srv *cluster.Server, epoch u
 	if r != nil {
 		r.start()
 	}
+	// Key watches read again from the new writer, and watch again there:
+	// a key may have changed during the switch.
+	c.watches.fireAll()
 	// What the old backend still holds is dropped without waiting: a
 	// deposed writer's engine has failed already, and a remote's writer is
 	// gone.

@@ -59,6 +59,8 @@ type remote struct {
 	// where a close of the Queue fails them.
 	replaced atomic.Bool
 
+	watches *watchSet // the store's key watches, carried to the writer by watchLoop
+
 	hlth   atomic.Pointer[Health] // the writer's, as last reported
 	gone   chan struct{}          // closed when the writer said it is closing, or failed a call
 	goneMu sync.Once
@@ -147,20 +149,27 @@ func txnSize(ops []txnOp) int {
 	return n
 }
 
-func newRemote(c *cluster.Client, epoch uint64, member string, o options) *remote {
+// newRemote makes the member's backend for the writer of epoch; ws is the
+// store's key watches (nil: new ones).
+func newRemote(c *cluster.Client, epoch uint64, member string, o options, ws *watchSet) *remote {
 	ctx, stop := context.WithCancel(context.Background())
 	r := &remote{c: c, epoch: epoch, member: member, opts: o, claims: map[string]*rclaim{},
-		gone: make(chan struct{}), ctx: ctx, stop: stop, batches: make(chan commitBatch, maxCommitsInFlight)}
+		gone: make(chan struct{}), ctx: ctx, stop: stop, batches: make(chan commitBatch, maxCommitsInFlight),
+		watches: ws}
+	if r.watches == nil {
+		r.watches = newWatchSet()
+	}
 	r.gets = batcher[string, getResult]{max: maxGetBatch, call: r.getCall}
 	r.renewer = batcher[renewItem, renewResult]{max: maxRenewBatch, call: r.renewCall}
 	r.hlth.Store(&Health{Healthy: true, Since: time.Now()})
 	return r
 }
 
-// start begins the events long-poll and the commit flushers.
+// start begins the events and watch long-polls and the commit flushers.
 func (r *remote) start() {
-	r.wg.Add(1 + maxCommitsInFlight)
+	r.wg.Add(2 + maxCommitsInFlight)
 	go r.eventsLoop()
+	go r.watchLoop()
 	for range maxCommitsInFlight {
 		go r.flushLoop()
 	}

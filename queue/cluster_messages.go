@@ -48,6 +48,7 @@ const (
 	rpcDeadJobs    = "DeadJobs"    // deadJobsReq -> deadJobsReply
 	rpcRequeueDead = "RequeueDead" // getJobReq -> jobReply
 	rpcHealth      = "Health"      // noArgs -> healthReply
+	rpcWatch       = "Watch"       // watchReq -> watchReply
 )
 
 // message is a request or a reply of a cluster call: the cluster codec

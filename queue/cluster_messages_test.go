@@ -177,6 +177,8 @@ func TestClusterWireColdRoundTrip(t *testing.T) {
 			{&jobReply{Job: randWireJob(r), Err: randErr(r)}, new(jobReply)},
 			{&deadJobsReq{Queue: codectest.String(r), After: codectest.String(r), Limit: int(int32(codectest.Int64(r)))}, new(deadJobsReq)},
 			{&deadJobsReply{Jobs: []*wireJob{randWireJob(r), nil}, Next: codectest.String(r), Err: randErr(r)}, new(deadJobsReply)},
+			{&watchReq{Keys: []string{codectest.String(r), ""}, Sums: codectest.Bytes(r), Wait: time.Duration(codectest.Int64(r))}, new(watchReq)},
+			{&watchReply{Changed: []string{codectest.String(r)}}, new(watchReply)},
 			{&noArgs{}, new(noArgs)},
 		} {
 			want, got := pair[0], pair[1]

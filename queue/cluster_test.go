@@ -1491,7 +1491,7 @@ func remoteOf(t *testing.T, commit cluster.Handler) (*remote, options) {
 		t.Fatal(err)
 	}
 	o := defaultOptions()
-	r := newRemote(c, cfg.Epoch, "a-member", o)
+	r := newRemote(c, cfg.Epoch, "a-member", o, nil)
 	r.start()
 	t.Cleanup(func() { _ = r.close(context.Background()) })
 	return r, o

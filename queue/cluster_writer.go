@@ -215,6 +215,13 @@ func (l *local) methods() map[string]cluster.Handler {
 			}
 			return reply, nil
 		},
+		rpcWatch: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
+			var req watchReq
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			return l.serveWatch(ctx, &req, l.members.closing)
+		},
 		rpcGet: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req getReq
 			if err := dec(&req); err != nil {

@@ -256,7 +256,8 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 }
 
 // committed does what follows a transaction's outcome (err == nil:
-// durable): it tells the watchers of the claims it settled, starts the
+// durable): it tells the watchers of the claims it settled, fires the
+// watches of the keys it wrote (watch.go), starts the
 // leases of the jobs it claimed and the dispatched jobs in the slots taken
 // for them, or gives the slots back. abandoned says the caller stopped
 // waiting (ErrOutcomeUnknown) and will not see the result: the jobs
@@ -273,6 +274,7 @@ func (l *local) committed(ctx context.Context, c *commitState, err error, abando
 		}
 		return
 	}
+	l.watches.fireOps(ops)
 	for _, ref := range unused {
 		l.eng.DiscardBlob(context.Background(), ref)
 	}

@@ -37,6 +37,19 @@
 // Reads (Get, Scan) see every committed transaction, and a read that would
 // observe a transaction not yet durable waits until it is.
 //
+// Key watches (the workflow runtime's Wait; not part of this API, see
+// internal/queuex WatchKey and watch.go) learn of a change of a key
+// without polling it. They are futexes: a caller reads a key, then
+// watches it with what it read; the watch fires at the first commit that
+// writes the key, once durable, or at once if the key no longer holds
+// what was read, so a change between the read and the watch is never
+// lost. The writer keeps one map entry per watched key, no goroutine per
+// watch; while nothing is watched a commit pays one atomic load for it. A
+// cluster member carries all its watches to the writer in one long-poll
+// (CLUSTER.md), and a change of writer fires them all: each caller reads
+// again from the next writer. A Queue opened WithReadOnly learns of no
+// commit as it happens and refuses watches (ErrReadOnly).
+//
 // # Jobs
 //
 // Enqueue (or Txn.Enqueue, with other changes) adds a job to a named

@@ -34,6 +34,7 @@ import (
 //	local.lmu (leases)
 //	memberSet.mu (members' pending events)
 //	remote.bmu, batcher.mu (commits, reads and renewals waiting for a call), remote.cmu (a member's claims)
+//	watchSet.mu (key watches, watch.go)
 //
 // Nothing calls into the engine, or blocks on I/O, while holding lmu,
 // smu or a memberSet's, remote's or slots' lock.
@@ -56,6 +57,8 @@ type local struct {
 
 	members memberSet // cluster members holding claims (cluster mode)
 
+	watches *watchSet // key watches (watch.go)
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -64,7 +67,9 @@ type local struct {
 // opened (to inject faults).
 var testHookBucket func(objstore.Bucket) objstore.Bucket
 
-func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
+// openLocal opens the store at rawURL. ws is its key watches (nil: new
+// ones; a clustered store's outlive each backend).
+func openLocal(ctx context.Context, rawURL string, o options, ws *watchSet) (*local, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
@@ -78,7 +83,11 @@ func openLocal(ctx context.Context, rawURL string, o options) (*local, error) {
 	}
 	counting := objstore.NewCounting(bucket)
 	l := &local{counting: counting, opts: o, now: o.now, ix: newJobIndex(o.now),
-		leases: map[string]*lease{}, members: memberSet{closing: make(chan struct{})}, stop: make(chan struct{})}
+		leases: map[string]*lease{}, members: memberSet{closing: make(chan struct{})}, stop: make(chan struct{}),
+		watches: ws}
+	if l.watches == nil {
+		l.watches = newWatchSet()
+	}
 	l.nextToken.Store(uint64(time.Now().UnixNano()))
 	heartbeat := o.heartbeat
 	if u.Scheme == "mem" {

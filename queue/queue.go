@@ -75,7 +75,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 		return nil, err
 	}
 	if o.readOnly {
-		be, err := openLocal(ctx, rawURL, o)
+		be, err := openLocal(ctx, rawURL, o, nil)
 		if err != nil {
 			return nil, mapErr(err)
 		}
@@ -91,7 +91,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 	if o.cluster != nil {
 		be, err = openClustered(ctx, rawURL, o)
 	} else {
-		be, err = openLocal(ctx, rawURL, o)
+		be, err = openLocal(ctx, rawURL, o, nil)
 	}
 	if err != nil {
 		return nil, mapErr(err)

@@ -221,6 +221,27 @@
 // or cancelled, or whose payload is no longer kept, is ErrRunNotRetryable;
 // of concurrent Retries of one run exactly one commits.
 //
+// # Wait
+//
+// Wait returns a run's final status (its result or error, as Status
+// reports them) once the run has ended: at once for an ended run,
+// ErrRunNotFound for an unknown one, ctx.Err() if ctx ends first. It
+// reads the run record and watches its key (a queue key watch, see
+// package queue): the commit that writes the record wakes it, the
+// terminal transaction included, and it reads again. No goroutine polls
+// per waiter; a waiter costs a few hundred bytes of heap besides its own
+// goroutine (docs/BENCHMARKS.md, BenchmarkWait10k). A waiter is also woken
+// by each settlement of its run (they write the record), and reads the
+// record again each time.
+//
+// Wait works on every Runtime of the store, client Runtimes included: on
+// the writer the commit wakes it; in a cluster member the waiters of the
+// process share one long-poll to the writer, and after a change of writer
+// they read the run again from the next writer and wait there, so a run
+// that ended during the switch is seen. On a Queue opened WithReadOnly
+// (which learns of no commit as it happens) Wait instead refreshes the
+// queue and reads the run every poll interval (WithPollInterval).
+//
 // # Scheduling
 //
 // Run executes up to WithMaxConcurrentSteps steps at once, claiming queued

@@ -30,3 +30,14 @@ func WithBeforeSettle(f func(ctx context.Context, job *queue.Job)) Option {
 func ReleaseJob(ctx context.Context, q *queue.Queue, j *queue.Job) error {
 	return qx.Release(q, ctx, j)
 }
+
+// SetWaitHook sets a function called before each read of Wait (armed
+// false) and once its watch is registered (armed true); nil: none. For
+// tests that count them.
+func SetWaitHook(f func(runID string, armed bool)) {
+	if f == nil {
+		testHookWait.Store(nil)
+		return
+	}
+	testHookWait.Store(&f)
+}

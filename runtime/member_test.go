@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -143,6 +144,7 @@ type memberWriter struct {
 	stderr *testenv.Buffer
 	exited chan struct{} // closed when the process has been reaped
 	err    error         // cmd.Wait's, once exited is closed
+	killed atomic.Bool   // killed by the test (killMemberWriter): its exit is expected
 }
 
 // startMemberWriter starts the writer process of url unless it runs, and
@@ -216,6 +218,9 @@ func startMemberWriter(t testing.TB, url string) {
 		memberWriters.Unlock()
 		select {
 		case <-w.exited:
+			if w.killed.Load() {
+				return
+			}
 			t.Errorf("member mode: the writer process of %s exited during the test: %v\n%s", url, w.err, w.stderr.String())
 			return
 		default:
@@ -229,6 +234,21 @@ func startMemberWriter(t testing.TB, url string) {
 			t.Logf("member mode: the writer process's stderr:\n%s", w.stderr.String())
 		}
 	})
+}
+
+// killMemberWriter SIGKILLs the writer process of url (startMemberWriter)
+// and waits for its exit.
+func killMemberWriter(t testing.TB, url string) {
+	t.Helper()
+	memberWriters.Lock()
+	w := memberWriters.m[url]
+	memberWriters.Unlock()
+	if w == nil {
+		t.Fatalf("no writer process serves %s", url)
+	}
+	w.killed.Store(true)
+	_ = w.cmd.Process.Signal(syscall.SIGKILL)
+	<-w.exited
 }
 
 // memberWriterChild is the writer process of member mode: it opens url as

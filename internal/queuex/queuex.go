@@ -84,6 +84,17 @@ type API[Q, T, J, EO, ER, WO any] struct {
 	// job claimed but never started. It fails with a *queue.ClaimLostError
 	// if the claim was lost.
 	Release func(q Q, ctx context.Context, j J) error
+	// WatchKey watches a key of q's key-value space whose value the
+	// caller read as v (found: the key exists), as a futex: ch gets a
+	// value at the first commit that writes the key after the call, or at
+	// once if its value is no longer v; it may also get one without a
+	// change (a change of writer): read again and watch again. cancel
+	// withdraws the watch (call it in any case). It works on a writer and
+	// in a cluster member (one long-poll to the writer carries all of a
+	// member's watches); a Queue opened WithReadOnly returns
+	// queue.ErrReadOnly. A commit costs one atomic load while nothing is
+	// watched.
+	WatchKey func(q Q, ctx context.Context, key, v []byte, found bool) (ch <-chan struct{}, cancel func(), err error)
 }
 
 // States is a set of job states (queue.State): bit 1<<s for state s.
