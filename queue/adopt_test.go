@@ -215,7 +215,7 @@ func TestAdoptedGraceStartsWhenServing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l, err := openLocal(ctx, url, o)
+	l, err := openLocal(ctx, url, o, newWatchSet())
 	if err != nil {
 		t.Fatal(err)
 	}
