@@ -87,15 +87,11 @@ the end of a step) can make it wrong. The signal itself is sent either way.
 			if len(data) > runtime.DefaultMaxSignalPayload {
 				return failed("payload of %d bytes is over the limit of %d", len(data), runtime.DefaultMaxSignalPayload)
 			}
-			q, err := c.openWrite(ctx, w)
+			q, rt, err := c.openClient(ctx, w)
 			if err != nil {
 				return err
 			}
 			defer closeQueue(q, &err)
-			rt, err := inspector(q)
-			if err != nil {
-				return err
-			}
 			before, err := runStatus(ctx, rt, id)
 			if err != nil {
 				return err
@@ -184,15 +180,11 @@ resume by another process in between can make it wrong. The run is paused
 		if err := runtime.ValidateRunID(id); err != nil {
 			return usageError("%v", err)
 		}
-		q, err := c.openWrite(ctx, w)
+		q, rt, err := c.openClient(ctx, w)
 		if err != nil {
 			return err
 		}
 		defer closeQueue(q, &err)
-		rt, err := inspector(q)
-		if err != nil {
-			return err
-		}
 		before, err := runStatus(ctx, rt, id)
 		if err != nil {
 			return err

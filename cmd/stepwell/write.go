@@ -47,18 +47,11 @@ is no such run.
 			if err := runtime.ValidateRunID(id); err != nil {
 				return usageError("%v", err)
 			}
-			q, err := c.openWrite(ctx, w)
+			q, rt, err := c.openClient(ctx, w)
 			if err != nil {
 				return err
 			}
 			defer closeQueue(q, &err)
-
-			// A client Runtime: the run's notification goes where the
-			// service recorded it (runtime.Runtime.Cancel).
-			rt, err := inspector(q)
-			if err != nil {
-				return err
-			}
 			if err := checkCancellable(ctx, q, id); err != nil {
 				return err
 			}
@@ -330,4 +323,18 @@ join, 4 when there is no such run.
 			return nil
 		},
 	}
+}
+
+// openClient opens the store for a write command (openWrite) with a client
+// Runtime over it, whose runs' notifications go where the service
+// recorded them (runtime.Runtime.Cancel). The caller closes q.
+func (c *cli) openClient(ctx context.Context, w writeFlags) (q *queue.Queue, rt *runtime.Runtime, err error) {
+	if q, err = c.openWrite(ctx, w); err != nil {
+		return nil, nil, err
+	}
+	if rt, err = inspector(q); err != nil {
+		closeQueue(q, &err)
+		return nil, nil, err
+	}
+	return q, rt, nil
 }
