@@ -114,6 +114,19 @@ var checks = map[string]func(t *testing.T, bin string){
 			"status of web-summariser: cancelled",
 			"Why steps rather than one long function?")
 	},
+	"step_queues": func(t *testing.T, bin string) {
+		out := mustRun(t, bin, t.TempDir())
+		wantContains(t, out,
+			`step 0 ran on workflow-steps: "cat.png"`,
+			`status of render-1: pending, step 1 on queue "gpu"`,
+			`step 1 ran on gpu: "cat.png"`,
+			`step 2 ran on workflow-steps: "cat.png upscaled 4x"`,
+			`run render-1 succeeded after step 2 (on workflow-steps): "cat.png upscaled 4x, thumbnail saved"`)
+		// Step 1 waits on "gpu" until its Runtime starts.
+		if i, j := strings.Index(out, "starting the gpu Runtime"), strings.Index(out, "step 1 ran on"); i < 0 || j < i {
+			t.Errorf("step 1 ran before the gpu Runtime started\n%s", out)
+		}
+	},
 	"approval": func(t *testing.T, bin string) {
 		out := mustRun(t, bin, t.TempDir())
 		wantContains(t, out,
