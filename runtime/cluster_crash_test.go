@@ -433,8 +433,9 @@ type roleReport struct {
 type crashCluster struct {
 	t       *testing.T
 	url     string
-	dir     string // the events log's
-	prefix  string // of helper names
+	dir     string   // the events log's
+	prefix  string   // of helper names
+	env     []string // more environment for the helpers (which helper they run)
 	helpers []*crashHelper
 	started int
 	detail  string // what a waitFor's cond last saw, for its failure
@@ -471,6 +472,7 @@ func (c *crashCluster) start() *crashHelper {
 	h.cmd = exec.Command(os.Args[0], "-test.run=^TestClusterCrashFailover$")
 	h.cmd.Env = append(os.Environ(), clusterHelperEnv+"="+c.url, clusterDirEnv+"="+c.dir,
 		clusterNameEnv+"="+h.name, clusterPrefixEnv+"="+c.prefix, fmt.Sprint(clusterPeersEnv, "=", peers))
+	h.cmd.Env = append(h.cmd.Env, c.env...)
 	h.cmd.Stdout, h.cmd.Stderr = h.stdout, h.stderr
 	if dir := os.Getenv(clusterDebugEnv); dir != "" {
 		f, err := os.Create(filepath.Join(dir, h.name+".log"))

@@ -68,6 +68,8 @@ func TestMain(m *testing.M) {
 		os.Exit(controlChild(os.Getenv(controlChildEnv)))
 	case os.Getenv(startAtChildEnv) != "":
 		os.Exit(startAtChild(os.Getenv(startAtChildEnv)))
+	case os.Getenv(spawnClusterEnv) != "":
+		os.Exit(spawnClusterHelper(os.Getenv(clusterHelperEnv)))
 	case os.Getenv(clusterHelperEnv) != "":
 		os.Exit(clusterHelper(os.Getenv(clusterHelperEnv)))
 	case os.Getenv(memberWriterEnv) != "":
