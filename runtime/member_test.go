@@ -177,21 +177,10 @@ func startMemberWriter(t testing.TB, url string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("member mode: starting the writer process: %v", err)
 	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		ok := false
-		for sc.Scan() {
-			if sc.Text() == memberWriterReady {
-				ok = true
-				break
-			}
-		}
-		ready <- ok
-		_, _ = io.Copy(io.Discard, stdout)
+	ready := awaitLine(stdout, memberWriterReady, func() {
 		w.err = cmd.Wait()
 		close(w.exited)
-	}()
+	})
 	kill := func() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-w.exited
@@ -399,4 +388,25 @@ func TestClaimedStepComesWithItsRecord(t *testing.T) {
 	if calls > 4*runs+runs/4 {
 		t.Fatalf("%d calls to the writer for %d one-step runs, want 4 each", calls, runs)
 	}
+}
+
+// awaitLine reads r, a helper process's stdout, until the line want, and
+// reports on the returned channel whether it came (false: r ended first);
+// then it drains r and calls exited, which waits for the process.
+func awaitLine(r io.Reader, want string, exited func()) <-chan bool {
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(r)
+		ok := false
+		for sc.Scan() {
+			if sc.Text() == want {
+				ok = true
+				break
+			}
+		}
+		ready <- ok
+		_, _ = io.Copy(io.Discard, r)
+		exited()
+	}()
+	return ready
 }

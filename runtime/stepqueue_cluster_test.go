@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -97,20 +96,7 @@ func TestOnQueueOtherProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		ok := false
-		for sc.Scan() {
-			if sc.Text() == queueHelperReady {
-				ok = true
-				break
-			}
-		}
-		ready <- ok
-		_, _ = io.Copy(io.Discard, stdout)
-		exited <- cmd.Wait()
-	}()
+	ready := awaitLine(stdout, queueHelperReady, func() { exited <- cmd.Wait() })
 	t.Cleanup(func() {
 		_ = stdin.Close()
 		select {
