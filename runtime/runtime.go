@@ -158,6 +158,13 @@ type RunSpec struct {
 	// (WithNotifyQueueName), is ErrInvalidQueueName. A re-submit does
 	// not compare it (the run's queue changes as its steps go on).
 	Queue string
+	// Concurrency bounds the runs of its Key active at once in the store
+	// (see Concurrency, and "Per-key concurrency" in the package doc): a
+	// run takes a slot when its step 0 would start and holds it until it
+	// ends; without a free slot it waits, pending, in submit order. The
+	// zero value: no bound. A Key with a Limit under 1, or a Limit without
+	// a Key, is ErrInvalidRunSpec.
+	Concurrency Concurrency
 }
 
 // SubmitOutcome says what Submit did.
@@ -217,6 +224,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	if err := validateSpecPolicy(&spec); err != nil {
 		return SubmitOutcome{}, err
 	}
+	if err := validateConcurrency(spec.Concurrency); err != nil {
+		return SubmitOutcome{}, err
+	}
 	stepQueue := rt.opts.queueName
 	if spec.Queue != "" {
 		if err := rt.validateStepQueue(spec.Queue); err != nil {
@@ -242,11 +252,21 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		opts := rt.stepOptions(rec, 0, jobID, traceParent)
 		opts.RunAt = spec.StartAt          // zero or past: at once
 		opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
+		txn, slot := new(queue.Txn), true
+		if c := spec.Concurrency; c.Key != "" { // a slot, or a place in its line
+			rec.ConcKey, rec.ConcLimit = c.Key, uint32(c.Limit)
+			ent := &runrec.ConcEntry{Payload: spec.Input, DueAt: rec.StartAt, TraceParent: traceParent}
+			var err error
+			if slot, err = rt.concTake(ctx, txn, rec, rec.ConcLimit, ent); err != nil {
+				return SubmitOutcome{}, err
+			}
+		}
 		b := runrec.EncodeRun(rec)
-		txn := new(queue.Txn).
-			CompareAndPut(kvrecord.RunKey(id), nil, b).
-			Put(runrec.SubmittedKey(now, id), []byte{}).
-			Enqueue(stepQueue, spec.Input, opts)
+		txn.CompareAndPut(kvrecord.RunKey(id), nil, b).
+			Put(runrec.SubmittedKey(now, id), []byte{})
+		if slot {
+			txn.Enqueue(stepQueue, spec.Input, opts)
+		}
 		// Dispatched, step 0 starts with the record (see stepRun).
 		_, err := rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
 		if err == nil {
@@ -287,6 +307,7 @@ func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 		diff = append(diff, fmt.Sprintf("MaxAttemptsPerStep (%d, not %d)", rec.MaxAttempts, spec.MaxAttemptsPerStep))
 	}
 	diff = policyDiff(diff, rec, spec)
+	diff = concDiff(diff, rec, spec)
 	return strings.Join(diff, ", ")
 }
 
@@ -460,6 +481,13 @@ func (rt *Runtime) cancelIdle(ctx context.Context, rec *kvrecord.Run, old []byte
 		}
 		e.payload = p.Payload
 	}
+	if rec.ConcLine != 0 { // waiting for a concurrency slot: its step's payload
+		p, err := rt.concLinePayload(ctx, rec)
+		if err != nil {
+			return nil, err
+		}
+		e.payload = p
+	}
 	txn := new(queue.Txn)
 	rt.terminate(txn, rec, old, e)
 	return txn, nil
@@ -521,6 +549,9 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		next.Pending = 0
 		deleteShards(txn, rec)
 		rt.cascadeNotice(txn, rec, e.queue)
+	}
+	if rec.ConcKey != "" { // its concurrency slot (or place in line) is released
+		rt.concRelease(txn, rec, &next)
 	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,

@@ -80,8 +80,9 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 41
-	runFieldsV5    = 33 // a run without parent nor children (see EncodeRun)
+	runFields      = 44
+	runFieldsV6    = 41 // a run without a concurrency key (see EncodeRun)
+	runFieldsV5    = 33 // a run without a key, a parent or children (see EncodeRun)
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -128,20 +129,25 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 }
 
 // EncodeRun encodes a run record: the bytes of format.Marshal, written
-// without reflection. It sets r.Version. A run without a parent and
-// without children (the shape 6 fields all zero) is written in shape 5,
-// those fields left out, so that runs which use no child runs write the
-// records they wrote before them, byte for byte; kvrecord reads either.
+// without reflection. It sets r.Version. A run without a concurrency key
+// (the shape 7 fields all zero) is written in shape 6, and one without a
+// key, a parent and children (the shape 6 fields zero too) in shape 5,
+// the zero fields left out, so that runs which use neither write the
+// records they wrote before them, byte for byte; kvrecord reads each.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 30
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 30 + len(r.ConcKey) + 15
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
 func appendRun(b []byte, r *kvrecord.Run) []byte {
-	if noChildFields(r) {
+	noConc := noConcFields(r)
+	switch {
+	case noConc && noChildFields(r):
 		b = format.AppendArrayLen(b, runFieldsV5)
-	} else {
+	case noConc:
+		b = format.AppendArrayLen(b, runFieldsV6)
+	default:
 		b = format.AppendArrayLen(b, runFields)
 	}
 	b = format.AppendUint8(b, r.Version)
@@ -178,7 +184,7 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
 	b = format.AppendString(b, r.Queue)
-	if noChildFields(r) {
+	if noConc && noChildFields(r) {
 		return b
 	}
 	b = format.AppendString(b, r.Parent)
@@ -188,7 +194,19 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendBool(b, r.JoinReported)
 	b = format.AppendUint32(b, r.Spawned)
 	b = format.AppendUint32(b, r.SpawnStep)
-	return format.AppendUint32(b, r.Pending)
+	b = format.AppendUint32(b, r.Pending)
+	if noConc {
+		return b
+	}
+	b = format.AppendString(b, r.ConcKey)
+	b = format.AppendUint32(b, r.ConcLimit)
+	return format.AppendUint64(b, r.ConcLine)
+}
+
+// noConcFields reports whether r's shape 7 fields (per-key concurrency)
+// are all zero.
+func noConcFields(r *kvrecord.Run) bool {
+	return r.ConcKey == "" && r.ConcLimit == 0 && r.ConcLine == 0
 }
 
 // noChildFields reports whether r's shape 6 fields are all zero.
