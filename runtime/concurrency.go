@@ -126,7 +126,12 @@ func (rt *Runtime) concTake(ctx context.Context, txn *queue.Txn, rec *kvrecord.R
 	case st.Limit == 0:
 		st.Limit = max(rec.ConcLimit, 1)
 	}
-	if err := rt.concAdmit(ctx, txn, key, st, 0); err != nil {
+	if old == nil {
+		// A new state's line numbers start from the clock, not from 0, so
+		// that an entry's key names one run, whatever state came before.
+		st.NextSeq = uint64(max(rt.opts.now().UnixNano(), 0))
+	}
+	if err := rt.concAdmit(ctx, txn, key, old, st, 0); err != nil {
 		return false, err
 	}
 	held := st.Active < st.Limit // then nobody waits: admitted above
@@ -170,7 +175,7 @@ func (rt *Runtime) concRelease(txn *queue.Txn, rec, next *kvrecord.Run) {
 	} else {
 		st.Active = max(st.Active, 1) - 1
 	}
-	if err := rt.concAdmit(ctx, txn, key, st, rec.ConcLine); err != nil {
+	if err := rt.concAdmit(ctx, txn, key, old, st, rec.ConcLine); err != nil {
 		failTxn(txn, rec.RunID)
 		return
 	}
@@ -178,12 +183,17 @@ func (rt *Runtime) concRelease(txn *queue.Txn, rec, next *kvrecord.Run) {
 }
 
 // concAdmit adds to txn the start of the oldest waiting runs of key
-// while st has a free slot: each one's line entry is deleted, its
-// record compare-and-put holding a slot, and its step started (parked
-// if it is paused). skip is a line entry that txn deletes anyway (0:
-// none). A line shorter than st says (which no committed state has) is
-// taken as it is.
-func (rt *Runtime) concAdmit(ctx context.Context, txn *queue.Txn, key string, st *runrec.ConcState, skip uint64) error {
+// while st (read as old) has a free slot: each one's line entry is
+// deleted, its record compare-and-put holding a slot, and its step
+// started (parked if it is paused). skip is a line entry that txn deletes
+// anyway (0: none). A line shorter than st says (which no committed state
+// has) is taken as it is.
+//
+// The state, the line and the records are read one after the other, not
+// as of one instant: a run admitted meanwhile by another transaction is
+// found out of line, and then the state has moved on too, so txn is made
+// to fail (its caller reads again and retries).
+func (rt *Runtime) concAdmit(ctx context.Context, txn *queue.Txn, key string, old []byte, st *runrec.ConcState, skip uint64) error {
 	prefix := runrec.ConcLineOf(key)
 	var after []byte
 	for st.Active < st.Limit && st.Waiting > 0 {
@@ -200,7 +210,12 @@ func (rt *Runtime) concAdmit(ctx context.Context, txn *queue.Txn, key string, st
 			if seq == skip && skip != 0 {
 				continue
 			}
-			if err := rt.admitOne(ctx, txn, key, seq, kv, st); err != nil {
+			err := rt.admitOne(ctx, txn, key, old, seq, kv, st)
+			if errors.Is(err, errConcMoved) {
+				failTxn(txn, runrec.ConcPrefix+key) // read again
+				return nil
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -215,17 +230,28 @@ func (rt *Runtime) concAdmit(ctx context.Context, txn *queue.Txn, key string, st
 
 // admitOne adds to txn the start of the run waiting in key's line at
 // entry kv (sequence seq), counted in st.
-func (rt *Runtime) admitOne(ctx context.Context, txn *queue.Txn, key string, seq uint64, kv queue.KV, st *runrec.ConcState) error {
-	txn.CompareAndDelete(kv.Key, kv.Value)
-	st.Waiting--
+func (rt *Runtime) admitOne(ctx context.Context, txn *queue.Txn, key string, stOld []byte, seq uint64, kv queue.KV, st *runrec.ConcState) error {
 	ent, err := runrec.DecodeConcEntry(kv.Value)
 	if err != nil {
+		txn.CompareAndDelete(kv.Key, kv.Value)
+		st.Waiting--
 		rt.opts.logger.Error("stepwell: dropping an undecodable concurrency line entry", "key", string(kv.Key), "err", err)
 		return nil
 	}
 	rec, old, err := rt.loadRun(ctx, ent.RunID)
 	if errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.ConcKey != key || rec.ConcLine != seq) {
-		// Cannot be (the entry and the record change together): drop it.
+		// The entry and the record change together, with the state: if
+		// the state moved since it was read, so did they.
+		cur, err := rt.q.Get(ctx, runrec.ConcStateKey(key))
+		if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
+			return err
+		}
+		if !bytes.Equal(cur, stOld) {
+			return errConcMoved
+		}
+		// Cannot be: drop the entry.
+		txn.CompareAndDelete(kv.Key, kv.Value)
+		st.Waiting--
 		rt.opts.logger.Error("stepwell: dropping a concurrency line entry whose run does not wait there",
 			"key", string(kv.Key), "run_id", ent.RunID)
 		return nil
@@ -233,6 +259,8 @@ func (rt *Runtime) admitOne(ctx context.Context, txn *queue.Txn, key string, seq
 	if err != nil {
 		return err
 	}
+	txn.CompareAndDelete(kv.Key, kv.Value)
+	st.Waiting--
 	now := rt.opts.now().UnixNano()
 	next := *rec
 	next.ConcLine, next.CurrentStep, next.UpdatedAt = 0, ent.Step, now
@@ -258,6 +286,10 @@ func (rt *Runtime) admitOne(ctx context.Context, txn *queue.Txn, key string, seq
 	st.Active++
 	return nil
 }
+
+// errConcMoved: a key's state changed while a transaction was built on
+// it (see concAdmit).
+var errConcMoved = errors.New("runtime: concurrency state moved")
 
 // concWaitingFor is what Status says a run waiting in its key's line
 // waits for.

@@ -24,7 +24,7 @@ import (
 // The per-key concurrency crash test in cluster mode: concClusterHelpers
 // helper processes (this test binary, re-executed by the cluster crash
 // harness, crashCluster) run a Runtime each on one store, one of them the
-// writer. The first submits concCrashA runs of key A (Limit
+// writer. Each submits (Submit is idempotent) concCrashA runs of key A (Limit
 // concCrashLimit) and then concCrashB runs of key B (Limit concCrashB),
 // three steps each, whose steps take a few to a hundred milliseconds and
 // log their start and end (the harness's events log, with wall-clock
@@ -119,7 +119,9 @@ func concClusterHelper(url string) int {
 	runErr := make(chan error, 1)
 	go func() { runErr <- rt.Run(runCtx) }()
 	say("ready")
-	if name == os.Getenv(clusterPrefixEnv)+"h00" {
+	{ // Every helper submits every run, in order: the first Submit of a
+		// run commits it, and its step 0 starts in that helper (where a
+		// slot is free), so the writer runs steps too.
 		specs := make([]runtime.RunSpec, 0, concCrashA+concCrashB)
 		for i := range concCrashA {
 			specs = append(specs, keyed("A", concCrashLimit, i))
