@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/runrec"
@@ -73,15 +75,36 @@ func concDiff(diff []string, rec *kvrecord.Run, spec *RunSpec) []string {
 }
 
 // The slots of a key. A run with a key takes a slot when its step 0
-// would be enqueued (Submit) and holds it until it ends (terminate), or,
-// if none is free, waits in the key's line (runrec.ConcLineKey) with its
-// step 0, and its record's ConcLine names its entry. Each of these writes
-// compare-and-puts the key's state (runrec.ConcState) in the run's
-// transaction, so the queue's one writer orders them all: the count is
-// exact across processes, and nothing has to be rebuilt after a crash.
-// A write that loses a race on the state fails its transaction's
-// conditions, and its caller reads again and builds it again, as for a
-// run record that moved.
+// would be enqueued (Submit, Retry) and holds it until it ends
+// (terminate), or, if none is free, waits in the key's line
+// (runrec.ConcLineKey) with its step, its record's ConcLine naming its
+// entry. Every change is made in the transaction of the run it is about,
+// under compare-and-put conditions on the key's records, so the queue's
+// one writer orders them all: the count is exact across processes, and
+// nothing has to be rebuilt after a crash. A transaction that loses a race
+// on them fails its conditions, and its caller reads again and builds it
+// again, as for a run record that moved.
+//
+// INVARIANT (every committed state): a key whose line is not empty has
+// no free slot (Active >= Limit).
+//
+//   - A take (a free slot: Active < Limit) writes the state, Active+1.
+//   - A join (no free slot) writes the tail, NextSeq+1, and the entry,
+//     under the condition that the state is unchanged (still full).
+//   - An end that finds Active > Limit (the limit was lowered) writes the
+//     state, Active-1, and admits nobody.
+//   - An end that finds the line not empty passes its slot: it deletes
+//     the oldest entry and starts that run (its record, its step), under
+//     the condition that the state is unchanged; Active stays.
+//   - An end that finds the line empty writes the state, Active-1 (both
+//     records deleted at 0), under the condition that the tail is
+//     unchanged: a join that committed first makes it read again.
+//   - A submit that raises the limit admits the oldest waiting runs
+//     first, Active+1 each.
+//
+// Joins and passes, the two steps of a hot key whose line is long, write
+// different keys (the tail, the state's condition left unchanged), so
+// they do not make each other read again.
 
 // loadConc reads a key's state: its bytes (nil if absent) and the state
 // (zero if absent).
@@ -97,15 +120,19 @@ func (rt *Runtime) loadConc(ctx context.Context, key string) ([]byte, *runrec.Co
 	return b, st, err
 }
 
-// putConc adds to txn the write of a key's state st, read as old (nil:
-// absent): deleted when no run holds a slot and none waits.
-func putConc(txn *queue.Txn, key string, old []byte, st *runrec.ConcState) {
-	k := runrec.ConcStateKey(key)
-	if st.Active == 0 && st.Waiting == 0 && old != nil {
-		txn.CompareAndDelete(k, old)
-		return
+// loadTail reads a key's line tail: its bytes (nil if absent) and the
+// tail. An absent tail's numbers start from the clock, not from 0, so
+// that an entry's key never names two runs, whatever tail came before.
+func (rt *Runtime) loadTail(ctx context.Context, key string) ([]byte, *runrec.ConcTail, error) {
+	b, err := rt.q.Get(ctx, runrec.ConcTailKey(key))
+	if errors.Is(err, queue.ErrKeyNotFound) {
+		return nil, &runrec.ConcTail{NextSeq: uint64(max(rt.opts.now().UnixNano(), 0))}, nil
 	}
-	txn.CompareAndPut(k, old, runrec.EncodeConcState(st))
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := runrec.DecodeConcTail(b)
+	return b, t, err
 }
 
 // concTake adds to txn what a run with a key does when its step would
@@ -120,36 +147,55 @@ func (rt *Runtime) concTake(ctx context.Context, txn *queue.Txn, rec *kvrecord.R
 	if err != nil {
 		return false, err
 	}
+	prev := st.Limit
 	switch {
 	case limit != 0:
 		st.Limit = limit
 	case st.Limit == 0:
 		st.Limit = max(rec.ConcLimit, 1)
 	}
-	if old == nil {
-		// A new state's line numbers start from the clock, not from 0, so
-		// that an entry's key names one run, whatever state came before.
-		st.NextSeq = uint64(max(rt.opts.now().UnixNano(), 0))
+	if old != nil && st.Limit > prev && st.Active < st.Limit {
+		// A raise: the runs waiting in line come first.
+		err := rt.concAdmit(ctx, txn, key, old, st)
+		if errors.Is(err, errConcMoved) {
+			failTxn(txn, rec.RunID) // read again
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
 	}
-	if err := rt.concAdmit(ctx, txn, key, old, st, 0); err != nil {
-		return false, err
-	}
-	held := st.Active < st.Limit // then nobody waits: admitted above
-	if held {
+	k := runrec.ConcStateKey(key)
+	if st.Active < st.Limit { // the line is empty (the invariant)
 		st.Active++
 		rec.ConcLine = 0
-	} else {
-		st.NextSeq++
-		st.Waiting++
-		rec.ConcLine, rec.CurrentJob = st.NextSeq, ""
-		ent.RunID = rec.RunID
-		if ent.Payload == nil {
-			ent.Payload = []byte{}
+		if old == nil {
+			// A new state gets its tail, whose condition guards the ends.
+			tb, tail, err := rt.loadTail(ctx, key)
+			if err != nil {
+				return false, err
+			}
+			if tb == nil {
+				txn.CompareAndPut(runrec.ConcTailKey(key), nil, runrec.EncodeConcTail(tail))
+			}
 		}
-		txn.Put(runrec.ConcLineKey(key, st.NextSeq), runrec.EncodeConcEntry(ent))
+		txn.CompareAndPut(k, old, runrec.EncodeConcState(st))
+		return true, nil
 	}
-	putConc(txn, key, old, st)
-	return held, nil
+	tb, tail, err := rt.loadTail(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	tail.NextSeq++
+	rec.ConcLine, rec.CurrentJob = tail.NextSeq, ""
+	ent.RunID = rec.RunID
+	if ent.Payload == nil {
+		ent.Payload = []byte{}
+	}
+	txn.Put(runrec.ConcLineKey(key, tail.NextSeq), runrec.EncodeConcEntry(ent)).
+		CompareAndPut(runrec.ConcTailKey(key), tb, runrec.EncodeConcTail(tail)).
+		CompareAndPut(k, old, runrec.EncodeConcState(st)) // unchanged but for a new Limit
+	return false, nil
 }
 
 // concRelease adds to txn, which ends rec (next: its final record, not
@@ -161,66 +207,93 @@ func (rt *Runtime) concRelease(txn *queue.Txn, rec, next *kvrecord.Run) {
 	ctx := context.Background()
 	key := rec.ConcKey
 	next.ConcLine = 0
-	old, st, err := rt.loadConc(ctx, key)
-	if err != nil {
-		failTxn(txn, rec.RunID)
-		return
-	}
-	if old == nil {
-		return // not counted (cannot be: a run with a key is)
-	}
 	if rec.ConcLine != 0 {
+		// Its record's compare-and-put guards the entry: an end that
+		// admits this run writes the record too.
 		txn.Delete(runrec.ConcLineKey(key, rec.ConcLine))
-		st.Waiting = max(st.Waiting, 1) - 1
-	} else {
-		st.Active = max(st.Active, 1) - 1
-	}
-	if err := rt.concAdmit(ctx, txn, key, old, st, rec.ConcLine); err != nil {
-		failTxn(txn, rec.RunID)
 		return
 	}
-	putConc(txn, key, old, st)
+	if err := rt.concGiveUp(ctx, txn, key); err != nil {
+		failTxn(txn, rec.RunID)
+	}
+}
+
+// concGiveUp adds to txn the release of one slot of key.
+func (rt *Runtime) concGiveUp(ctx context.Context, txn *queue.Txn, key string) error {
+	old, st, err := rt.loadConc(ctx, key)
+	if err != nil || old == nil {
+		return err // absent: not counted (cannot be: a run with a key is)
+	}
+	k := runrec.ConcStateKey(key)
+	if st.Active > st.Limit { // the limit was lowered: nobody is admitted
+		st.Active--
+		txn.CompareAndPut(k, old, runrec.EncodeConcState(st))
+		return nil
+	}
+	passed, err := rt.concPass(ctx, txn, key)
+	if err != nil {
+		return err
+	}
+	if passed {
+		txn.CompareAndPut(k, old, old) // the limit still allows it
+		return nil
+	}
+	tb, tail, err := rt.loadTail(ctx, key)
+	if err != nil {
+		return err
+	}
+	tk := runrec.ConcTailKey(key)
+	st.Active = max(st.Active, 1) - 1
+	switch {
+	case st.Active == 0 && tb != nil:
+		txn.CompareAndDelete(k, old).CompareAndDelete(tk, tb)
+	case tb != nil:
+		txn.CompareAndPut(k, old, runrec.EncodeConcState(st)).CompareAndPut(tk, tb, tb)
+	default: // no tail (cannot be: a state has one): one, as the guard
+		txn.CompareAndPut(k, old, runrec.EncodeConcState(st)).CompareAndPut(tk, nil, runrec.EncodeConcTail(tail))
+	}
+	return nil
+}
+
+// concPass adds to txn the start of the oldest run waiting in key's
+// line, if there is one (true).
+func (rt *Runtime) concPass(ctx context.Context, txn *queue.Txn, key string) (bool, error) {
+	prefix := runrec.ConcLineOf(key)
+	var after []byte
+	for {
+		page, err := rt.q.Scan(ctx, prefix, queue.ScanOptions{After: after, Limit: 1})
+		if err != nil || len(page.Items) == 0 {
+			return false, err
+		}
+		ok, err := rt.admitOne(ctx, txn, key, page.Items[0])
+		if ok || err != nil {
+			return ok, err
+		}
+		after = page.Items[0].Key // dropped: the next one
+	}
 }
 
 // concAdmit adds to txn the start of the oldest waiting runs of key
-// while st (read as old) has a free slot: each one's line entry is
-// deleted, its record compare-and-put holding a slot, and its step
-// started (parked if it is paused). skip is a line entry that txn deletes
-// anyway (0: none). A line shorter than st says (which no committed state
-// has) is taken as it is.
-//
-// The state, the line and the records are read one after the other, not
-// as of one instant: a run admitted meanwhile by another transaction is
-// found out of line, and then the state has moved on too, so txn is made
-// to fail (its caller reads again and retries).
-func (rt *Runtime) concAdmit(ctx context.Context, txn *queue.Txn, key string, old []byte, st *runrec.ConcState, skip uint64) error {
+// while st (read as old) has a free slot, counting them in st.
+func (rt *Runtime) concAdmit(ctx context.Context, txn *queue.Txn, key string, old []byte, st *runrec.ConcState) error {
 	prefix := runrec.ConcLineOf(key)
 	var after []byte
-	for st.Active < st.Limit && st.Waiting > 0 {
-		n := int(min(st.Limit-st.Active, 100)) + 1
+	for st.Active < st.Limit {
+		n := int(min(st.Limit-st.Active, 100))
 		page, err := rt.q.Scan(ctx, prefix, queue.ScanOptions{After: after, Limit: n})
 		if err != nil {
 			return err
 		}
 		for _, kv := range page.Items {
-			if st.Active >= st.Limit || st.Waiting == 0 {
-				return nil
-			}
-			seq, _ := strconv.ParseUint(string(bytes.TrimPrefix(kv.Key, prefix)), 10, 64)
-			if seq == skip && skip != 0 {
-				continue
-			}
-			err := rt.admitOne(ctx, txn, key, old, seq, kv, st)
-			if errors.Is(err, errConcMoved) {
-				failTxn(txn, runrec.ConcPrefix+key) // read again
-				return nil
-			}
+			ok, err := rt.admitOne(ctx, txn, key, kv)
 			if err != nil {
 				return err
 			}
+			if ok {
+				st.Active++
+			}
 		}
 		if page.Next == nil {
-			st.Waiting = 0 // the line is empty
 			return nil
 		}
 		after = page.Next
@@ -229,38 +302,35 @@ func (rt *Runtime) concAdmit(ctx context.Context, txn *queue.Txn, key string, ol
 }
 
 // admitOne adds to txn the start of the run waiting in key's line at
-// entry kv (sequence seq), counted in st.
-func (rt *Runtime) admitOne(ctx context.Context, txn *queue.Txn, key string, stOld []byte, seq uint64, kv queue.KV, st *runrec.ConcState) error {
+// entry kv: false if the entry is dropped instead (it names no run that
+// waits there, which no committed state has). The entry, the tail and
+// the record are read one after the other, not as of one instant: an
+// entry whose run is found out of line is read again, and if it changed,
+// txn is made to fail (its caller reads again and retries).
+func (rt *Runtime) admitOne(ctx context.Context, txn *queue.Txn, key string, kv queue.KV) (bool, error) {
+	seq, _ := strconv.ParseUint(string(bytes.TrimPrefix(kv.Key, runrec.ConcLineOf(key))), 10, 64)
+	txn.CompareAndDelete(kv.Key, kv.Value)
 	ent, err := runrec.DecodeConcEntry(kv.Value)
 	if err != nil {
-		txn.CompareAndDelete(kv.Key, kv.Value)
-		st.Waiting--
 		rt.opts.logger.Error("stepwell: dropping an undecodable concurrency line entry", "key", string(kv.Key), "err", err)
-		return nil
+		return false, nil
 	}
 	rec, old, err := rt.loadRun(ctx, ent.RunID)
 	if errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.ConcKey != key || rec.ConcLine != seq) {
-		// The entry and the record change together, with the state: if
-		// the state moved since it was read, so did they.
-		cur, err := rt.q.Get(ctx, runrec.ConcStateKey(key))
+		cur, err := rt.q.Get(ctx, kv.Key)
 		if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
-			return err
+			return false, err
 		}
-		if !bytes.Equal(cur, stOld) {
-			return errConcMoved
+		if !bytes.Equal(cur, kv.Value) {
+			return false, errConcMoved // left the line meanwhile
 		}
-		// Cannot be: drop the entry.
-		txn.CompareAndDelete(kv.Key, kv.Value)
-		st.Waiting--
 		rt.opts.logger.Error("stepwell: dropping a concurrency line entry whose run does not wait there",
 			"key", string(kv.Key), "run_id", ent.RunID)
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
-	txn.CompareAndDelete(kv.Key, kv.Value)
-	st.Waiting--
 	now := rt.opts.now().UnixNano()
 	next := *rec
 	next.ConcLine, next.CurrentStep, next.UpdatedAt = 0, ent.Step, now
@@ -283,13 +353,12 @@ func (rt *Runtime) admitOne(ctx context.Context, txn *queue.Txn, key string, stO
 		txn.Enqueue(rt.stepQueue(&next), ent.Payload, opts)
 	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
-	st.Active++
-	return nil
+	return true, nil
 }
 
-// errConcMoved: a key's state changed while a transaction was built on
-// it (see concAdmit).
-var errConcMoved = errors.New("runtime: concurrency state moved")
+// errConcMoved: a key's line changed while a transaction was built on
+// it (see admitOne).
+var errConcMoved = errors.New("runtime: concurrency line moved")
 
 // concWaitingFor is what Status says a run waiting in its key's line
 // waits for.
@@ -350,4 +419,21 @@ func (rt *Runtime) concRetry(ctx context.Context, txn *queue.Txn, next *kvrecord
 		next.Queue = t.Queue
 	}
 	return false, nil
+}
+
+// concLocks serialize a process's submits of one key (striped by the
+// key's hash): they would all compare-and-put the key's state, and of
+// submits racing on it only one commits per round, the others reading
+// it again. In turn, each reads the state its predecessor wrote. Other
+// processes' submits and the ends of runs still race on the state, as
+// the compare-and-put allows.
+type concLocks [64]sync.Mutex
+
+// lock locks key's stripe and returns its unlock.
+func (l *concLocks) lock(key string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	m := &l[h.Sum32()%uint32(len(l))]
+	m.Lock()
+	return m.Unlock
 }

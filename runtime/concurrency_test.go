@@ -105,6 +105,9 @@ func checkKeyGone(t *testing.T, q *queue.Queue, key string) {
 	if b, err := q.Get(context.Background(), runrec.ConcStateKey(key)); !errors.Is(err, queue.ErrKeyNotFound) {
 		t.Errorf("key %s's state after its runs ended: %x, %v; want it deleted", key, b, err)
 	}
+	if b, err := q.Get(context.Background(), runrec.ConcTailKey(key)); !errors.Is(err, queue.ErrKeyNotFound) {
+		t.Errorf("key %s's line tail after its runs ended: %x, %v; want it deleted", key, b, err)
+	}
 	page, err := q.Scan(context.Background(), runrec.ConcLineOf(key), queue.ScanOptions{})
 	if err != nil || len(page.Items) != 0 {
 		t.Errorf("key %s's line after its runs ended: %d entries, %v", key, len(page.Items), err)

@@ -41,6 +41,8 @@ type Runtime struct {
 	tel    *telemetry
 
 	indexed atomic.Bool // the store's runs are all in the submitted index
+
+	concMu concLocks // serializes this process's submits per concurrency key
 }
 
 // New returns a Runtime that executes steps with r on the store q and
@@ -236,6 +238,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	}
 	hash := runrec.HashInput(spec.Input)
 	traceParent := rt.tel.traceParent(ctx)
+	if k := spec.Concurrency.Key; k != "" {
+		defer rt.concMu.lock(k)() // see concLocks
+	}
 	for {
 		jobID := ulid.Make().String()
 		now := rt.opts.now().UnixNano()

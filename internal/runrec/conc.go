@@ -10,25 +10,34 @@ import (
 // Per-key concurrency (the runtime's RunSpec.Concurrency) keeps, per key
 // in use:
 //
-//	workflow/conc/<key>                    ConcState: the slots taken,
-//	                                       the limit, the line's length
-//	                                       and its last sequence
+//	workflow/conc/<key>                    ConcState: the slots taken
+//	                                       and the limit
+//	workflow/conctail/<key>                ConcTail: the line's last
+//	                                       sequence number
 //	workflow/concline/<key>/<seq:020d>     ConcEntry: a run waiting for a
 //	                                       slot, and its step to start
 //
 // A key has no '/' (the runtime refuses one), so a key's line is a
-// prefix of its own, scanned oldest first. Every write to a key's line
-// also compare-and-puts its state (Waiting, NextSeq), in the transaction
-// that writes the waiting run's record (kvrecord.Run.ConcLine), so the
-// three agree in every committed state. The state is deleted when the
-// last slot is released with nobody waiting.
+// prefix of its own, scanned oldest first. A line entry is written and
+// deleted with the waiting run's record (kvrecord.Run.ConcLine), so the
+// two agree in every committed state; a run joins the line by
+// compare-and-putting the tail, under the condition that the state did
+// not change (it is full). The state and the tail are kept apart so that
+// runs joining the line and runs leaving it (a slot passed on) do not
+// write the same key. Both are deleted when the last slot is released
+// with nobody waiting.
 //
-//	ConcState shape 1: 5 fields
+//	ConcState shape 1: 3 fields
+//	ConcTail  shape 1: 2 fields
 //	ConcEntry shape 1: 6 fields
 const (
 	ConcPrefix     = "workflow/conc/"
+	ConcTailPrefix = "workflow/conctail/"
 	ConcLinePrefix = "workflow/concline/"
 )
+
+// ConcTailKey returns the key of a concurrency key's line tail.
+func ConcTailKey(key string) []byte { return []byte(ConcTailPrefix + key) }
 
 // ConcStateKey returns the key of a concurrency key's state.
 func ConcStateKey(key string) []byte { return []byte(ConcPrefix + key) }
@@ -49,17 +58,44 @@ type ConcState struct {
 	Active uint32
 	// Limit is the Limit of the newest submitted run with the key.
 	Limit uint32
-	// Waiting counts the line's entries.
-	Waiting uint32
+}
+
+// ConcTail is the tail of a concurrency key's line.
+type ConcTail struct {
+	Version uint8
 	// NextSeq is the sequence of the line's newest entry (the next one
 	// gets NextSeq+1).
 	NextSeq uint64
 }
 
 const (
-	concStateFields = 5
+	concStateFields = 3
+	concTailFields  = 2
 	concEntryFields = 6
 )
+
+// EncodeConcTail encodes a line's tail (format.Marshal's bytes). It sets
+// t.Version.
+func EncodeConcTail(t *ConcTail) []byte {
+	t.Version = kvrecord.Version
+	b := format.AppendArrayLen(make([]byte, 0, 16), concTailFields)
+	b = format.AppendUint8(b, t.Version)
+	return format.AppendUint64(b, t.NextSeq)
+}
+
+// DecodeConcTail decodes a line's tail. Its errors wrap
+// kvrecord.ErrCorrupt.
+func DecodeConcTail(b []byte) (*ConcTail, error) {
+	var t ConcTail
+	rd := format.NewReader(b)
+	rd.Fields(concTailFields)
+	t.Version = rd.Uint8()
+	t.NextSeq = rd.Uint64()
+	if err := rd.Finish(); err != nil || t.Version != kvrecord.Version {
+		return nil, fmt.Errorf("%w: concurrency line tail (version %d): %v", kvrecord.ErrCorrupt, t.Version, err)
+	}
+	return &t, nil
+}
 
 // EncodeConcState encodes a key's state (format.Marshal's bytes). It sets
 // s.Version.
@@ -68,9 +104,7 @@ func EncodeConcState(s *ConcState) []byte {
 	b := format.AppendArrayLen(make([]byte, 0, 32), concStateFields)
 	b = format.AppendUint8(b, s.Version)
 	b = format.AppendUint32(b, s.Active)
-	b = format.AppendUint32(b, s.Limit)
-	b = format.AppendUint32(b, s.Waiting)
-	return format.AppendUint64(b, s.NextSeq)
+	return format.AppendUint32(b, s.Limit)
 }
 
 // DecodeConcState decodes a key's state. Its errors wrap
@@ -82,8 +116,6 @@ func DecodeConcState(b []byte) (*ConcState, error) {
 	s.Version = rd.Uint8()
 	s.Active = rd.Uint32()
 	s.Limit = rd.Uint32()
-	s.Waiting = rd.Uint32()
-	s.NextSeq = rd.Uint64()
 	if err := rd.Finish(); err != nil || s.Version != kvrecord.Version {
 		return nil, fmt.Errorf("%w: concurrency state (version %d): %v", kvrecord.ErrCorrupt, s.Version, err)
 	}
