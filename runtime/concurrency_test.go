@@ -366,3 +366,90 @@ func TestConcurrencyInvalid(t *testing.T) {
 		t.Fatalf("re-submit with another Concurrency: %v, want ErrSpecMismatch naming it", err)
 	}
 }
+
+// TestConcurrencyStartAtHoldsSlot: a run submitted with a StartAt takes
+// its slot at submit (if free) and holds it while delayed; the next run
+// of its key waits in line, and starts only once the first ended.
+func TestConcurrencyStartAtHoldsSlot(t *testing.T) {
+	q := openQueue(t, memURL())
+	var mu sync.Mutex
+	firstDone, secondEarly := false, false
+	r := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s.RunID == "second" {
+			secondEarly = secondEarly || !firstDone
+		} else {
+			firstDone = true
+		}
+		return steprunner.Succeed(nil), nil
+	})
+	rt := newRuntime(t, q, r, nil)
+	startRun(t, rt)
+	c := runtime.Concurrency{Key: "s", Limit: 1}
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "first", Concurrency: c, StartAt: time.Now().Add(300 * time.Millisecond)})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "second", Concurrency: c})
+	first, err := rt.Status(context.Background(), "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := rt.Status(context.Background(), "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.State.Terminal() && (!first.Scheduled || second.State != runtime.StatePending || second.WaitingFor != "waiting for concurrency key s: 1 of 1") {
+		t.Fatalf("a delayed run and the next of its key: %+v; %+v", first, second)
+	}
+	waitTerminal(t, rt, "first")
+	waitTerminal(t, rt, "second")
+	mu.Lock()
+	defer mu.Unlock()
+	if secondEarly {
+		t.Fatal("the second run started before the delayed first one, which held the slot, ended")
+	}
+	checkKeyGone(t, q, "s")
+}
+
+// TestConcurrencyPausedKeepsSlot: a run paused while in line gets its
+// slot when its turn comes, and keeps it (its step parked) until Resume;
+// the runs after it wait.
+func TestConcurrencyPausedKeepsSlot(t *testing.T) {
+	q := openQueue(t, memURL())
+	g := newSlotRunner("P")
+	rt := newRuntime(t, q, g, nil)
+	startRun(t, rt)
+	mustSubmit(t, rt, keyed("P", 1, 0))
+	mustSubmit(t, rt, keyed("P", 1, 1))
+	if err := rt.Pause(context.Background(), "P-01"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, rt, "P-01", "paused", func(s runtime.RunStatus) bool { return s.State == runtime.StatePaused })
+	if st.WaitingFor != "waiting for concurrency key P: 1 of 1" {
+		t.Fatalf("paused run in line: WaitingFor %q", st.WaitingFor)
+	}
+	g.open("P-00")
+	waitTerminal(t, rt, "P-00")
+	mustSubmit(t, rt, keyed("P", 1, 2))
+	// P-01 holds the slot, parked: P-02 waits for it.
+	waitStatus(t, rt, "P-01", "paused with the slot", func(s runtime.RunStatus) bool { return s.State == runtime.StatePaused && s.WaitingFor == "" })
+	if st, err := rt.Status(context.Background(), "P-02"); err != nil || st.WaitingFor != "waiting for concurrency key P: 1 of 1" {
+		t.Fatalf("P-02 behind a paused run holding the slot: %+v, %v", st, err)
+	}
+	if got := g.startedOf("P"); len(got) != 1 {
+		t.Fatalf("P's runs started while P-01 was paused: %v", got)
+	}
+	if err := rt.Resume(context.Background(), "P-01"); err != nil {
+		t.Fatal(err)
+	}
+	g.open("P-01")
+	g.open("P-02")
+	for _, id := range []string{"P-01", "P-02"} {
+		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
+			t.Fatalf("%s: %v", id, st.State)
+		}
+	}
+	if got := g.startedOf("P"); fmt.Sprint(got) != "[0 1 2]" {
+		t.Fatalf("P's runs started: %v", got)
+	}
+	checkKeyGone(t, q, "P")
+}

@@ -24,12 +24,14 @@ var (
 	ErrInvalidOption = errors.New("runtime: invalid option")
 	// ErrSpecMismatch: Submit of a known run ID with the same input but
 	// another spec: headers, priority, attempt limit, step timeout, start
-	// time or retry policy (ErrInputMismatch is for a different input). The
-	// message names what differs.
+	// time, retry policy or Concurrency (ErrInputMismatch is for a
+	// different input). The message names what differs.
 	ErrSpecMismatch = errors.New("runtime: run already submitted with another spec")
 	// ErrInvalidRunSpec: Submit of a RunSpec with an invalid field (a
 	// negative StepTimeout, an invalid Retry policy: then it wraps a
-	// *steprunner.RetryPolicyError too). Nothing is written.
+	// *steprunner.RetryPolicyError too; an invalid Concurrency: a Key
+	// with a Limit under 1, a Limit without a Key, a Key that is not 1 to
+	// 128 bytes of printable ASCII without '/'). Nothing is written.
 	ErrInvalidRunSpec = errors.New("runtime: invalid run spec")
 	// ErrRunNotRetryable: Retry of a run that is not failed or cancelled
 	// (pending, running, cancelling or succeeded; including a run that a

@@ -18,6 +18,10 @@
 //	                                                the run's memory
 //	                                                (Outcome.WithMemo), raw
 //	                                                bytes (possibly empty)
+//	workflow/conc/<key>, workflow/conctail/<key>,   a concurrency key's
+//	workflow/concline/<key>/<seq:020d>              slots, line tail and line
+//	                                                (RunSpec.Concurrency; see
+//	                                                conc.go)
 //
 // A run's mailbox entries are numbered by kvrecord.Run.MailSeq in arrival
 // order (seq 1 first), so a prefix scan of one name lists them oldest
