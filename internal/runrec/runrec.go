@@ -47,7 +47,8 @@
 //	          job it dead-lettered (EnqueueOptions.DeadLetterQueue), and a
 //	          Cancel that knows no notify queue hands the run's
 //	          notification over there
-//	Q.timers  the timers queue: AwaitSignal's timeout jobs
+//	Q.timers  the timers queue: AwaitSignal's timeout jobs, and the tick
+//	          jobs of the schedules whose runs go to Q (see Schedule)
 //
 // Their names are part of the on-bucket state (jobs wait on them across
 // restarts): never change them.
@@ -59,6 +60,7 @@
 // hold them to it. DO NOT reorder or remove fields.
 //
 //	Parked    shape 1: 7 fields
+//	Schedule  shape 1: 25 fields
 package runrec
 
 import (
