@@ -63,6 +63,10 @@ type Schedule struct {
 // ScheduleStatus is a schedule and where its ticks stand (ListSchedules).
 type ScheduleStatus struct {
 	Schedule
+	// Queue is the step queue of the schedule's runs, on whose timers
+	// queue its ticks fire: Spec.Queue, else the queue of the Runtime
+	// that set the schedule.
+	Queue string
 	// NextAt is the next tick: when the schedule's tick job is due. Zero
 	// for a Cron schedule that never fires again.
 	NextAt time.Time
@@ -428,7 +432,7 @@ func scheduleStatus(rec *runrec.Schedule) ScheduleStatus {
 	st := ScheduleStatus{
 		Schedule: Schedule{Name: rec.Name, Every: time.Duration(rec.Every), Cron: rec.Cron,
 			Spec: scheduleSpec(rec), AllowOverlap: rec.AllowOverlap},
-		LastRunID: rec.LastRunID, Skipped: rec.Skipped,
+		Queue: rec.Queue, LastRunID: rec.LastRunID, Skipped: rec.Skipped,
 	}
 	if rec.Location != "" {
 		st.Location, _ = time.LoadLocation(rec.Location)
