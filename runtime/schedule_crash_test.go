@@ -372,7 +372,9 @@ func TestScheduleCrash(t *testing.T) {
 
 // Two processes of a cluster (members of a writer process) run the step
 // queue of a schedule every second: its ticks are fired by whichever
-// claims them, and still each tick submits one run, which runs once.
+// claims them, and still each tick submits one run. Then the writer
+// process is SIGKILLed: a member takes over and the ticks go on, one run
+// per tick, ticks lost only where a late tick caught up.
 func TestScheduleCluster(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -404,14 +406,21 @@ func TestScheduleCluster(t *testing.T) {
 	if err := rt.SetSchedule(ctx, crashSchedule); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, scheduleDeadline, "6 ticks to run", func() bool {
+	succeeded := func(from time.Time) int {
 		n := 0
 		for _, r := range scheduleRuns(t, rt, "crash") {
-			if r.State == runtime.StateSucceeded {
+			if r.State == runtime.StateSucceeded && !tickOf(t, r.RunID).Before(from) {
 				n++
 			}
 		}
-		return n >= 6
+		return n
+	}
+	testenv.Eventually(t, scheduleDeadline, "4 ticks to run", func() bool { return succeeded(time.Time{}) >= 4 })
+	// The writer process dies: a member takes over, and the ticks go on.
+	killMemberWriter(t, url)
+	killAt := time.Now()
+	testenv.Eventually(t, scheduleDeadline, "4 ticks to run after the writer's death", func() bool {
+		return succeeded(killAt) >= 4
 	})
 	if err := rt.DeleteSchedule(ctx, "crash"); err != nil {
 		t.Fatal(err)
@@ -433,9 +442,14 @@ func TestScheduleCluster(t *testing.T) {
 		if r.State != runtime.StateSucceeded {
 			t.Errorf("run %s: %v", r.RunID, r.State)
 		}
-		if ends := ev.ends[r.RunID]; len(ends) != 1 || len(ev.starts[r.RunID]) != 1 {
-			t.Errorf("run %s: started %v, ended %v; want once", r.RunID, ev.starts[r.RunID], ends)
-		} else {
+		switch ends := ev.ends[r.RunID]; {
+		case len(ends) == 0:
+			t.Errorf("run %s: its step never ended (started %v)", r.RunID, ev.starts[r.RunID])
+		case len(ends) > 1:
+			// At least once: a settlement cut by the failover.
+			t.Logf("run %s: its step ended %d times: %v", r.RunID, len(ends), ends)
+			fallthrough
+		default:
 			by[strings.Fields(ends[0])[0]]++
 		}
 	}
