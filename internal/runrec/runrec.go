@@ -18,6 +18,9 @@
 //	                                                the run's memory
 //	                                                (Outcome.WithMemo), raw
 //	                                                bytes (possibly empty)
+//	workflow/schedules/<name>                       Schedule: a schedule and
+//	                                                its tick job (see
+//	                                                schedule.go)
 //
 // A run's mailbox entries are numbered by kvrecord.Run.MailSeq in arrival
 // order (seq 1 first), so a prefix scan of one name lists them oldest
