@@ -66,8 +66,9 @@ var (
 	// ErrInvalidSchedule: SetSchedule of a Schedule with an invalid field
 	// (its name, both or neither of Every and Cron, Every under 1s, a
 	// Cron that does not parse, a Location that cannot be loaded by name,
-	// a Spec with a RunID or a StartAt, or a Spec that Submit would
-	// refuse: then it wraps that error too), or DeleteSchedule of an
+	// a Spec with a RunID or a StartAt or headers too large for a step
+	// job (then it wraps a *queue.TooLargeError), or a Spec that Submit
+	// would refuse: then it wraps that error too), or DeleteSchedule of an
 	// invalid name. The message says which. Nothing is written; retrying
 	// cannot help.
 	ErrInvalidSchedule = errors.New("runtime: invalid schedule")

@@ -367,7 +367,7 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 	case s.Every != 0 && s.Every < MinScheduleEvery:
 		return nil, ticker{}, bad("Every %v is under %v", s.Every, MinScheduleEvery)
 	}
-	if loc := s.Location; loc != nil && loc != time.UTC {
+	if loc := s.Location; loc != nil && loc != time.UTC && loc.String() != "UTC" {
 		if loc == time.Local {
 			return nil, ticker{}, bad("Location time.Local differs between processes: name a zone (time.LoadLocation)")
 		}
@@ -394,6 +394,17 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 		if strings.HasPrefix(k, ReservedPrefix) {
 			return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec: %w: %q", ErrInvalidSchedule, s.Name, ErrReservedHeader, k)
 		}
+	}
+	// Submit finds headers too large for a step job when it commits,
+	// changing nothing; a tick would find it at every tick: check here,
+	// with the reserved headers a tick's step 0 carries.
+	size := len(HeaderRunID) + MaxRunIDLen + len(HeaderStep) + 1 + len(HeaderTraceParent) + 64
+	for k, v := range spec.Headers {
+		size += len(k) + len(v)
+	}
+	if size > queue.MaxHeaderBytes {
+		return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec.Headers: %w", ErrInvalidSchedule, s.Name,
+			&queue.TooLargeError{What: "headers with the reserved ones", Size: size, Max: queue.MaxHeaderBytes})
 	}
 	if err := validateSpecPolicy(spec); err != nil {
 		return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec: %w", ErrInvalidSchedule, s.Name, err)

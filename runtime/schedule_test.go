@@ -417,6 +417,9 @@ func TestScheduleInvalid(t *testing.T) {
 		{"Spec reserved header", with(func(s *runtime.Schedule) { s.Spec.Headers = map[string]string{"workflow.x": "1"} }), runtime.ErrReservedHeader},
 		{"Spec negative StepTimeout", with(func(s *runtime.Schedule) { s.Spec.StepTimeout = -time.Second }), runtime.ErrInvalidRunSpec},
 		{"Spec bad Retry", with(func(s *runtime.Schedule) { s.Spec.Retry = &steprunner.RetryPolicy{Multiplier: 0.5} }), runtime.ErrInvalidRunSpec},
+		{"Spec headers too large", with(func(s *runtime.Schedule) {
+			s.Spec.Headers = map[string]string{"big": strings.Repeat("x", queue.MaxHeaderBytes)}
+		}), queue.ErrTooLarge},
 		{"Spec bad Queue", with(func(s *runtime.Schedule) { s.Spec.Queue = "q.timers" }), runtime.ErrInvalidQueueName},
 		{"Spec Queue the notify queue", with(func(s *runtime.Schedule) { s.Spec.Queue = notifyQueue }), runtime.ErrInvalidQueueName},
 	} {
