@@ -1,9 +1,12 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"strings"
 	"time"
 
@@ -423,7 +426,23 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 		rec.RetryMaxAttempts, rec.RetryInitialBackoff, rec.RetryMaxBackoff = p.MaxAttempts, int64(p.InitialBackoff), int64(p.MaxBackoff)
 		rec.RetryMultiplier, rec.RetryJitter = p.Multiplier, p.Jitter
 	}
+	if !sameSpec(*spec, scheduleSpec(rec)) {
+		// A RunSpec field that the record does not carry (one added to
+		// RunSpec later) is refused rather than dropped from the runs.
+		return nil, ticker{}, bad("Spec sets a field that schedules do not carry (they carry Input, Headers, "+
+			"MaxAttemptsPerStep, Priority, StepTimeout, Retry and Queue)")
+	}
 	return rec, tk, nil
+}
+
+// sameSpec reports whether two RunSpecs are equal, an empty Input or
+// Headers being the same as a nil one.
+func sameSpec(a, b RunSpec) bool {
+	if !bytes.Equal(a.Input, b.Input) || !maps.Equal(a.Headers, b.Headers) {
+		return false
+	}
+	a.Input, b.Input, a.Headers, b.Headers = nil, nil, nil, nil
+	return reflect.DeepEqual(a, b)
 }
 
 // scheduleSpec is the RunSpec of a schedule record's runs (without RunID).
