@@ -429,7 +429,7 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 	if !sameSpec(*spec, scheduleSpec(rec)) {
 		// A RunSpec field that the record does not carry (one added to
 		// RunSpec later) is refused rather than dropped from the runs.
-		return nil, ticker{}, bad("Spec sets a field that schedules do not carry (they carry Input, Headers, "+
+		return nil, ticker{}, bad("Spec sets a field that schedules do not carry (they carry Input, Headers, " +
 			"MaxAttemptsPerStep, Priority, StepTimeout, Retry and Queue)")
 	}
 	return rec, tk, nil
