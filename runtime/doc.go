@@ -247,9 +247,13 @@
 //	------------------------------  ----------------------------------------------
 //	SetSchedule, new                schedule record from absent; the tick job
 //	                                due at the first tick after now
-//	SetSchedule, existing           cancel the old tick job; record replaced
+//	SetSchedule, existing, changed  cancel the old tick job; record replaced
 //	                                (last run and skipped count kept); the
 //	                                tick job of the first tick after now
+//	SetSchedule, as it is           nothing (no transaction): the tick job
+//	                                stays, so a service that sets its
+//	                                schedules at each start keeps a late
+//	                                tick's catch-up
 //	DeleteSchedule                  cancel the tick job; delete the record
 //
 // and a tick is the row of the table above. So the record names its one

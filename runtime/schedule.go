@@ -125,9 +125,13 @@ const (
 // SetSchedule creates the schedule s.Name, or replaces it, in one
 // transaction: its record and its tick job, due at the first tick after
 // now (a replaced schedule's tick job is cancelled; its last run and
-// skipped count are kept). Bad input is ErrInvalidSchedule wrapped with
-// the reason (and the sentinel of a bad Spec field, as Submit returns
-// it), and nothing is written.
+// skipped count are kept). Setting a schedule as it is already changes
+// nothing: its tick job stays, and a tick that is late still runs, so a
+// service may set its schedules each time it starts. Bad input is
+// ErrInvalidSchedule wrapped with the reason (and the sentinel of a bad
+// Spec field, as Submit returns it), and nothing is written. If ctx ends
+// before the transaction is durable, it returns queue.ErrOutcomeUnknown:
+// setting the schedule again is safe.
 //
 // Each tick submits one run from s.Spec, with the run ID
 // ScheduleRunID(s.Name, tick), in the transaction that settles the tick
@@ -160,6 +164,9 @@ func (rt *Runtime) SetSchedule(ctx context.Context, s Schedule) error {
 		if err != nil && !errors.Is(err, ErrScheduleNotFound) {
 			return err
 		}
+		if cur != nil && sameSchedule(cur, rec) {
+			return nil // as it is: its tick job stays, late or not
+		}
 		now := rt.opts.now()
 		next := *rec
 		next.UpdatedAt = now.UnixNano()
@@ -178,6 +185,20 @@ func (rt *Runtime) SetSchedule(ctx context.Context, s Schedule) error {
 		}
 		return err
 	}
+}
+
+// sameSchedule reports whether two schedule records define the same
+// schedule (their state fields aside).
+func sameSchedule(a, b *runrec.Schedule) bool {
+	x, y := *a, *b
+	for _, r := range []*runrec.Schedule{&x, &y} {
+		r.Version, r.NextAt, r.NextJob, r.LastRunID, r.LastAt, r.Skipped, r.UpdatedAt = 0, 0, "", "", 0, 0, 0
+	}
+	if !bytes.Equal(x.Input, y.Input) || !maps.Equal(x.Headers, y.Headers) {
+		return false
+	}
+	x.Input, y.Input, x.Headers, y.Headers = nil, nil, nil, nil
+	return reflect.DeepEqual(x, y)
 }
 
 // DeleteSchedule deletes the schedule name and its tick job in one

@@ -228,6 +228,14 @@ func TestScheduleCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	due := mustSchedule(t, client, "late").NextAt
+	// Set again, as it is, from the Runtime an hour ahead: nothing changes
+	// (a service that sets its schedules at each start keeps a late tick).
+	if err := rt.SetSchedule(ctx, runtime.Schedule{Name: "late", Every: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustSchedule(t, client, "late"); !st.NextAt.Equal(due) {
+		t.Fatalf("set again as it is: next tick %v, was %v", st.NextAt, due)
+	}
 	// A cron schedule, set by a Runtime ten minutes behind: its first
 	// tick has long passed, and the latest is the last 5-minute mark.
 	behind := newRuntime(t, q, nil, nil, runtime.WithClock(func() time.Time { return time.Now().Add(-10 * time.Minute) }))
@@ -343,6 +351,21 @@ func TestScheduleReplaceDelete(t *testing.T) {
 	}
 	if n := jobs(); n != 1 {
 		t.Fatalf("%d tick jobs after a replace at the same tick, want 1", n)
+	}
+	// Set as it is from a Runtime a day ahead: unchanged. Replaced (another
+	// Every) from it: the next tick is a day ahead.
+	dayAhead := newRuntime(t, q, nil, nil, runtime.WithClock(func() time.Time { return time.Now().Add(24 * time.Hour) }))
+	if err := dayAhead.SetSchedule(ctx, runtime.Schedule{Name: "r", Every: time.Hour, Spec: runtime.RunSpec{Input: []byte("mid")}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustSchedule(t, rt, "r"); !st.NextAt.Equal(first.NextAt) || jobs() != 1 {
+		t.Errorf("set as it is: %+v (%d jobs), want it unchanged (next %v)", st, jobs(), first.NextAt)
+	}
+	if err := dayAhead.SetSchedule(ctx, runtime.Schedule{Name: "r", Every: 2 * time.Hour, Spec: runtime.RunSpec{Input: []byte("mid")}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustSchedule(t, rt, "r"); st.NextAt.Before(first.NextAt.Add(22*time.Hour)) || st.Every != 2*time.Hour || jobs() != 1 {
+		t.Errorf("replaced: %+v (%d jobs), want its next tick a day ahead", st, jobs())
 	}
 	set(runtime.Schedule{Name: "r", Every: time.Second, Spec: runtime.RunSpec{Input: []byte("new")}})
 	if n := jobs(); n != 1 {
