@@ -188,6 +188,16 @@
 //	waits on it                     empty payload and Step.Signal{name,
 //	                                TimedOut}; run record -> not waiting
 //	timeout job, otherwise          ack the timer: dropped
+//	a schedule's tick job, named    ack the tick; unless the last run has not
+//	by its schedule record          ended (then Skipped+1), submit the run
+//	                                NAME@TICK (TICK: the latest tick passed;
+//	                                its record from absent, index entry and
+//	                                step 0, as Submit; not if it exists);
+//	                                enqueue the next tick's job; schedule
+//	                                record -> last run, next tick (see
+//	                                Schedules)
+//	a tick job, otherwise (its      ack the tick: dropped
+//	schedule replaced or deleted)
 //	Pause, step queued/scheduled    remove the step; park it (payload, due
 //	                                time) under workflow/parked/<run>; run
 //	                                record -> paused, parked
@@ -220,6 +230,70 @@
 // so a new webhook-id) carrying Retries. Retry of a run that is not failed
 // or cancelled, or whose payload is no longer kept, is ErrRunNotRetryable;
 // of concurrent Retries of one run exactly one commits.
+//
+// # Schedules
+//
+// SetSchedule makes a durable schedule: each tick submits one run from its
+// Spec, named ScheduleRunID(name, tick) ("nightly@20260102T030000Z"). A
+// schedule is a record (workflow/schedules/<name>, see internal/runrec)
+// and one tick job, a scheduled job due at the next tick on the timers
+// queue of the runs' step queue (<step queue>.timers: Spec.Queue, else the
+// queue of the Runtime that set it), so the Runtimes that Run on that step
+// queue fire it, in any process of the store (cluster members too), and
+// nothing ticks while none runs. Each write is one transaction that
+// compare-and-puts the record:
+//
+//	call                            one transaction does
+//	------------------------------  ----------------------------------------------
+//	SetSchedule, new                schedule record from absent; the tick job
+//	                                due at the first tick after now
+//	SetSchedule, existing, changed  cancel the old tick job; record replaced
+//	                                (last run and skipped count kept); the
+//	                                tick job of the first tick after now
+//	SetSchedule, as it is           nothing (no transaction): the tick job
+//	                                stays, so a service that sets its
+//	                                schedules at each start keeps a late
+//	                                tick's catch-up
+//	DeleteSchedule                  cancel the tick job; delete the record
+//
+// and a tick is the row of the table above. So the record names its one
+// tick job at all times, and a tick job the record no longer names is
+// dropped when it fires.
+//
+// Exactly once per tick. The run's ID is its tick's, and its submission
+// commits with the tick job's ack and the next tick's job, so a tick is
+// submitted once across processes, restarts and failovers: a tick whose
+// settlement did not commit (its process died, its lease ran out) fires
+// again and commits once; a tick whose run ID exists already (submitted by
+// hand, or by the schedule before it was replaced) is not submitted again.
+//
+// Ticks. Every ticks at the multiples of Every since the Unix epoch (Every
+// 1h: on the hour UTC; 90m: 00:00, 01:30, 03:00 UTC...), so every process
+// computes the same ticks whenever the schedule was set, and Location
+// does not matter. Cron (robfig/cron's standard parser: 5 fields, or
+// @yearly, @monthly, @weekly, @daily, @hourly) ticks in Location (nil:
+// UTC): "0 9 * * *" in America/New_York is 9:00 there all year, 13:00 or
+// 14:00 UTC. Across daylight-saving changes it does what robfig/cron
+// does: a time the change skips does not tick (a 2:30 job skips that
+// day), and a time it repeats ticks twice (two ticks, an hour apart in
+// UTC, so two runs). The run ID's tick is always UTC.
+//
+// Catch-up. A tick job that fires late (no Runtime ran its step queue, the
+// store was down, every process had stopped) submits one run, for the
+// latest tick that has passed when it fires, not one per missed tick;
+// the next tick is the one after that. After a night of downtime an hourly
+// schedule runs once, for the last hour, and goes on. Missed ticks are not
+// counted in Skipped.
+//
+// Overlap. A tick skips its run (and counts it: ScheduleStatus.Skipped)
+// while the run of the schedule's last tick that submitted one has not
+// ended (pending, running, waiting, paused, cancelling), as read when the
+// tick fires; AllowOverlap submits it anyway.
+//
+// ListSchedules reads every schedule record (from any Runtime, client and
+// read-only ones too): the schedule, its next tick, its last run and tick,
+// the ticks skipped. The runs are ordinary runs: Status, Cancel, Retry,
+// ListRuns see them; deleting a schedule does not touch them.
 //
 // # Wait
 //
@@ -415,7 +489,8 @@
 //     the retried run's outcome. Hook errors are retried with
 //     backoff (terminal.RetryAfter honoured); terminal.IsPermanent errors and
 //     exhausted attempts dead-letter the notification.
-//   - Status, ListRuns, Cancel, Retry, Signal, Pause and Resume read and
+//   - Status, ListRuns, Cancel, Retry, Signal, Pause, Resume and the
+//     schedule calls (SetSchedule, DeleteSchedule, ListSchedules) read and
 //     write the durable records, so they work from any Runtime on the store
 //     (client Runtimes included) and after restarts. A waiting or paused run
 //     holds no step slot, no lease and no claimable job.

@@ -63,6 +63,18 @@ var (
 	// ASCII (ValidateMemoKey). Like a MemoLimitError it fails the step
 	// permanently; retrying cannot help.
 	ErrInvalidMemoKey = errors.New("runtime: invalid memo key")
+	// ErrInvalidSchedule: SetSchedule of a Schedule with an invalid field
+	// (its name, both or neither of Every and Cron, Every under 1s, a
+	// Cron that does not parse, a Location that cannot be loaded by name,
+	// a Spec with a RunID or a StartAt or headers too large for a step
+	// job (then it wraps a *queue.TooLargeError), or a Spec that Submit
+	// would refuse: then it wraps that error too), or DeleteSchedule of an
+	// invalid name. The message says which. Nothing is written; retrying
+	// cannot help.
+	ErrInvalidSchedule = errors.New("runtime: invalid schedule")
+	// ErrScheduleNotFound: DeleteSchedule of a schedule that does not
+	// exist (never set, or deleted).
+	ErrScheduleNotFound = errors.New("runtime: schedule not found")
 )
 
 // MemoLimitError: the memory writes of a step's Outcome break a limit

@@ -227,26 +227,8 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	hash := runrec.HashInput(spec.Input)
 	traceParent := rt.tel.traceParent(ctx)
 	for {
-		jobID := ulid.Make().String()
-		now := rt.opts.now().UnixNano()
-		rec := &kvrecord.Run{
-			RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
-			State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
-			Headers: spec.Headers, Priority: spec.Priority, MaxAttempts: spec.MaxAttemptsPerStep,
-			Queue: stepQueue,
-		}
-		if !terminal.IsNoop(rt.hook) {
-			rec.NotifyQueue = rt.opts.notifyQueueName
-		}
-		setPolicy(rec, &spec)
-		opts := rt.stepOptions(rec, 0, jobID, traceParent)
-		opts.RunAt = spec.StartAt          // zero or past: at once
-		opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
-		b := runrec.EncodeRun(rec)
-		txn := new(queue.Txn).
-			CompareAndPut(kvrecord.RunKey(id), nil, b).
-			Put(runrec.SubmittedKey(now, id), []byte{}).
-			Enqueue(stepQueue, spec.Input, opts)
+		txn := new(queue.Txn)
+		jobID, b := rt.submitOps(txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
 		// Dispatched, step 0 starts with the record (see stepRun).
 		_, err := rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
 		if err == nil {
@@ -270,6 +252,34 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		}
 		return SubmitOutcome{RunID: id, NewlySubmitted: false}, nil
 	}
+}
+
+// submitOps adds to txn what submits the new run id from spec (valid)
+// with step 0 on stepQueue: its run record (a compare-and-put from
+// absent), its entry in the submitted index and step 0, dispatched. hash
+// is the input's, traceParent the run's trace context ("": none), now
+// the submit time (unix ns). It returns step 0's job ID and the record's
+// bytes, for handoff.WithDispatched. Submit and a schedule's tick call it.
+func (rt *Runtime) submitOps(txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, record []byte) {
+	jobID = ulid.Make().String()
+	rec := &kvrecord.Run{
+		RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
+		State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
+		Headers: spec.Headers, Priority: spec.Priority, MaxAttempts: spec.MaxAttemptsPerStep,
+		Queue: stepQueue,
+	}
+	if !terminal.IsNoop(rt.hook) {
+		rec.NotifyQueue = rt.opts.notifyQueueName
+	}
+	setPolicy(rec, spec)
+	opts := rt.stepOptions(rec, 0, jobID, traceParent)
+	opts.RunAt = spec.StartAt          // zero or past: at once
+	opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
+	record = runrec.EncodeRun(rec)
+	txn.CompareAndPut(kvrecord.RunKey(id), nil, record).
+		Put(runrec.SubmittedKey(now, id), []byte{}).
+		Enqueue(stepQueue, spec.Input, opts)
+	return jobID, record
 }
 
 // specDiff names what of spec differs from the run record's submission

@@ -18,6 +18,9 @@
 //	                                                the run's memory
 //	                                                (Outcome.WithMemo), raw
 //	                                                bytes (possibly empty)
+//	workflow/schedules/<name>                       Schedule: a schedule and
+//	                                                its tick job (see
+//	                                                schedule.go)
 //
 // A run's mailbox entries are numbered by kvrecord.Run.MailSeq in arrival
 // order (seq 1 first), so a prefix scan of one name lists them oldest
@@ -47,7 +50,8 @@
 //	          job it dead-lettered (EnqueueOptions.DeadLetterQueue), and a
 //	          Cancel that knows no notify queue hands the run's
 //	          notification over there
-//	Q.timers  the timers queue: AwaitSignal's timeout jobs
+//	Q.timers  the timers queue: AwaitSignal's timeout jobs, and the tick
+//	          jobs of the schedules whose runs go to Q (see Schedule)
 //
 // Their names are part of the on-bucket state (jobs wait on them across
 // restarts): never change them.
@@ -59,6 +63,7 @@
 // hold them to it. DO NOT reorder or remove fields.
 //
 //	Parked    shape 1: 7 fields
+//	Schedule  shape 1: 25 fields
 package runrec
 
 import (

@@ -156,3 +156,48 @@ func TestInternalQueues(t *testing.T) {
 		}
 	}
 }
+
+func randSchedule(r *rand.Rand) *Schedule {
+	return &Schedule{Version: kvrecord.Version, Name: codectest.String(r), Every: codectest.Int64(r),
+		Cron: codectest.String(r), Location: codectest.String(r), AllowOverlap: r.IntN(2) == 0,
+		Queue: codectest.String(r), SpecQueue: codectest.String(r), Input: codectest.Bytes(r),
+		Headers: codectest.Map(r, false), MaxAttempts: r.Uint32(), Priority: int32(codectest.Int64(r)),
+		StepTimeout: codectest.Int64(r), HasRetry: r.IntN(2) == 0, RetryMaxAttempts: r.Uint32(),
+		RetryInitialBackoff: codectest.Int64(r), RetryMaxBackoff: codectest.Int64(r),
+		RetryMultiplier: r.Float64() * 10, RetryJitter: r.Float64(), NextAt: codectest.Int64(r),
+		NextJob: codectest.String(r), LastRunID: codectest.String(r), LastAt: codectest.Int64(r),
+		Skipped: r.Uint64(), UpdatedAt: codectest.Int64(r)}
+}
+
+// TestScheduleCodec: EncodeSchedule writes format.Marshal's bytes, and
+// DecodeSchedule reads them back; anything else is ErrCorrupt.
+func TestScheduleCodec(t *testing.T) {
+	r := codectest.New(t)
+	for range 1000 {
+		s := randSchedule(r)
+		if s.Name == "" {
+			s.Name = "n"
+		}
+		b := EncodeSchedule(s)
+		codectest.Same(t, b, s)
+		got, err := DecodeSchedule(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Headers) == 0 && len(got.Headers) == 0 {
+			got.Headers = s.Headers
+		}
+		if len(s.Input) == 0 && len(got.Input) == 0 {
+			got.Input = s.Input
+		}
+		if !reflect.DeepEqual(got, s) {
+			t.Fatalf("round trip: %+v, want %+v", got, s)
+		}
+		if _, err := DecodeSchedule(b[:len(b)-1]); !errors.Is(err, kvrecord.ErrCorrupt) {
+			t.Fatalf("a truncated record: %v, want ErrCorrupt", err)
+		}
+	}
+	if _, err := DecodeSchedule(EncodeSchedule(&Schedule{})); !errors.Is(err, kvrecord.ErrCorrupt) {
+		t.Fatalf("a record without a name: %v, want ErrCorrupt", err)
+	}
+}
