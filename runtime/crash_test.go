@@ -76,6 +76,8 @@ func TestMain(m *testing.M) {
 		os.Exit(memberWriterChild(os.Getenv(memberWriterEnv)))
 	case os.Getenv(queueHelperEnv) != "":
 		os.Exit(queueHelperChild(os.Getenv(queueHelperEnv)))
+	case os.Getenv(qlimitHelperEnv) != "":
+		os.Exit(qlimitHelper(os.Getenv(qlimitHelperEnv)))
 	}
 	if memberMode() {
 		code := m.Run()

@@ -1,6 +1,6 @@
 // Command stepwell is the operator CLI of a Stepwell store: it shows queues,
 // runs, jobs and dead letters; cancels, retries, signals, pauses and
-// resumes runs; and requeues dead jobs, on any store URL the queue package
+// resumes runs; requeues dead jobs; and sets queue limits, on any store URL the queue package
 // opens (mem://, file://, s3://, gs://, azblob://).
 //
 // # Usage
@@ -44,6 +44,10 @@
 //	                             dead-lettered jobs of one queue or all
 //	job     JOB_ID               one job: fields, headers, payload preview,
 //	                             attempt history
+//	limits                       queue limits (queue.Queue.Limits): per
+//	                             queue, its rate, burst and most jobs
+//	                             running at once, with its jobs running
+//	                             and pending
 //
 // stats and queues leave out a Runtime's internal queues beside its step
 // queue: its notices queue ("workflow-steps.dead" beside "workflow-steps":
@@ -77,6 +81,12 @@
 //	resume  RUN_ID [--wait D] [--takeover]
 //	                             let a paused run go on
 //	                             (runtime.Runtime.Resume)
+//	limits  set QUEUE [--per-second F] [--burst N] [--max-running N]
+//	                             limit a queue's claims in every process
+//	                             of the store (queue.Queue.SetLimit,
+//	                             runtime.Runtime.SetQueueLimit); fields
+//	                             not given are 0 (none), all 0 removes it
+//	limits  remove QUEUE         remove a queue's limit
 //
 // bench runs a synthetic workload through a real Runtime and reports what
 // it achieved and cost (see "stepwell help bench" and docs/BENCHMARKS.md);
