@@ -241,17 +241,19 @@ func TestLimitSurvivesReopen(t *testing.T) {
 
 // TestLimitClusterFailover: a member sets and reads limits through the
 // writer, and after the writer dies the next one counts the claims it
-// adopted: MaxRunning still holds.
+// adopted (MaxRunning still holds) and starts with an empty token bucket,
+// though the dead writer's bucket had tokens left: no burst after a crash.
 func TestLimitClusterFailover(t *testing.T) {
 	ctx := context.Background()
 	url := "file://" + t.TempDir()
 	const hb = 400 * time.Millisecond
-	w := openMember(t, url, WithHeartbeat(hb), WithLease(time.Minute))
-	m := openMember(t, url, WithHeartbeat(hb), WithLease(time.Minute))
+	clock := newFakeClock()
+	w := openMember(t, url, WithHeartbeat(hb), WithLease(time.Minute), withClock(clock))
+	m := openMember(t, url, WithHeartbeat(hb), WithLease(time.Minute), withClock(clock))
 	if m.Role() != RoleMember {
 		t.Fatalf("role %v", m.Role())
 	}
-	want := Limit{MaxRunning: 2}
+	want := Limit{MaxRunning: 2, PerSecond: 1, Burst: 5}
 	if err := m.SetLimit(ctx, "q", want); err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +266,7 @@ func TestLimitClusterFailover(t *testing.T) {
 		}
 	}
 	enqueueN(t, m, "q", 5)
+	clock.Advance(time.Hour) // the writer's bucket fills: 5 tokens
 	held := claimN(t, m, "q", 5)
 	if len(held) != 2 {
 		t.Fatalf("member claimed %d at MaxRunning 2", len(held))
@@ -271,7 +274,7 @@ func TestLimitClusterFailover(t *testing.T) {
 	if s, err := m.Stats(ctx, "q"); err != nil || !s.Throttled || s.Limit != want {
 		t.Fatalf("member Stats = %+v, %v", s, err)
 	}
-	killWriter(t, w)
+	killWriter(t, w) // its bucket had 3 tokens left
 	waitRole(t, m, RoleWriter, 30*hb)
 	if got := claimN(t, m, "q", 5); len(got) != 0 {
 		t.Fatalf("the next writer claimed %d with 2 adopted claims at MaxRunning 2", len(got))
@@ -279,8 +282,12 @@ func TestLimitClusterFailover(t *testing.T) {
 	if err := m.Ack(ctx, held[0]); err != nil {
 		t.Fatal(err)
 	}
+	if got := claimN(t, m, "q", 5); len(got) != 0 {
+		t.Fatalf("the next writer claimed %d at once: its bucket must start empty", len(got))
+	}
+	clock.Advance(time.Second)
 	if got := claimN(t, m, "q", 5); len(got) != 1 {
-		t.Fatalf("claimed %d after an ack, want 1", len(got))
+		t.Fatalf("claimed %d a second after the takeover at 1/s, want 1", len(got))
 	}
 }
 
