@@ -144,6 +144,10 @@
 //	                                on <step queue>.dead, whose
 //	                                handler Cancels each child not ended
 //	                                (theirs in turn), then acks it
+//	SetQueueLimit(q, l)             put the limit record of step queue q
+//	                                (the zero QueueLimit: delete it); the
+//	                                writer applies it to every claim
+//	                                after (see Queue limits)
 //
 // Child runs. A step's Spawn (steprunner.Spawn) starts child runs and
 // parks its run until every child has ended; the last child's end starts
