@@ -78,6 +78,8 @@ func TestMain(m *testing.M) {
 		os.Exit(queueHelperChild(os.Getenv(queueHelperEnv)))
 	case os.Getenv(scheduleChildEnv) != "":
 		os.Exit(scheduleChild(os.Getenv(scheduleChildEnv)))
+	case os.Getenv(qlimitHelperEnv) != "":
+		os.Exit(qlimitHelper(os.Getenv(qlimitHelperEnv)))
 	}
 	if memberMode() {
 		code := m.Run()

@@ -144,6 +144,10 @@
 //	                                on <step queue>.dead, whose
 //	                                handler Cancels each child not ended
 //	                                (theirs in turn), then acks it
+//	SetQueueLimit(q, l)             put the limit record of step queue q
+//	                                (the zero QueueLimit: delete it); the
+//	                                writer applies it to every claim
+//	                                after (see Queue limits)
 //
 // Child runs. A step's Spawn (steprunner.Spawn) starts child runs and
 // parks its run until every child has ended; the last child's end starts
@@ -344,6 +348,33 @@
 // with the run record that the transaction wrote, and a step a member
 // claims brings the record the writer read with the claim: in a member, a
 // step costs one call to the writer, its settlement.
+//
+// # Queue limits
+//
+// SetQueueLimit caps one step queue across every process of the store: at
+// most MaxRunning of its steps run at once, and steps start at most
+// PerSecond a second (a token bucket of Burst; Burst 0 with PerSecond set
+// means 1). It suits a model provider's or an API's rate and concurrency
+// limits, whatever the number of processes:
+//
+//	err := rt.SetQueueLimit(ctx, "llm", runtime.QueueLimit{PerSecond: 50, Burst: 10, MaxRunning: 20})
+//
+// The zero QueueLimit removes it; QueueLimits lists them. The limit is the
+// queue's (queue.Queue.SetLimit: see "Queue limits" in package queue),
+// enforced where steps are claimed, in the store's writer, so it binds
+// every way a step starts: claimed by a Run, dispatched to an idle slot
+// by the transaction that enqueues it (Submit, a Signal, Retry, a
+// Spawn's children), and chained to the slot of the step before
+// it (a chained step takes a token like any other; under MaxRunning it
+// takes the place its predecessor's settlement frees, in the same
+// transaction). A step the limit holds back stays pending, in its order
+// (priority, then FIFO), spends no attempt and holds no slot; Status of
+// its run reports WaitingFor "held by the queue limit of <queue>". Only
+// steps count: a step queue's <queue>.timers and <queue>.dead queues and
+// the notify queue are not limited by it. It survives restarts and
+// failovers: the next writer counts the steps still claimed in the store
+// (a SIGKILLed process's steps count until their claims expire), and its
+// token bucket starts empty, so it never admits more than the limit says.
 //
 // # Policies
 //

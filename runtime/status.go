@@ -114,7 +114,9 @@ type RunStatus struct {
 	// Retries counts the times the run was retried (Retry).
 	Retries uint32
 	// WaitingFor is the signal name a waiting run awaits (StateWaiting, or
-	// StatePaused while waiting); "" otherwise.
+	// StatePaused while waiting); for a pending run whose step a queue
+	// limit holds back (SetQueueLimit; Status only), "held by the queue
+	// limit of <queue>"; "" otherwise.
 	WaitingFor string
 	// WaitDeadline is when that await times out; zero for no timeout.
 	WaitDeadline time.Time
@@ -153,6 +155,9 @@ func (rt *Runtime) Status(ctx context.Context, runID string) (RunStatus, error) 
 	st, err := rt.status(ctx, rec, true)
 	if err == nil {
 		st.Children, err = rt.childIDs(ctx, rec)
+	}
+	if err == nil {
+		err = rt.heldByLimit(ctx, &st) // queuelimit.go
 	}
 	return st, err
 }

@@ -53,6 +53,7 @@ Read commands (open the store read-only; never disturb the live writer):
   job     JOB_ID                    one job: fields, headers, payload, history
   schedules                         schedules: ticks, next tick, last run,
                                     ticks skipped
+  limits                            queue limits: rate, burst, max running
 
 Write commands (join the service's cluster as a member, or become the
 store's writer for a moment when no process has it open):
@@ -72,6 +73,9 @@ store's writer for a moment when no process has it open):
                                     let a paused run go on
   schedules delete NAME [--wait D] [--takeover]
                                     delete a schedule: it ticks no more
+  limits  set QUEUE [--per-second F] [--burst N] [--max-running N]
+                                    limit a queue's claims in every process
+                                    (all 0: remove); limits remove QUEUE
 
 Measure (a store or prefix of its own; without --store, a new mem:// store):
   bench   [--scenario S] [--runs N] [--steps K] [flags]
@@ -151,6 +155,7 @@ func commands() []*command {
 		statsCommand(), queuesCommand(), runsCommand(), runCommand(),
 		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(), retryCommand(),
 		signalCommand(), pauseCommand(), resumeCommand(), schedulesCommand(),
+		limitsCommand(),
 		benchCommand(),
 	}
 }
