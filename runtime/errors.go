@@ -31,6 +31,12 @@ var (
 	// negative StepTimeout, an invalid Retry policy: then it wraps a
 	// *steprunner.RetryPolicyError too). Nothing is written.
 	ErrInvalidRunSpec = errors.New("runtime: invalid run spec")
+	// ErrRunDeadline: a run whose RunSpec.Deadline passed before it ended
+	// ends Failed with an error wrapping it (its text, which contains
+	// "deadline", is the run's Error); a step running then sees it as its
+	// ctx's cause (context.Cause). Retrying the step cannot help; Retry of
+	// the run runs it without the deadline that passed.
+	ErrRunDeadline = errors.New("runtime: run deadline passed")
 	// ErrRunNotRetryable: Retry of a run that is not failed or cancelled
 	// (pending, running, cancelling or succeeded; including a run that a
 	// concurrent Retry has just retried), or whose final step's payload is

@@ -158,6 +158,12 @@ type RunSpec struct {
 	// (WithNotifyQueueName), is ErrInvalidQueueName. A re-submit does
 	// not compare it (the run's queue changes as its steps go on).
 	Queue string
+	// Deadline bounds the whole run: if it has not ended by then, it ends
+	// Failed with an error wrapping ErrRunDeadline, wherever it is (see
+	// Policies in the package doc). Zero: none. A deadline that has passed
+	// at Submit is ErrInvalidRunSpec; one before StartAt fails the run
+	// then, unstarted.
+	Deadline time.Time
 }
 
 // SubmitOutcome says what Submit did.
@@ -217,6 +223,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	if err := validateSpecPolicy(&spec); err != nil {
 		return SubmitOutcome{}, err
 	}
+	if err := validateDeadline(&spec, rt.opts.now); err != nil {
+		return SubmitOutcome{}, err
+	}
 	stepQueue := rt.opts.queueName
 	if spec.Queue != "" {
 		if err := rt.validateStepQueue(spec.Queue); err != nil {
@@ -272,6 +281,7 @@ func (rt *Runtime) submitOps(txn *queue.Txn, id string, spec *RunSpec, stepQueue
 		rec.NotifyQueue = rt.opts.notifyQueueName
 	}
 	setPolicy(rec, spec)
+	setDeadline(rec, spec.Deadline)
 	opts := rt.stepOptions(rec, 0, jobID, traceParent)
 	opts.RunAt = spec.StartAt          // zero or past: at once
 	opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
@@ -279,6 +289,7 @@ func (rt *Runtime) submitOps(txn *queue.Txn, id string, spec *RunSpec, stepQueue
 	txn.CompareAndPut(kvrecord.RunKey(id), nil, record).
 		Put(runrec.SubmittedKey(now, id), []byte{}).
 		Enqueue(stepQueue, spec.Input, opts)
+	rt.enqueueDeadline(txn, rec, traceParent)
 	return jobID, record
 }
 
@@ -297,6 +308,7 @@ func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 		diff = append(diff, fmt.Sprintf("MaxAttemptsPerStep (%d, not %d)", rec.MaxAttempts, spec.MaxAttemptsPerStep))
 	}
 	diff = policyDiff(diff, rec, spec)
+	diff = deadlineDiff(diff, rec, spec)
 	return strings.Join(diff, ", ")
 }
 
@@ -517,6 +529,10 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	next.CurrentStep, next.UpdatedAt = e.step, ended
 	if rec.WaitTimer != "" {
 		txn.CancelJob(rec.WaitTimer)
+	}
+	if rec.DeadlineJob != "" { // ended before its deadline
+		txn.CancelJob(rec.DeadlineJob)
+		next.DeadlineJob = ""
 	}
 	if rec.Parked {
 		txn.Delete(runrec.ParkedKey(rec.RunID))
