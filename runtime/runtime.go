@@ -196,11 +196,14 @@ func ValidateRunID(id string) error {
 
 // Submit starts a run. It is idempotent on (RunID, Input) across processes
 // and restarts: a run that exists with the same input and spec (headers,
-// priority, attempt limit, step timeout, start time, retry policy) returns
+// priority, attempt limit, step timeout, start time, retry policy,
+// deadline) returns
 // NewlySubmitted=false and changes nothing; a different input is
 // ErrInputMismatch, the same input with another spec ErrSpecMismatch. An
-// invalid spec (StepTimeout, Retry) is ErrInvalidRunSpec and changes
-// nothing. The run record, its index
+// invalid spec (StepTimeout, Retry, a Deadline that has passed) is
+// ErrInvalidRunSpec and changes nothing. A Deadline also enqueues, in the
+// same transaction, the job that fails the run then (see Policies in the
+// package doc). The run record, its index
 // entry and step 0 are written in one transaction, so concurrent submits
 // of one run ID yield exactly one run.
 // If ctx ends before that transaction is durable (the store is slow or
@@ -295,7 +298,7 @@ func (rt *Runtime) submitOps(txn *queue.Txn, id string, spec *RunSpec, stepQueue
 
 // specDiff names what of spec differs from the run record's submission
 // ("" if nothing does): headers, priority, attempt limit, step timeout,
-// start time, retry policy.
+// start time, retry policy, deadline.
 func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 	var diff []string
 	if !maps.Equal(rec.Headers, spec.Headers) {

@@ -50,8 +50,11 @@
 //	          job it dead-lettered (EnqueueOptions.DeadLetterQueue), and a
 //	          Cancel that knows no notify queue hands the run's
 //	          notification over there
-//	Q.timers  the timers queue: AwaitSignal's timeout jobs, and the tick
-//	          jobs of the schedules whose runs go to Q (see Schedule)
+//	Q.timers  the timers queue: AwaitSignal's timeout jobs, the tick
+//	          jobs of the schedules whose runs go to Q (see Schedule),
+//	          and the deadline jobs of runs whose step 0 went to Q; the
+//	          header workflow.timer names the kind ("schedule",
+//	          "deadline"; none: a timeout)
 //
 // Their names are part of the on-bucket state (jobs wait on them across
 // restarts): never change them.
