@@ -250,14 +250,20 @@ func TestDeadlineWaitingForChildren(t *testing.T) {
 // A run that ends before its deadline (succeeds, fails, is cancelled)
 // removes its deadline job in the ending transaction: it never fires.
 // Without that, the queues would not get idle (the job stays scheduled).
+// Retry of the run that failed keeps its deadline, still ahead: a new
+// deadline job, removed again when the retried run ends.
 func TestDeadlineJobGoneWhenRunEnds(t *testing.T) {
 	t.Parallel()
 	q := openQueue(t, memURL())
 	hook := &hookRecorder{}
+	var failed atomic.Bool
 	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		switch string(s.Payload) {
 		case "fail":
-			return steprunner.Fail("no"), nil
+			if !failed.Swap(true) {
+				return steprunner.Fail("no"), nil
+			}
+			return steprunner.AwaitSignal("go", 0), nil // once retried
 		case "wait":
 			return steprunner.AwaitSignal("go", 0), nil
 		}
@@ -274,16 +280,47 @@ func TestDeadlineJobGoneWhenRunEnds(t *testing.T) {
 		hook.wait(t, id)
 	}
 	whenIdle(t, q, "a run's end left its deadline job", func() bool { return hook.total() == 3 })
-	// Retry of a run that failed before its deadline keeps it: a new job.
 	if err := rt.Retry(context.Background(), "fail"); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, waitTimeout, "the retried run to fail again", func() bool { return len(hook.outcomes("fail")) == 2 })
-	st, err := rt.Status(context.Background(), "fail")
-	if err != nil || !st.Deadline.Equal(d) {
-		t.Fatalf("the retried run: %+v, %v; want Deadline %v", st, err, d)
+	st := waitStatus(t, rt, "fail", "the retried run waiting", func(s runtime.RunStatus) bool { return s.State == runtime.StateWaiting })
+	if !st.Deadline.Equal(d) {
+		t.Fatalf("the retried run: %+v; want Deadline %v", st, d)
 	}
+	if s := mustStats(t, q, timersQueue); s.Scheduled != 1 {
+		t.Fatalf("timers queue %+v, want the retried run's deadline job", s)
+	}
+	if err := rt.Signal(context.Background(), "fail", "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, "the retried run to end", func() bool { return len(hook.outcomes("fail")) == 2 })
 	whenIdle(t, q, "the retried run's end left its deadline job", func() bool { return hook.total() == 4 })
+}
+
+// A run being cancelled, whose step ignores its ctx, ends Failed at its
+// deadline without waiting for the step: its step saw the cause of the
+// Cancel that came first; what it returns later changes nothing.
+func TestDeadlineCancellingRun(t *testing.T) {
+	t.Parallel()
+	q := openQueue(t, memURL())
+	hook := &hookRecorder{}
+	br := newBlockingRunner(func(*steprunner.Step, context.Context) (steprunner.Outcome, error) {
+		return steprunner.Succeed(nil), nil
+	})
+	rt := newRuntime(t, q, br, hook)
+	startRun(t, rt)
+	d := deadlineIn()
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "c", Deadline: d})
+	recv(t, br.started, "the step to start")
+	mustCancel(t, rt, "c", true)
+	if cause := recv(t, br.causes, "the step's ctx to end"); !errors.Is(cause, steprunner.ErrRunCancelled) {
+		t.Fatalf("the step's ctx cause = %v, want ErrRunCancelled", cause)
+	}
+	if o := hook.wait(t, "c"); o.Status != terminal.Failed || !strings.Contains(o.Error, "deadline") {
+		t.Fatalf("outcome %+v, want failed by its deadline", o)
+	}
+	close(br.release)
+	checkDeadlineEnd(t, q, rt, hook, "c", d, 0)
 }
 
 // Bad input: a deadline that has passed, or another deadline for a run
