@@ -3,8 +3,13 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -365,35 +370,100 @@ func TestDeadlineBadInput(t *testing.T) {
 	}
 }
 
-// The deadline job is durable: a store closed between Submit and the
-// deadline and opened again still fails the run at its deadline.
-func TestDeadlineAcrossRestart(t *testing.T) {
+// The deadline restart test: a child process (this test binary,
+// re-executed) submits a run with a deadline that waits for a signal on a
+// file:// store, says so on stderr once it waits, and is SIGKILLed; the
+// deadline job survives in the store, and the Runtime of the reopened
+// store fails the run at its deadline.
+const (
+	deadlineChildEnv   = "STEPWELL_RUNTIME_DEADLINE_CHILD" // store dir
+	deadlineReadyLine  = "child: the run waits"
+	deadlineAfterReady = 3 * time.Second // scaled
+)
+
+// deadlineRunner awaits a signal that never comes.
+var deadlineRunner = steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+	return steprunner.AwaitSignal("go", 0), nil
+})
+
+// deadlineChild submits the run "restart" with a deadline, waits until it
+// waits for its signal, says so on stderr (with the deadline, in unix ns)
+// and waits to be killed.
+func deadlineChild(dir string) int {
+	ctx := context.Background()
+	q, err := queue.Open(ctx, "file://"+dir, fastQueueOpts()...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child open:", err)
+		return 2
+	}
+	rt, err := runtime.New(q, deadlineRunner, terminal.Noop, runtime.WithPollInterval(10*time.Millisecond))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child New:", err)
+		return 3
+	}
+	go rt.Run(ctx)
+	d := time.Now().Add(testenv.Scale(deadlineAfterReady))
+	if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: "restart", Deadline: d}); err != nil {
+		fmt.Fprintln(os.Stderr, "child submit:", err)
+		return 4
+	}
+	for {
+		st, err := rt.Status(ctx, "restart")
+		if err == nil && st.State == runtime.StateWaiting {
+			break
+		}
+		if time.Now().After(d) {
+			fmt.Fprintln(os.Stderr, "child: the run did not wait before its deadline:", st, err)
+			return 5
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, "%s %d\n", deadlineReadyLine, d.UnixNano())
+	return <-make(chan int) // until killed
+}
+
+func TestDeadlineSurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
-	url := fileURL(t)
-	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
-		return steprunner.AwaitSignal("go", 0), nil
-	})
-	d := time.Now().Add(testenv.Scale(3 * time.Second))
-	func() {
-		q, err := openStore(t, url)
-		if err != nil {
-			t.Fatal(err)
+	dir := t.TempDir()
+	ready := make(chan int64, 1)
+	stderr := &testenv.Buffer{OnLine: func(l string) {
+		if rest, ok := strings.CutPrefix(l, deadlineReadyLine+" "); ok {
+			ns, _ := strconv.ParseInt(rest, 10, 64)
+			ready <- ns
 		}
-		defer q.Close(context.Background())
-		rt := newRuntime(t, q, runner, nil)
-		r := startRun(t, rt)
-		mustSubmit(t, rt, runtime.RunSpec{RunID: "restart", Deadline: d})
-		waitStatus(t, rt, "restart", "waiting", func(s runtime.RunStatus) bool { return s.State == runtime.StateWaiting })
-		if err := r.stop(); err != nil {
-			t.Fatal(err)
-		}
-		if st, err := rt.Status(context.Background(), "restart"); err != nil || st.State != runtime.StateWaiting {
-			t.Fatalf("before the restart: %+v, %v; want still waiting (the deadline came too soon)", st, err)
-		}
-	}()
-	q := openQueue(t, url)
+	}}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), deadlineChildEnv+"="+dir)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var d time.Time
+	select {
+	case ns := <-ready:
+		d = time.Unix(0, ns)
+	case err := <-exited:
+		t.Fatalf("child exited before its run waited: %v\n%s", err, stderr)
+	case <-time.After(2 * waitTimeout):
+		cmd.Process.Kill()
+		t.Fatalf("child did not get its run waiting\n%s", stderr)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+
+	q := openQueue(t, "file://"+dir)
 	hook := &hookRecorder{}
-	rt := newRuntime(t, q, runner, hook)
+	rt := newRuntime(t, q, deadlineRunner, hook)
+	if st, err := rt.Status(context.Background(), "restart"); err != nil || st.State != runtime.StateWaiting || !st.Deadline.Equal(d) {
+		t.Fatalf("after the kill: %+v, %v; want still waiting, with Deadline %v (did it come too soon?)", st, err, d)
+	}
+	if s := mustStats(t, q, timersQueue); s.Scheduled+s.Pending != 1 {
+		t.Fatalf("after the kill, timers queue %+v: want the deadline job", s)
+	}
 	startRun(t, rt)
 	checkDeadlineEnd(t, q, rt, hook, "restart", d, 1)
 }
@@ -426,4 +496,39 @@ func TestDeadlineRunningStepInMember(t *testing.T) {
 	}
 	close(release)
 	checkDeadlineEnd(t, m, rt, hook, "member-runs", d, 0)
+}
+
+// The deadline row is redone after a crash between its job's claim and
+// its commit: here the job is claimed by hand and never settled (its
+// claimer "died"), so it runs again once its lease has passed, and the
+// run ends once, by its deadline.
+func TestDeadlineJobClaimedAndLost(t *testing.T) {
+	t.Parallel()
+	const lease = 100 * time.Millisecond
+	ctx := context.Background()
+	q, err := openStore(t, shortLeaseURL(t, lease), queue.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close(ctx) }) // after Run stopped
+	hook := &hookRecorder{}
+	rt := newRuntime(t, q, deadlineRunner, hook)
+	d := time.Now().Add(300 * time.Millisecond)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "lost", Deadline: d, StartAt: time.Now().Add(time.Hour)})
+	var lost *queue.Job
+	testenv.Eventually(t, waitTimeout, "the deadline job to come due and be claimed", func() bool {
+		lost, err = claimOne(ctx, q, timersQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lost != nil
+	})
+	if st, err := rt.Status(ctx, "lost"); err != nil || st.State.Terminal() {
+		t.Fatalf("with its deadline job claimed and not settled: %+v, %v; want the run not ended", st, err)
+	}
+	startRun(t, rt)
+	checkDeadlineEnd(t, q, rt, hook, "lost", d, 0)
+	if err := q.Ack(ctx, lost); !queue.IsClaimLost(err) {
+		t.Fatalf("the lost claim's Ack = %v, want its claim lost", err)
+	}
 }
