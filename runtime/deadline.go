@@ -22,7 +22,6 @@ import (
 // queue (see handleTimer).
 const timerDeadline = "deadline"
 
-
 // validateDeadline checks RunSpec.Deadline against now: a deadline that
 // has passed is ErrInvalidRunSpec. (One before StartAt is valid: the run
 // fails at its deadline without having started.)

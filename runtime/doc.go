@@ -342,10 +342,9 @@
 // step costs one commit instead of two. WithStepChaining(false) turns this
 // off. A chained step that a stopping Run will not start is released
 // without counting the attempt. Run also works the timers queue (<step
-// queue>.timers: await timeouts and run deadlines, up to 4 at once) and
-// the notices queue
-// (<step queue>.dead: notices of dead step jobs, and notifications handed
-// over by Cancel; see Operating).
+// queue>.timers: await timeouts, schedule ticks and run deadlines, up to
+// 4 at once) and the notices queue (<step queue>.dead: notices of dead
+// step jobs, and notifications handed over by Cancel; see Operating).
 //
 // Submit and the end of a run do the same across goroutines: step 0 and the
 // terminal notification are enqueued with dispatch set (the queue's
