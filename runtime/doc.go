@@ -82,6 +82,11 @@
 //	                                n+1 enqueued with the Join's payload
 //	                                and Step.Children (parked if paused);
 //	                                child record -> JoinReported
+//	any row that ends a run with a  also: cancel its deadline job; run
+//	deadline (RunSpec.Deadline)     record DeadlineJob -> ""
+//	anything a step returns after   ack, nothing more: the deadline's row
+//	its run's deadline ended the    (below) ended the run Failed already
+//	run while it ran
 //
 // Each row is ONE queue transaction: a crash never leaves a step acked
 // without its successor, or a run ended without its notification.
@@ -210,6 +215,16 @@
 //	                                delete the parked step; run record ->
 //	                                not paused
 //	Resume, otherwise               run record -> not paused
+//	deadline job, the run has not   ack it; remove the run's queued or
+//	ended (RunSpec.Deadline)        scheduled step, timeout job or parked
+//	                                step, or cancel its running step's job
+//	                                (the step's ctx ends, cause
+//	                                ErrRunDeadline); Failed with an error
+//	                                wrapping ErrRunDeadline; notification;
+//	                                a run waiting for children: their
+//	                                pending counters deleted and the
+//	                                cascade notice (as Cancel)
+//	deadline job, otherwise         ack it: dropped
 //
 // While a run is paused, every row above that would enqueue its next step
 // parks it instead (the step, its payload, its due time and what woke it),
@@ -330,10 +345,10 @@
 // of higher priority is waiting. Started runs thus go depth first, and a
 // step costs one commit instead of two. WithStepChaining(false) turns this
 // off. A chained step that a stopping Run will not start is released
-// without counting the attempt. Run also works the await timeouts'
-// queue (<step queue>.timers, up to 4 at once) and the notices queue
-// (<step queue>.dead: notices of dead step jobs, and notifications handed
-// over by Cancel; see Operating).
+// without counting the attempt. Run also works the timers queue (<step
+// queue>.timers: await timeouts, schedule ticks and run deadlines, up to
+// 4 at once) and the notices queue (<step queue>.dead: notices of dead
+// step jobs, and notifications handed over by Cancel; see Operating).
 //
 // Submit and the end of a run do the same across goroutines: step 0 and the
 // terminal notification are enqueued with dispatch set (the queue's
@@ -399,10 +414,39 @@
 //   - StartAt makes step 0 a scheduled job: Status reports the run
 //     pending, Scheduled, with DueAt; Cancel removes it at once. Retry of
 //     the run later does not wait for StartAt again.
+//   - Deadline bounds the whole run. Submit also enqueues a deadline job,
+//     due then, on the timers queue of the run's step-0 queue
+//     (<queue>.timers; the Runtimes serving that step queue fire it, so a
+//     deadline needs one of them running), and the run record keeps the
+//     deadline and the job's ID (Status reports Deadline). If the run has
+//     not ended when the job comes due, one transaction ends it Failed
+//     with an error wrapping ErrRunDeadline (its Error says "run deadline
+//     passed" and the deadline; the hook gets it once; Wait returns it),
+//     wherever it is: pending, delayed (ContinueAfter, StartAt, a retry's
+//     backoff), waiting for a signal or for children, paused (its step
+//     parked or not) or running (see the table). A running step's ctx
+//     ends with cause ErrRunDeadline, through the queue's cancel of its
+//     job, as Cancel reaches it, in another process too; the run is
+//     Failed at once, without waiting for the step, and what the step
+//     returns later is acknowledged and discarded (as a step ignoring its
+//     ctx keeps running, its slot stays busy until it returns). A run
+//     being cancelled (its step still running) when its deadline passes
+//     ends Failed too. A run that ends otherwise first cancels its
+//     deadline job in its ending transaction, so a deadline never ends a
+//     run twice. A deadline that has passed at Submit (by the submitting
+//     Runtime's clock) is ErrInvalidRunSpec, also when re-submitting a
+//     run that exists; a deadline before StartAt fails the run then,
+//     unstarted. Children do not inherit a deadline: the parent's
+//     deadline fails it while it waits for them, and the cascade (as for
+//     Cancel) cancels every child not ended, and theirs, so no child
+//     outlives its parent's deadline. Retry of a failed or cancelled run
+//     keeps its deadline if it is still ahead (a new deadline job) and
+//     drops it if it has passed (a run failed by its deadline is retried
+//     without one: Status then reports no Deadline).
 //
-// Re-submitting a run with another StepTimeout, Retry or StartAt is
-// ErrSpecMismatch (nil and the zero RetryPolicy are the same); an invalid
-// value is ErrInvalidRunSpec, and nothing is written.
+// Re-submitting a run with another StepTimeout, Retry, StartAt or
+// Deadline is ErrSpecMismatch (nil and the zero RetryPolicy are the same);
+// an invalid value is ErrInvalidRunSpec, and nothing is written.
 //
 // # Records
 //
@@ -411,14 +455,15 @@
 // and the run-control state: the awaited signal name, deadline and timeout
 // job, the pause and parked flags, the mailbox's sequence and count, and
 // the run memory's key count and size (MemoKeys, MemoBytes; its entries
-// are under workflow/memo/<id>/, see internal/runrec), and the current
-// step's queue.
+// are under workflow/memo/<id>/, see internal/runrec), the current
+// step's queue, and the run's deadline and its job (Deadline,
+// DeadlineJob; written only by runs that have a deadline).
 // Submit writes it with a compare-and-put from absent, in the transaction
 // that enqueues step 0, so concurrent submits of one ID from any number of
 // goroutines or processes yield one run; later submits with the same input
 // report NewlySubmitted=false and a different input is ErrInputMismatch.
 // Re-submits that differ only in headers, priority, attempt limit, step
-// timeout, retry policy or start time are ErrSpecMismatch. The same transaction writes the run's entry in the
+// timeout, retry policy, start time or deadline are ErrSpecMismatch. The same transaction writes the run's entry in the
 // submitted index (workflow/submitted/<inverted time>/<id>), which
 // ListRuns reads newest first; stores written before the index are
 // indexed by the first Run of this version, and listed by a full scan
@@ -537,7 +582,10 @@
 // run's cancel flag durably and cancels the step's context with cause
 // steprunner.ErrRunCancelled; the run ends Cancelled (Error "") when the
 // step returns, whatever it returns, unless the step itself returned
-// Cancel(reason). A step's context is also cancelled when its lease is lost
+// Cancel(reason). A run's deadline (Policies) ends it the same ways, but
+// Failed, and a running step's at once: its ctx ends with cause
+// ErrRunDeadline (the step's Runtime reads the run record to tell the two
+// apart: only Cancel sets the cancel flag). A step's context is also cancelled when its lease is lost
 // (steprunner.ErrLeaseLost) and when a stopping Run's drain timeout passes
 // (steprunner.ErrShutdown; the step is released for another attempt).
 //

@@ -54,8 +54,9 @@ type Schedule struct {
 	// ignores it.
 	Location *time.Location
 	// Spec is the template of each tick's run. Its RunID must be "" (each
-	// run's ID is ScheduleRunID(Name, tick)) and its StartAt zero (a run
-	// starts at its tick); the rest is checked as Submit checks it.
+	// run's ID is ScheduleRunID(Name, tick)) and its StartAt and Deadline
+	// zero (a run starts at its tick; one absolute deadline cannot serve
+	// every tick); the rest is checked as Submit checks it.
 	Spec RunSpec
 	// AllowOverlap lets a tick submit its run while the run of the
 	// previous tick that submitted one has not ended. By default such a
@@ -413,6 +414,8 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 		return nil, ticker{}, bad("Spec.RunID %q is set (each tick's run is named NAME@TICK)", spec.RunID)
 	case !spec.StartAt.IsZero():
 		return nil, ticker{}, bad("Spec.StartAt is set (each tick's run starts at its tick)")
+	case !spec.Deadline.IsZero():
+		return nil, ticker{}, bad("Spec.Deadline is set (an absolute time: the runs of the ticks after it could not start)")
 	}
 	for k := range spec.Headers {
 		if strings.HasPrefix(k, ReservedPrefix) {

@@ -437,6 +437,7 @@ func TestScheduleInvalid(t *testing.T) {
 		{"Location without a name", with(func(s *runtime.Schedule) { s.Every, s.Cron, s.Location = 0, "@daily", time.FixedZone("X", 3600) }), nil},
 		{"Spec.RunID", with(func(s *runtime.Schedule) { s.Spec.RunID = "r" }), nil},
 		{"Spec.StartAt", with(func(s *runtime.Schedule) { s.Spec.StartAt = time.Now().Add(time.Hour) }), nil},
+		{"Spec.Deadline", with(func(s *runtime.Schedule) { s.Spec.Deadline = time.Now().Add(time.Hour) }), nil},
 		{"Spec reserved header", with(func(s *runtime.Schedule) { s.Spec.Headers = map[string]string{"workflow.x": "1"} }), runtime.ErrReservedHeader},
 		{"Spec negative StepTimeout", with(func(s *runtime.Schedule) { s.Spec.StepTimeout = -time.Second }), runtime.ErrInvalidRunSpec},
 		{"Spec bad Retry", with(func(s *runtime.Schedule) { s.Spec.Retry = &steprunner.RetryPolicy{Multiplier: 0.5} }), runtime.ErrInvalidRunSpec},

@@ -142,6 +142,8 @@ type RunStatus struct {
 	// run waits for them it is StateWaiting, with WaitingFor
 	// "children: 37 of 100 ended".
 	Children []string
+	// Deadline is the run's deadline (RunSpec.Deadline; zero: none).
+	Deadline time.Time
 }
 
 // Status reports a run's state from the durable records, so it works from
@@ -170,7 +172,7 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 		RunID: rec.RunID, CurrentStep: rec.CurrentStep, Headers: rec.Headers, Retries: rec.Retries,
 		SubmittedAt: unixTime(rec.SubmittedAt), UpdatedAt: unixTime(rec.UpdatedAt), EndedAt: unixTime(rec.EndedAt),
 		MemoKeys: int(rec.MemoKeys), MemoBytes: int64(rec.MemoBytes), Queue: rec.Queue,
-		Parent: rec.Parent,
+		Parent: rec.Parent, Deadline: unixTime(rec.Deadline),
 	}
 	if rec.UpdatedAt == 0 { // a record written before UpdatedAt
 		st.UpdatedAt = unixTime(max(rec.SubmittedAt, rec.EndedAt))

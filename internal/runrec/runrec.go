@@ -50,8 +50,11 @@
 //	          job it dead-lettered (EnqueueOptions.DeadLetterQueue), and a
 //	          Cancel that knows no notify queue hands the run's
 //	          notification over there
-//	Q.timers  the timers queue: AwaitSignal's timeout jobs, and the tick
-//	          jobs of the schedules whose runs go to Q (see Schedule)
+//	Q.timers  the timers queue: AwaitSignal's timeout jobs, the tick
+//	          jobs of the schedules whose runs go to Q (see Schedule),
+//	          and the deadline jobs of runs whose step 0 went to Q; the
+//	          header workflow.timer names the kind ("schedule",
+//	          "deadline"; none: a timeout)
 //
 // Their names are part of the on-bucket state (jobs wait on them across
 // restarts): never change them.
@@ -85,8 +88,9 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 41
-	runFieldsV5    = 33 // a run without parent nor children (see EncodeRun)
+	runFields      = 43
+	runFieldsV6    = 41 // a run without a deadline (see EncodeRun)
+	runFieldsV5    = 33 // a run without parent, children nor deadline
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -137,17 +141,22 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // without children (the shape 6 fields all zero) is written in shape 5,
 // those fields left out, so that runs which use no child runs write the
 // records they wrote before them, byte for byte; kvrecord reads either.
+// Likewise a run without a deadline (Deadline and DeadlineJob zero) is
+// written without the deadline fields.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 30
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 40
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
 func appendRun(b []byte, r *kvrecord.Run) []byte {
-	if noChildFields(r) {
-		b = format.AppendArrayLen(b, runFieldsV5)
-	} else {
+	switch {
+	case !noDeadlineFields(r):
 		b = format.AppendArrayLen(b, runFields)
+	case noChildFields(r):
+		b = format.AppendArrayLen(b, runFieldsV5)
+	default:
+		b = format.AppendArrayLen(b, runFieldsV6)
 	}
 	b = format.AppendUint8(b, r.Version)
 	b = format.AppendString(b, r.RunID)
@@ -183,7 +192,7 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
 	b = format.AppendString(b, r.Queue)
-	if noChildFields(r) {
+	if noChildFields(r) && noDeadlineFields(r) {
 		return b
 	}
 	b = format.AppendString(b, r.Parent)
@@ -193,8 +202,17 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendBool(b, r.JoinReported)
 	b = format.AppendUint32(b, r.Spawned)
 	b = format.AppendUint32(b, r.SpawnStep)
-	return format.AppendUint32(b, r.Pending)
+	b = format.AppendUint32(b, r.Pending)
+	if noDeadlineFields(r) {
+		return b
+	}
+	// Run deadlines.
+	b = format.AppendInt64(b, r.Deadline)
+	return format.AppendString(b, r.DeadlineJob)
 }
+
+// noDeadlineFields reports whether r's run deadline fields are all zero.
+func noDeadlineFields(r *kvrecord.Run) bool { return r.Deadline == 0 && r.DeadlineJob == "" }
 
 // noChildFields reports whether r's shape 6 fields are all zero.
 func noChildFields(r *kvrecord.Run) bool {
