@@ -76,6 +76,7 @@ func (rt *Runtime) Retry(ctx context.Context, runID string) error {
 				return err
 			}
 		}
+		rt.rearmDeadline(txn, &next, rt.tel.traceParent(ctx))
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).CompareAndDelete(tkey, tb)
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {

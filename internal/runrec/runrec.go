@@ -22,6 +22,9 @@
 //	workflow/concline/<key>/<seq:020d>              slots, line tail and line
 //	                                                (RunSpec.Concurrency; see
 //	                                                conc.go)
+//	workflow/schedules/<name>                       Schedule: a schedule and
+//	                                                its tick job (see
+//	                                                schedule.go)
 //
 // A run's mailbox entries are numbered by kvrecord.Run.MailSeq in arrival
 // order (seq 1 first), so a prefix scan of one name lists them oldest
@@ -51,7 +54,11 @@
 //	          job it dead-lettered (EnqueueOptions.DeadLetterQueue), and a
 //	          Cancel that knows no notify queue hands the run's
 //	          notification over there
-//	Q.timers  the timers queue: AwaitSignal's timeout jobs
+//	Q.timers  the timers queue: AwaitSignal's timeout jobs, the tick
+//	          jobs of the schedules whose runs go to Q (see Schedule),
+//	          and the deadline jobs of runs whose step 0 went to Q; the
+//	          header workflow.timer names the kind ("schedule",
+//	          "deadline"; none: a timeout)
 //
 // Their names are part of the on-bucket state (jobs wait on them across
 // restarts): never change them.
@@ -63,6 +70,7 @@
 // hold them to it. DO NOT reorder or remove fields.
 //
 //	Parked    shape 1: 7 fields
+//	Schedule  shape 1: 25 fields
 package runrec
 
 import (
@@ -84,9 +92,10 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 44
-	runFieldsV6    = 41 // a run without a concurrency key (see EncodeRun)
-	runFieldsV5    = 33 // a run without a key, a parent or children (see EncodeRun)
+	runFields      = 46
+	runFieldsDL    = 43 // a run without a concurrency key (see EncodeRun)
+	runFieldsV6    = 41 // a run without a deadline nor a key (see EncodeRun)
+	runFieldsV5    = 33 // a run without parent, children nor deadline
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -133,26 +142,30 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 }
 
 // EncodeRun encodes a run record: the bytes of format.Marshal, written
-// without reflection. It sets r.Version. A run without a concurrency key
-// (the shape 7 fields all zero) is written in shape 6, and one without a
-// key, a parent and children (the shape 6 fields zero too) in shape 5,
-// the zero fields left out, so that runs which use neither write the
-// records they wrote before them, byte for byte; kvrecord reads each.
+// without reflection. It sets r.Version. A run without a parent and
+// without children (the shape 6 fields all zero) is written in shape 5,
+// those fields left out, so that runs which use no child runs write the
+// records they wrote before them, byte for byte; kvrecord reads either.
+// Likewise a run without a deadline (Deadline and DeadlineJob zero) is
+// written without the deadline fields, and a run without a concurrency
+// key (ConcKey, ConcLimit, ConcLine zero) without the concurrency fields.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 30 + len(r.ConcKey) + 15
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 40 + len(r.ConcKey) + 15
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
 func appendRun(b []byte, r *kvrecord.Run) []byte {
 	noConc := noConcFields(r)
 	switch {
-	case noConc && noChildFields(r):
-		b = format.AppendArrayLen(b, runFieldsV5)
-	case noConc:
-		b = format.AppendArrayLen(b, runFieldsV6)
-	default:
+	case !noConc:
 		b = format.AppendArrayLen(b, runFields)
+	case !noDeadlineFields(r):
+		b = format.AppendArrayLen(b, runFieldsDL)
+	case noChildFields(r):
+		b = format.AppendArrayLen(b, runFieldsV5)
+	default:
+		b = format.AppendArrayLen(b, runFieldsV6)
 	}
 	b = format.AppendUint8(b, r.Version)
 	b = format.AppendString(b, r.RunID)
@@ -188,7 +201,7 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
 	b = format.AppendString(b, r.Queue)
-	if noConc && noChildFields(r) {
+	if noChildFields(r) && noDeadlineFields(r) && noConc {
 		return b
 	}
 	b = format.AppendString(b, r.Parent)
@@ -199,19 +212,29 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.Spawned)
 	b = format.AppendUint32(b, r.SpawnStep)
 	b = format.AppendUint32(b, r.Pending)
+	if noDeadlineFields(r) && noConc {
+		return b
+	}
+	// Run deadlines.
+	b = format.AppendInt64(b, r.Deadline)
+	b = format.AppendString(b, r.DeadlineJob)
 	if noConc {
 		return b
 	}
+	// Per-key concurrency.
 	b = format.AppendString(b, r.ConcKey)
 	b = format.AppendUint32(b, r.ConcLimit)
 	return format.AppendUint64(b, r.ConcLine)
 }
 
-// noConcFields reports whether r's shape 7 fields (per-key concurrency)
-// are all zero.
+// noConcFields reports whether r's per-key concurrency fields are all
+// zero.
 func noConcFields(r *kvrecord.Run) bool {
 	return r.ConcKey == "" && r.ConcLimit == 0 && r.ConcLine == 0
 }
+
+// noDeadlineFields reports whether r's run deadline fields are all zero.
+func noDeadlineFields(r *kvrecord.Run) bool { return r.Deadline == 0 && r.DeadlineJob == "" }
 
 // noChildFields reports whether r's shape 6 fields are all zero.
 func noChildFields(r *kvrecord.Run) bool {
