@@ -453,3 +453,45 @@ func TestConcurrencyPausedKeepsSlot(t *testing.T) {
 	}
 	checkKeyGone(t, q, "P")
 }
+
+// TestConcurrencyDeadlineInLine: a run whose deadline passes while it
+// waits in its key's line ends Failed (ErrRunDeadline) and leaves the
+// line; the run behind it gets the slot in turn.
+func TestConcurrencyDeadlineInLine(t *testing.T) {
+	q := openQueue(t, memURL())
+	g := newSlotRunner("D")
+	rt := newRuntime(t, q, g, nil)
+	startRun(t, rt)
+	mustSubmit(t, rt, keyed("D", 1, 0))
+	late := keyed("D", 1, 1)
+	late.Deadline = time.Now().Add(200 * time.Millisecond)
+	mustSubmit(t, rt, late)
+	mustSubmit(t, rt, keyed("D", 1, 2))
+	st := waitTerminal(t, rt, "D-01")
+	if st.State != runtime.StateFailed || !strings.Contains(st.Error, "deadline") {
+		t.Fatalf("D-01 past its deadline in line: %v %q", st.State, st.Error)
+	}
+	g.open("D-00")
+	g.open("D-02")
+	for _, id := range []string{"D-00", "D-02"} {
+		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
+			t.Fatalf("%s: %v %q", id, st.State, st.Error)
+		}
+	}
+	if got := g.startedOf("D"); fmt.Sprint(got) != "[0 2]" {
+		t.Fatalf("D's runs started: %v", got)
+	}
+	checkKeyGone(t, q, "D")
+}
+
+// TestConcurrencyScheduleRefused: a schedule's Spec cannot carry a
+// Concurrency (its record does not keep one): ErrInvalidSchedule.
+func TestConcurrencyScheduleRefused(t *testing.T) {
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, nil, nil)
+	err := rt.SetSchedule(context.Background(), runtime.Schedule{Name: "s", Every: time.Hour,
+		Spec: runtime.RunSpec{Concurrency: runtime.Concurrency{Key: "k", Limit: 1}}})
+	if !errors.Is(err, runtime.ErrInvalidSchedule) {
+		t.Fatalf("SetSchedule with a Spec.Concurrency: %v, want ErrInvalidSchedule", err)
+	}
+}

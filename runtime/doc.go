@@ -321,6 +321,10 @@
 //     with a key takes a slot or joins the line again, at its end.
 //   - Children of a Spawn do not inherit the key: they are not counted
 //     (the parent holds its slot while it waits for them).
+//   - A run's Deadline counts while it waits in line: past it, the run
+//     ends Failed there and leaves the line. A Schedule's Spec cannot
+//     carry a Concurrency yet (ErrInvalidSchedule): the schedule's record
+//     does not keep it.
 //   - A hot key is bounded by its runs' transactions: each run of the key
 //     holds its slot across at least one durable commit (the one that
 //     passes it on), so one key with Limit L ends at most about L runs
