@@ -43,6 +43,8 @@
 //	          JoinReported, Spawned, SpawnStep, Pending (child runs; November 2026)
 //	          then: 43 fields, + Deadline, DeadlineJob (run deadlines;
 //	          November 2026)
+//	          then: 46 fields, + ConcKey, ConcLimit, ConcLine (per-key
+//	          concurrency; November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
 //	          (November 2026)
@@ -50,12 +52,14 @@
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
 // mailbox, no step timeout, start time or retry policy, no memory, no
-// step queue, no parent and no children, no deadline, no dead job and no payload); the
-// runtime writes the newest shape only, but for a run without a parent
-// and without children, which it writes in shape 5 (the shape 6 fields
-// would all be zero), and for a run without a deadline, which it writes
-// without the deadline fields (shape 6, or 5), so that such runs cost
-// what they did before.
+// step queue, no parent and no children, no deadline, no concurrency key,
+// no dead job and no payload); the runtime writes the newest shape only,
+// but for a run without a parent and without children, which it writes
+// in shape 5 (the shape 6 fields would all be zero), for a run without a
+// deadline, which it writes without the deadline fields (shape 6, or 5),
+// and for a run without a concurrency key, which it writes without the
+// concurrency fields (43 fields, or shape 6, or 5), so that such runs
+// cost what they did before.
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
@@ -186,6 +190,18 @@ type Run struct {
 	// Deadline; "" once the run ended (or when it has no deadline).
 	Deadline    int64
 	DeadlineJob string
+
+	// Per-key concurrency (the runtime's RunSpec.Concurrency), appended
+	// after the deadline fields and written only by runs with a key.
+	// ConcKey is the run's concurrency key ("" for none) and ConcLimit the
+	// Limit it was submitted with. ConcLine is, while the run waits in its
+	// key's line for a slot, the sequence number of its line entry (the
+	// runtime's workflow/concline/<key>/<seq>; CurrentJob is "" then); 0
+	// when it holds a slot (an active run with a key), has ended or has no
+	// key.
+	ConcKey   string
+	ConcLimit uint32
+	ConcLine  uint64
 }
 
 // Terminal is the outcome of a finished run.
@@ -239,7 +255,8 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 // Field counts of the records (see the Encoding section above): the
 // current shape, and the older ones.
 const (
-	runFields        = 43
+	runFields        = 46
+	runFieldsDL      = 43 // with the deadline fields, before the concurrency ones
 	runFieldsV6      = 41
 	runFieldsV5      = 33
 	runFieldsV4      = 32
@@ -311,9 +328,14 @@ func readRun(rd *format.Reader, r *Run) {
 		r.SpawnStep = rd.Uint32()
 		r.Pending = rd.Uint32()
 	}
-	if n >= runFields {
+	if n >= runFieldsDL {
 		r.Deadline = rd.Int64()
 		r.DeadlineJob = rd.String()
+	}
+	if n >= runFields {
+		r.ConcKey = rd.String()
+		r.ConcLimit = rd.Uint32()
+		r.ConcLine = rd.Uint64()
 	}
 }
 
@@ -390,12 +412,29 @@ type runV6 struct {
 	Pending      uint32
 }
 
+// runDL is a run record with the deadline fields and without the
+// concurrency ones, for the reflective decoder.
+type runDL struct {
+	runV6
+	Deadline    int64
+	DeadlineJob string
+}
+
 // unmarshalRun is the reflective decoder of run records of every shape:
 // what the fast reader must agree with.
 func unmarshalRun(b []byte, r *Run) error {
 	*r = Run{}
 	err := format.UnmarshalExact(b, r)
 	if err == nil {
+		return nil
+	}
+	var dl runDL
+	if format.UnmarshalExact(b, &dl) == nil {
+		*r = v3WithZero(dl.runV3)
+		r.MemoKeys, r.MemoBytes, r.Queue = dl.MemoKeys, dl.MemoBytes, dl.Queue
+		r.Parent, r.ParentStep, r.ChildIndex, r.Depth = dl.Parent, dl.ParentStep, dl.ChildIndex, dl.Depth
+		r.JoinReported, r.Spawned, r.SpawnStep, r.Pending = dl.JoinReported, dl.Spawned, dl.SpawnStep, dl.Pending
+		r.Deadline, r.DeadlineJob = dl.Deadline, dl.DeadlineJob
 		return nil
 	}
 	var v6 runV6

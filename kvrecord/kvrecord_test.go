@@ -114,6 +114,7 @@ func randRun(r *rand.Rand, multi bool) *Run {
 		Parent: codectest.String(r), ParentStep: r.Uint32(), ChildIndex: r.Uint32(), Depth: r.Uint32(),
 		JoinReported: r.UintN(2) == 1, Spawned: r.Uint32(), SpawnStep: r.Uint32(), Pending: r.Uint32(),
 		Deadline: codectest.Int64(r), DeadlineJob: codectest.String(r),
+		ConcKey: codectest.String(r), ConcLimit: r.Uint32(), ConcLine: r.Uint64(),
 	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
@@ -237,8 +238,38 @@ func zeroShape6(r *Run) {
 	zeroDeadline(r)
 }
 
-// zeroDeadline zeroes the run deadline fields.
-func zeroDeadline(r *Run) { r.Deadline, r.DeadlineJob = 0, "" }
+// zeroDeadline zeroes the run deadline fields and the concurrency ones
+// appended after them.
+func zeroDeadline(r *Run) { r.Deadline, r.DeadlineJob = 0, ""; zeroConc(r) }
+
+// zeroConc zeroes the per-key concurrency fields.
+func zeroConc(r *Run) { r.ConcKey, r.ConcLimit, r.ConcLine = "", 0, 0 }
+
+// TestDecodeDeadlineShape holds the run decoders to records written
+// before the per-key concurrency fields were appended (43 fields): they
+// decode with no key on both paths. Fails if a decoder insists on 46.
+func TestDecodeDeadlineShape(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		run := randRun(r, false)
+		run.State, run.Version = StateActive, Version
+		if run.RunID == "" {
+			run.RunID = "r"
+		}
+		old := *run
+		zeroConc(&old)
+		v6 := runV6{runV5: runV5{runV4: *runV4Of(run), Queue: run.Queue},
+			Parent: run.Parent, ParentStep: run.ParentStep, ChildIndex: run.ChildIndex, Depth: run.Depth,
+			JoinReported: run.JoinReported, Spawned: run.Spawned, SpawnStep: run.SpawnStep, Pending: run.Pending}
+		checkOldRun(t, "43 fields", &runDL{runV6: v6, Deadline: run.Deadline, DeadlineJob: run.DeadlineJob}, &old)
+	}
+	for _, n := range []int{44, 45} {
+		bad, _ := format.Marshal(make([]int, n))
+		if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("DecodeRun(%d fields) = %v, want ErrCorrupt", n, err)
+		}
+	}
+}
 
 // TestDecodeShape6 holds the run decoders to records written before run
 // deadlines were appended (41 fields): they decode with no deadline on

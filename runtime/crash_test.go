@@ -70,6 +70,8 @@ func TestMain(m *testing.M) {
 		os.Exit(startAtChild(os.Getenv(startAtChildEnv)))
 	case os.Getenv(spawnClusterEnv) != "":
 		os.Exit(spawnClusterHelper(os.Getenv(clusterHelperEnv)))
+	case os.Getenv(concClusterEnv) != "":
+		os.Exit(concClusterHelper(os.Getenv(clusterHelperEnv)))
 	case os.Getenv(clusterHelperEnv) != "":
 		os.Exit(clusterHelper(os.Getenv(clusterHelperEnv)))
 	case os.Getenv(memberWriterEnv) != "":

@@ -133,6 +133,11 @@ func (rt *Runtime) handleDeadline(claimCtx context.Context, job *queue.Job) erro
 				}
 				e.payload = p.Payload
 			}
+			if rec.ConcLine != 0 { // waiting for a concurrency slot
+				if e.payload, err = rt.concLinePayload(ctx, rec); err != nil {
+					return err
+				}
+			}
 		} else {
 			step, err := rt.q.GetJob(ctx, rec.CurrentJob)
 			if errors.Is(err, queue.ErrJobNotFound) {

@@ -24,13 +24,15 @@ var (
 	ErrInvalidOption = errors.New("runtime: invalid option")
 	// ErrSpecMismatch: Submit of a known run ID with the same input but
 	// another spec: headers, priority, attempt limit, step timeout, start
-	// time, retry policy or deadline (ErrInputMismatch is for a different
-	// input). The message names what differs.
+	// time, retry policy, deadline or Concurrency (ErrInputMismatch is for
+	// a different input). The message names what differs.
 	ErrSpecMismatch = errors.New("runtime: run already submitted with another spec")
 	// ErrInvalidRunSpec: Submit of a RunSpec with an invalid field (a
 	// negative StepTimeout, an invalid Retry policy: then it wraps a
-	// *steprunner.RetryPolicyError too; a Deadline that has passed).
-	// Nothing is written.
+	// *steprunner.RetryPolicyError too; a Deadline that has passed; an
+	// invalid Concurrency: a Key with a Limit under 1, a Limit without a
+	// Key, a Key that is not 1 to 128 bytes of printable ASCII without
+	// '/'). Nothing is written.
 	ErrInvalidRunSpec = errors.New("runtime: invalid run spec")
 	// ErrRunDeadline: a run whose RunSpec.Deadline passed before it ended
 	// ends Failed with an error wrapping it (its text, which contains

@@ -65,9 +65,16 @@ func (rt *Runtime) Retry(ctx context.Context, runID string) error {
 		next := *rec
 		next.State, next.Status, next.EndedAt, next.Cancel = kvrecord.StateActive, 0, 0, false
 		next.CurrentStep, next.Retries, next.UpdatedAt = t.FinalStep, rec.Retries+1, rt.opts.now().UnixNano()
-		txn := new(queue.Txn)
-		if err := rt.requeueFinalStep(ctx, txn, &next, t); err != nil {
-			return err
+		txn, slot := new(queue.Txn), true
+		if rec.ConcKey != "" { // a slot, or a place in its key's line
+			if slot, err = rt.concRetry(ctx, txn, &next, t); err != nil {
+				return err
+			}
+		}
+		if slot {
+			if err := rt.requeueFinalStep(ctx, txn, &next, t); err != nil {
+				return err
+			}
 		}
 		rt.rearmDeadline(txn, &next, rt.tel.traceParent(ctx))
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).CompareAndDelete(tkey, tb)

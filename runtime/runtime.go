@@ -41,6 +41,8 @@ type Runtime struct {
 	tel    *telemetry
 
 	indexed atomic.Bool // the store's runs are all in the submitted index
+
+	concMu concLocks // serializes this process's submits per concurrency key
 }
 
 // New returns a Runtime that executes steps with r on the store q and
@@ -164,6 +166,13 @@ type RunSpec struct {
 	// at Submit is ErrInvalidRunSpec; one before StartAt fails the run
 	// then, unstarted.
 	Deadline time.Time
+	// Concurrency bounds the runs of its Key active at once in the store
+	// (see Concurrency, and "Per-key concurrency" in the package doc): a
+	// run takes a slot when its step 0 would start and holds it until it
+	// ends; without a free slot it waits, pending, in submit order. The
+	// zero value: no bound. A Key with a Limit under 1, or a Limit without
+	// a Key, is ErrInvalidRunSpec.
+	Concurrency Concurrency
 }
 
 // SubmitOutcome says what Submit did.
@@ -197,10 +206,11 @@ func ValidateRunID(id string) error {
 // Submit starts a run. It is idempotent on (RunID, Input) across processes
 // and restarts: a run that exists with the same input and spec (headers,
 // priority, attempt limit, step timeout, start time, retry policy,
-// deadline) returns
+// deadline, concurrency) returns
 // NewlySubmitted=false and changes nothing; a different input is
 // ErrInputMismatch, the same input with another spec ErrSpecMismatch. An
-// invalid spec (StepTimeout, Retry, a Deadline that has passed) is
+// invalid spec (StepTimeout, Retry, a Deadline that has passed,
+// Concurrency) is
 // ErrInvalidRunSpec and changes nothing. A Deadline also enqueues, in the
 // same transaction, the job that fails the run then (see Policies in the
 // package doc). The run record, its index
@@ -229,6 +239,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	if err := validateDeadline(&spec, rt.opts.now); err != nil {
 		return SubmitOutcome{}, err
 	}
+	if err := validateConcurrency(spec.Concurrency); err != nil {
+		return SubmitOutcome{}, err
+	}
 	stepQueue := rt.opts.queueName
 	if spec.Queue != "" {
 		if err := rt.validateStepQueue(spec.Queue); err != nil {
@@ -238,11 +251,17 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	}
 	hash := runrec.HashInput(spec.Input)
 	traceParent := rt.tel.traceParent(ctx)
+	if k := spec.Concurrency.Key; k != "" {
+		defer rt.concMu.lock(k)() // see concLocks
+	}
 	for {
 		txn := new(queue.Txn)
-		jobID, b := rt.submitOps(txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
+		jobID, b, err := rt.submitOps(ctx, txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
+		if err != nil {
+			return SubmitOutcome{}, err
+		}
 		// Dispatched, step 0 starts with the record (see stepRun).
-		_, err := rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
+		_, err = rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
 		if err == nil {
 			return SubmitOutcome{RunID: id, NewlySubmitted: true}, nil
 		}
@@ -268,11 +287,13 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 
 // submitOps adds to txn what submits the new run id from spec (valid)
 // with step 0 on stepQueue: its run record (a compare-and-put from
-// absent), its entry in the submitted index and step 0, dispatched. hash
+// absent), its entry in the submitted index and step 0, dispatched (for a
+// run with a concurrency key: a slot and step 0, or a place in the key's
+// line and no step, see concTake). hash
 // is the input's, traceParent the run's trace context ("": none), now
 // the submit time (unix ns). It returns step 0's job ID and the record's
 // bytes, for handoff.WithDispatched. Submit and a schedule's tick call it.
-func (rt *Runtime) submitOps(txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, record []byte) {
+func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, record []byte, err error) {
 	jobID = ulid.Make().String()
 	rec := &kvrecord.Run{
 		RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
@@ -288,12 +309,22 @@ func (rt *Runtime) submitOps(txn *queue.Txn, id string, spec *RunSpec, stepQueue
 	opts := rt.stepOptions(rec, 0, jobID, traceParent)
 	opts.RunAt = spec.StartAt          // zero or past: at once
 	opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
+	slot := true
+	if c := spec.Concurrency; c.Key != "" { // a slot, or a place in its line
+		rec.ConcKey, rec.ConcLimit = c.Key, uint32(c.Limit)
+		ent := &runrec.ConcEntry{Payload: spec.Input, DueAt: rec.StartAt, TraceParent: traceParent}
+		if slot, err = rt.concTake(ctx, txn, rec, rec.ConcLimit, ent); err != nil {
+			return "", nil, err
+		}
+	}
 	record = runrec.EncodeRun(rec)
 	txn.CompareAndPut(kvrecord.RunKey(id), nil, record).
-		Put(runrec.SubmittedKey(now, id), []byte{}).
-		Enqueue(stepQueue, spec.Input, opts)
+		Put(runrec.SubmittedKey(now, id), []byte{})
+	if slot {
+		txn.Enqueue(stepQueue, spec.Input, opts)
+	}
 	rt.enqueueDeadline(txn, rec, traceParent)
-	return jobID, record
+	return jobID, record, nil
 }
 
 // specDiff names what of spec differs from the run record's submission
@@ -312,6 +343,7 @@ func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 	}
 	diff = policyDiff(diff, rec, spec)
 	diff = deadlineDiff(diff, rec, spec)
+	diff = concDiff(diff, rec, spec)
 	return strings.Join(diff, ", ")
 }
 
@@ -485,6 +517,13 @@ func (rt *Runtime) cancelIdle(ctx context.Context, rec *kvrecord.Run, old []byte
 		}
 		e.payload = p.Payload
 	}
+	if rec.ConcLine != 0 { // waiting for a concurrency slot: its step's payload
+		p, err := rt.concLinePayload(ctx, rec)
+		if err != nil {
+			return nil, err
+		}
+		e.payload = p
+	}
 	txn := new(queue.Txn)
 	rt.terminate(txn, rec, old, e)
 	return txn, nil
@@ -550,6 +589,9 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		next.Pending = 0
 		deleteShards(txn, rec)
 		rt.cascadeNotice(txn, rec, e.queue)
+	}
+	if rec.ConcKey != "" { // its concurrency slot (or place in line) is released
+		rt.concRelease(txn, rec, &next)
 	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,

@@ -334,8 +334,11 @@ func (rt *Runtime) handleScheduleTick(claimCtx context.Context, job *queue.Job) 
 			switch {
 			case errors.Is(err, ErrRunNotFound):
 				spec := scheduleSpec(rec)
-				dispatched, record = rt.submitOps(txn, runID, &spec, rec.Queue, runrec.HashInput(spec.Input),
+				dispatched, record, err = rt.submitOps(ctx, txn, runID, &spec, rec.Queue, runrec.HashInput(spec.Input),
 					job.Headers[HeaderTraceParent], now.UnixNano())
+				if err != nil {
+					return err // the lease expires and the tick fires again
+				}
 			case err != nil:
 				return err
 			} // else submitted already: not twice
@@ -416,6 +419,8 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 		return nil, ticker{}, bad("Spec.StartAt is set (each tick's run starts at its tick)")
 	case !spec.Deadline.IsZero():
 		return nil, ticker{}, bad("Spec.Deadline is set (an absolute time: the runs of the ticks after it could not start)")
+	case spec.Concurrency != (Concurrency{}):
+		return nil, ticker{}, bad("Spec.Concurrency is set (a schedule's record does not keep it yet)")
 	}
 	for k := range spec.Headers {
 		if strings.HasPrefix(k, ReservedPrefix) {

@@ -437,6 +437,9 @@ func (rt *Runtime) childIDs(ctx context.Context, rec *kvrecord.Run) ([]string, e
 
 // waitingFor is what Status reports a waiting run waits for.
 func (rt *Runtime) waitingFor(ctx context.Context, rec *kvrecord.Run) (string, error) {
+	if rec.ConcLine != 0 {
+		return rt.concWaitingFor(ctx, rec)
+	}
 	if rec.WaitFor != childrenWait {
 		return rec.WaitFor, nil
 	}

@@ -47,6 +47,7 @@ A progress line goes to stderr. See docs/BENCHMARKS.md.
 			fs.IntVar(&cfg.LiveJobs, "live-jobs", 100000, "pending runs to build (recovery)")
 			fs.IntVar(&cfg.History, "history", 0, "finished runs to build first (recovery)")
 			fs.DurationVar(&cfg.IdleFor, "idle-for", 0, "how long to observe (idle; 0: 30s)")
+			fs.IntVar(&cfg.HotKeyLimit, "hot-key-limit", 0, "submit every run with one concurrency key of this `Limit` (0: none)")
 			fs.IntVar(&cfg.Cluster, "cluster", 0, "run across a writer and `N` member processes (saturate, steady)")
 			fs.BoolFunc("failover", "with --cluster: time a failover and a hand-over (default true)", func(v string) error {
 				b, err := strconv.ParseBool(v)

@@ -241,7 +241,9 @@ type runJSON struct {
 	Children []string `json:"children"`
 	// WaitingFor is the signal a waiting run awaits (steprunner.AwaitSignal;
 	// "stepwell signal" sends it), or "children: N of M ended" for a run
-	// waiting for its children (steprunner.Spawn); "" otherwise.
+	// waiting for its children (steprunner.Spawn), or "waiting for
+	// concurrency key K: N of M" for a pending run waiting for a slot of
+	// its key (RunSpec.Concurrency); "" otherwise.
 	// WaitDeadline is when that await times out (null: no timeout).
 	WaitingFor   string     `json:"waiting_for"`
 	WaitDeadline *time.Time `json:"wait_deadline"`
@@ -479,6 +481,8 @@ func printRun(w io.Writer, r *runJSON) {
 	}
 	if r.WaitingFor != "" && len(r.Children) > 0 && strings.HasPrefix(r.WaitingFor, "children: ") {
 		fmt.Fprintf(tw, "waiting for:\t%s\n", r.WaitingFor)
+	} else if k, ok := strings.CutPrefix(r.WaitingFor, "waiting for concurrency key "); ok {
+		fmt.Fprintf(tw, "waiting for:\ta slot of concurrency key %s\n", k)
 	} else if r.WaitingFor != "" {
 		deadline := "no timeout"
 		if r.WaitDeadline != nil {

@@ -210,6 +210,10 @@ type Config struct {
 	Cluster int
 	// NoFailover skips the failover and hand-over of a Cluster bench.
 	NoFailover bool
+	// HotKeyLimit, when above 0, submits every run (saturate, steady)
+	// with one concurrency key of that Limit (runtime.RunSpec.Concurrency,
+	// key "bench-hot"): at most that many runs active at once. 0: no key.
+	HotKeyLimit int
 	// Progress, when set, receives a progress line rewritten in place
 	// with '\r' a few times a second, and a final newline.
 	Progress io.Writer `json:"-"`
@@ -287,6 +291,9 @@ func (c Config) Normalize() (Config, error) {
 	}
 	if c.NotifyConcurrency == -1 {
 		c.NotifyConcurrency = c.Concurrency
+	}
+	if c.HotKeyLimit < 0 {
+		return c, cfgErr("HotKeyLimit", "%d is negative", c.HotKeyLimit)
 	}
 	if c.StepDuration < 0 {
 		return c, cfgErr("StepDuration", "%v is negative", c.StepDuration)

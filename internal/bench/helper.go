@@ -274,7 +274,7 @@ func (h *helper) start(ctx context.Context, epoch int64) error {
 	h.load = startRuntime(ctx, rt)
 	subCtx, cancel := context.WithCancel(ctx)
 	h.stopSub = cancel
-	h.sub = &submitter{rt: rt, tr: tr, payload: makePayload(cfg.PayloadSize), cancel: cancel,
+	h.sub = &submitter{rt: rt, tr: tr, payload: makePayload(cfg.PayloadSize), cancel: cancel, conc: hotKey(cfg),
 		offset: h.spec.Offset, stride: h.spec.Stride}
 	h.subDone = make(chan struct{})
 	start := tr.now()

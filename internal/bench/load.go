@@ -230,6 +230,7 @@ type submitter struct {
 	rt      *swruntime.Runtime
 	tr      *tracker
 	payload []byte
+	conc    swruntime.Concurrency // every run's (HotKeyLimit)
 	// The submitter's runs are offset, offset+stride, ... (a cluster
 	// member submits its share of the runs); stride 0 means 1.
 	offset, stride int
@@ -248,7 +249,7 @@ func (s *submitter) submit(ctx context.Context, i int, arrival int64) {
 		rs.arrival.Store(arrival)
 	}
 	t0 := s.tr.now()
-	_, err := s.rt.Submit(ctx, swruntime.RunSpec{RunID: s.tr.runID(i), Input: s.payload})
+	_, err := s.rt.Submit(ctx, swruntime.RunSpec{RunID: s.tr.runID(i), Input: s.payload, Concurrency: s.conc})
 	end := s.tr.now()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -318,13 +319,21 @@ func (s *submitter) openLoop(ctx context.Context, n int, rate float64, start int
 	}
 }
 
+// hotKey is the Concurrency of cfg's runs (HotKeyLimit).
+func hotKey(cfg Config) swruntime.Concurrency {
+	if cfg.HotKeyLimit <= 0 {
+		return swruntime.Concurrency{}
+	}
+	return swruntime.Concurrency{Key: "bench-hot", Limit: cfg.HotKeyLimit}
+}
+
 // newThroughput is the result of a saturate or steady run of cfg before
 // it ran: the workload's description.
 func newThroughput(cfg Config) Throughput {
 	res := Throughput{
 		Runs: cfg.Runs, StepsPerRun: cfg.Steps, PayloadBytes: cfg.PayloadSize,
 		StepDurationMS: float64(cfg.StepDuration) / 1e6, Concurrency: cfg.Concurrency,
-		NotifyConcurrency: cfg.NotifyConcurrency,
+		NotifyConcurrency: cfg.NotifyConcurrency, HotKeyLimit: cfg.HotKeyLimit,
 	}
 	if cfg.Scenario == ScenarioSteady {
 		res.OfferedRunsPerS = cfg.Rate
@@ -373,7 +382,7 @@ func drive(ctx context.Context, q *queue.Queue, rt *swruntime.Runtime, tr *track
 	run := startRuntime(ctx, rt)
 	subCtx, cancelSub := context.WithCancel(ctx)
 	defer cancelSub()
-	sub := &submitter{rt: rt, tr: tr, payload: makePayload(cfg.PayloadSize), cancel: cancelSub}
+	sub := &submitter{rt: rt, tr: tr, payload: makePayload(cfg.PayloadSize), cancel: cancelSub, conc: hotKey(cfg)}
 	n := int(tr.want)
 	label := cfg.Scenario
 	if pr != nil {

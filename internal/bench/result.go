@@ -179,6 +179,9 @@ type Throughput struct {
 	NotifyConcurrency int `json:"notify_concurrency"`
 	// Submitters is the number of submitting goroutines (saturate).
 	Submitters int `json:"submitters,omitempty"`
+	// HotKeyLimit is the Limit of the one concurrency key of every run
+	// (Config.HotKeyLimit); 0: none.
+	HotKeyLimit int `json:"hot_key_limit,omitempty"`
 	// OfferedRunsPerS is the configured arrival rate (steady).
 	OfferedRunsPerS float64 `json:"offered_runs_per_s,omitempty"`
 
@@ -288,6 +291,9 @@ func (r Result) WriteTable(w io.Writer) error {
 			row("arrivals", "open loop at %.1f runs/s", t.OfferedRunsPerS)
 		} else {
 			row("submitters", "%d (closed loop on Submit)", t.Submitters)
+		}
+		if t.HotKeyLimit > 0 {
+			row("concurrency key", "every run on one key, Limit %d", t.HotKeyLimit)
 		}
 		row("completed", "%d runs (%d failed), %d transitions, %d step executions",
 			t.RunsCompleted, t.RunsFailed, t.Transitions, t.StepExecutions)

@@ -18,6 +18,10 @@
 //	                                                the run's memory
 //	                                                (Outcome.WithMemo), raw
 //	                                                bytes (possibly empty)
+//	workflow/conc/<key>, workflow/conctail/<key>,   a concurrency key's
+//	workflow/concline/<key>/<seq:020d>              slots, line tail and line
+//	                                                (RunSpec.Concurrency; see
+//	                                                conc.go)
 //	workflow/schedules/<name>                       Schedule: a schedule and
 //	                                                its tick job (see
 //	                                                schedule.go)
@@ -88,8 +92,9 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 43
-	runFieldsV6    = 41 // a run without a deadline (see EncodeRun)
+	runFields      = 46
+	runFieldsDL    = 43 // a run without a concurrency key (see EncodeRun)
+	runFieldsV6    = 41 // a run without a deadline nor a key (see EncodeRun)
 	runFieldsV5    = 33 // a run without parent, children nor deadline
 	terminalFields = 11
 	parkedFields   = 7
@@ -142,17 +147,21 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // those fields left out, so that runs which use no child runs write the
 // records they wrote before them, byte for byte; kvrecord reads either.
 // Likewise a run without a deadline (Deadline and DeadlineJob zero) is
-// written without the deadline fields.
+// written without the deadline fields, and a run without a concurrency
+// key (ConcKey, ConcLimit, ConcLine zero) without the concurrency fields.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 40
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 40 + len(r.ConcKey) + 15
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
 func appendRun(b []byte, r *kvrecord.Run) []byte {
+	noConc := noConcFields(r)
 	switch {
-	case !noDeadlineFields(r):
+	case !noConc:
 		b = format.AppendArrayLen(b, runFields)
+	case !noDeadlineFields(r):
+		b = format.AppendArrayLen(b, runFieldsDL)
 	case noChildFields(r):
 		b = format.AppendArrayLen(b, runFieldsV5)
 	default:
@@ -192,7 +201,7 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
 	b = format.AppendString(b, r.Queue)
-	if noChildFields(r) && noDeadlineFields(r) {
+	if noChildFields(r) && noDeadlineFields(r) && noConc {
 		return b
 	}
 	b = format.AppendString(b, r.Parent)
@@ -203,12 +212,25 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.Spawned)
 	b = format.AppendUint32(b, r.SpawnStep)
 	b = format.AppendUint32(b, r.Pending)
-	if noDeadlineFields(r) {
+	if noDeadlineFields(r) && noConc {
 		return b
 	}
 	// Run deadlines.
 	b = format.AppendInt64(b, r.Deadline)
-	return format.AppendString(b, r.DeadlineJob)
+	b = format.AppendString(b, r.DeadlineJob)
+	if noConc {
+		return b
+	}
+	// Per-key concurrency.
+	b = format.AppendString(b, r.ConcKey)
+	b = format.AppendUint32(b, r.ConcLimit)
+	return format.AppendUint64(b, r.ConcLine)
+}
+
+// noConcFields reports whether r's per-key concurrency fields are all
+// zero.
+func noConcFields(r *kvrecord.Run) bool {
+	return r.ConcKey == "" && r.ConcLimit == 0 && r.ConcLine == 0
 }
 
 // noDeadlineFields reports whether r's run deadline fields are all zero.

@@ -33,6 +33,9 @@ func randRun(r *rand.Rand, multi bool) *kvrecord.Run {
 	if multi || r.IntN(2) == 0 { // a run with a deadline (else: no deadline fields are written)
 		run.Deadline, run.DeadlineJob = codectest.Int64(r), "j"+codectest.String(r)
 	}
+	if multi || r.IntN(2) == 0 { // a run with a concurrency key (else: no concurrency fields are written)
+		run.ConcKey, run.ConcLimit, run.ConcLine = "k"+codectest.String(r), r.Uint32(), r.Uint64()
+	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
 	}
@@ -56,24 +59,28 @@ func TestEncodersMatchMarshal(t *testing.T) {
 		switch b := EncodeRun(run); {
 		case multi:
 			codectest.RoundTrip(t, b, run)
-		case noDeadlineFields(run):
-			// Without the deadline fields: format.Marshal's bytes without
-			// their zeros (an int64 nine bytes, "" one), and 41 for the count; without
-			// the zero fields of shape 6 too ("" and false one byte each,
-			// six uint32 five), 33.
+		case noConcFields(run):
+			// Without the concurrency fields: format.Marshal's bytes
+			// without their zeros ("" one byte, a uint32 five, a uint64
+			// nine), and 43 for the count; without the deadline fields too
+			// (an int64 nine bytes, "" one), 41; without the zero fields of
+			// shape 6 too ("" and false one byte each, six uint32 five), 33.
 			want, err := format.Marshal(run)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want = append([]byte{want[0], 0, runFieldsV6}, want[3:len(want)-10]...)
-			if noChildFields(run) {
-				want = append([]byte{want[0], 0, runFieldsV5}, want[3:len(want)-32]...)
+			want = append([]byte{want[0], 0, runFieldsDL}, want[3:len(want)-15]...)
+			if noDeadlineFields(run) {
+				want = append([]byte{want[0], 0, runFieldsV6}, want[3:len(want)-10]...)
+				if noChildFields(run) {
+					want = append([]byte{want[0], 0, runFieldsV5}, want[3:len(want)-32]...)
+				}
 			}
 			if string(b) != string(want) {
-				t.Fatalf("EncodeRun(no deadline fields) = %x, want %x", b, want)
+				t.Fatalf("EncodeRun(no concurrency fields) = %x, want %x", b, want)
 			}
 			if got, err := kvrecord.DecodeRun(b); err == nil && !reflect.DeepEqual(got, run) {
-				t.Fatalf("shape 5/6 round trip: %+v, want %+v", got, run)
+				t.Fatalf("shorter shape round trip: %+v, want %+v", got, run)
 			}
 		default:
 			codectest.Same(t, b, run)

@@ -1,0 +1,443 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/testenv"
+	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/runtime"
+	"github.com/stepwell/stepwell/steprunner"
+)
+
+// The per-key concurrency crash test in cluster mode: concClusterHelpers
+// helper processes (this test binary, re-executed by the cluster crash
+// harness, crashCluster) run a Runtime each on one store, one of them the
+// writer. Each submits (Submit is idempotent) concCrashA runs of key A (Limit
+// concCrashLimit) and then concCrashB runs of key B (Limit concCrashB),
+// three steps each, whose steps take a few to a hundred milliseconds and
+// log their start and end (the harness's events log, with wall-clock
+// times: the helpers share a host). Once concCrashKillAt of A's runs
+// ended and while the writer runs a step, the test SIGKILLs it, checks
+// that the kill interrupted steps it had started and not settled, and a
+// member takes over; the survivor finishes. Then: every run succeeded
+// with Retries 0; the keys' state and lines are gone; and, from the
+// events log, never more than Limit runs of a key were active at once,
+// before, across or after the kill: a run is active from the start of
+// its first step-0 execution to the end of the execution that settled
+// its last step (the slot is held over a longer span, from the
+// transaction that admitted it to the one that ended it, so a count over
+// the limit here is a count over it in the store too).
+
+const (
+	concClusterEnv     = "STEPWELL_RUNTIME_CONC_CLUSTER" // set: the helper runs concClusterHelper
+	concClusterHelpers = 2
+	concCrashA         = 20
+	concCrashB         = 5
+	concCrashLimit     = 2
+	concCrashKillAt    = 5
+)
+
+// concClusterHelper is a helper process of TestConcurrencyCrashCluster.
+// It reports on stdout as clusterHelper does (role, ready, error, closed)
+// and records start and end lines in the events log; it closes and exits
+// 0 at the end of stdin.
+func concClusterHelper(url string) int {
+	name, dir := os.Getenv(clusterNameEnv), os.Getenv(clusterDirEnv)
+	var omu sync.Mutex
+	say := func(format string, args ...any) {
+		omu.Lock()
+		defer omu.Unlock()
+		fmt.Fprintf(os.Stdout, format+"\n", args...)
+	}
+	events, err := os.OpenFile(filepath.Join(dir, "events"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		say("error events log: %v", err)
+		return 2
+	}
+	record := func(format string, args ...any) {
+		if _, err := events.WriteString(fmt.Sprintf(format, args...) + "\n"); err != nil {
+			say("error events log: %v", err)
+			os.Exit(2)
+		}
+	}
+	ctx := context.Background()
+	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
+	q, err := queue.Open(octx, url, clusterQueueOpts()...)
+	cancel()
+	if err != nil {
+		say("error open: %v", err)
+		return 3
+	}
+	go func() {
+		var last queue.Role
+		for {
+			if r := q.Role(); r != last {
+				say("role %v %d", r, time.Now().UnixNano())
+				last = r
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		record("start %s %s %d %d %s %d", name, s.RunID, s.Number, s.Attempt, s.Payload, time.Now().UnixNano())
+		d := time.Duration(5+rand.IntN(20)) * time.Millisecond
+		if s.Number == 1 {
+			d = time.Duration(50+rand.IntN(100)) * time.Millisecond
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			cause := context.Cause(ctx)
+			record("end %s %s %d %d %s %d", name, s.RunID, s.Number, s.Attempt, strings.ReplaceAll(cause.Error(), " ", "_"), time.Now().UnixNano())
+			return steprunner.Outcome{}, cause
+		}
+		record("end %s %s %d %d ok %d", name, s.RunID, s.Number, s.Attempt, time.Now().UnixNano())
+		if s.Number < 2 {
+			return steprunner.Continue(s.Payload), nil
+		}
+		return steprunner.Succeed(s.Payload), nil
+	})
+	rt, err := runtime.New(q, runner, nil, runtime.WithPollInterval(10*time.Millisecond), runtime.WithMaxConcurrentSteps(4))
+	if err != nil {
+		say("error New: %v", err)
+		return 4
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runErr := make(chan error, 1)
+	go func() { runErr <- rt.Run(runCtx) }()
+	say("ready")
+	{ // Every helper submits every run, in order: the first Submit of a
+		// run commits it, and its step 0 starts in that helper (where a
+		// slot is free), so the writer runs steps too.
+		specs := make([]runtime.RunSpec, 0, concCrashA+concCrashB)
+		for i := range concCrashA {
+			specs = append(specs, keyed("A", concCrashLimit, i))
+		}
+		for i := range concCrashB {
+			specs = append(specs, keyed("B", concCrashB, i))
+		}
+		for _, spec := range specs {
+			spec.MaxAttemptsPerStep = 1000
+			// Submit is safe to repeat: a call that a change of writer
+			// interrupted may have committed.
+			for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+				sctx, cancel := context.WithTimeout(ctx, clusterDeadline)
+				_, err := rt.Submit(sctx, spec)
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Since(start) > clusterDeadline {
+					say("error submit: %v", err)
+					return 6
+				}
+			}
+		}
+	}
+	quit := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(quit)
+	}()
+	select {
+	case err := <-runErr:
+		say("error Run returned: %v", err)
+		return 5
+	case <-quit:
+	}
+	stopRun()
+	select {
+	case err := <-runErr:
+		if err != nil {
+			say("error Run: %v", err)
+			return 7
+		}
+	case <-time.After(clusterDeadline):
+		say("error Run did not return")
+		return 7
+	}
+	cctx, cancel := context.WithTimeout(ctx, clusterDeadline)
+	defer cancel()
+	if err := q.Close(cctx); err != nil {
+		say("error Close: %v", err)
+		return 8
+	}
+	say("closed")
+	return 0
+}
+
+func TestConcurrencyCrashCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	if m := os.Getenv("STEPWELL_RUNTIME_STORE"); m != "" {
+		t.Skipf("runs in the suite's default pass, not again with STEPWELL_RUNTIME_STORE=%s", m)
+	}
+	t.Parallel()
+	for _, store := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"file", func(t *testing.T) string { return "file://" + t.TempDir() }},
+		{"s3", func(t *testing.T) string { return testenv.S3(t) }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			concClusterCrash(t, store.name, store.url(t))
+		})
+	}
+}
+
+// concRunSpan is when a run was active, as its steps saw it.
+type concRunSpan struct {
+	run        string
+	start, end time.Time
+}
+
+// maxOverlap returns the most spans of spans that overlap at one time,
+// and the runs of such a time.
+func maxOverlap(spans []concRunSpan) (int, []string) {
+	type edge struct {
+		at    time.Time
+		delta int
+		run   string
+	}
+	var edges []edge
+	for _, s := range spans {
+		edges = append(edges, edge{s.start, 1, s.run}, edge{s.end, -1, s.run})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if !edges[i].at.Equal(edges[j].at) {
+			return edges[i].at.Before(edges[j].at)
+		}
+		return edges[i].delta < edges[j].delta // an end before a start at the same time
+	})
+	n, best := 0, 0
+	var bestRuns []string
+	in := map[string]bool{}
+	for _, e := range edges {
+		n += e.delta
+		in[e.run] = e.delta > 0
+		if n > best {
+			best, bestRuns = n, nil
+			for r, ok := range in {
+				if ok {
+					bestRuns = append(bestRuns, r)
+				}
+			}
+			slices.Sort(bestRuns)
+		}
+	}
+	return best, bestRuns
+}
+
+func concClusterCrash(t *testing.T, store, url string) {
+	began := time.Now()
+	c := &crashCluster{t: t, url: url, dir: t.TempDir(), prefix: store[:1], env: []string{concClusterEnv + "=1"}}
+	t.Cleanup(func() {
+		for _, h := range c.helpers {
+			if h.alive() {
+				_ = h.cmd.Process.Signal(syscall.SIGKILL)
+				<-h.exited
+			}
+		}
+	})
+	for range concClusterHelpers {
+		c.start()
+	}
+	c.waitFor("the helpers to be ready and one of them the writer", func() bool {
+		for _, h := range c.live() {
+			if _, _, ready, _ := h.state(); !ready {
+				return false
+			}
+		}
+		return len(c.writers()) == 1
+	})
+	aEnded := func(ev *crashEvents) int {
+		n := 0
+		for _, e := range ev.execs {
+			if strings.HasPrefix(e.run, "A-") && e.step == 2 && e.how == "ok" {
+				n++
+			}
+		}
+		return n
+	}
+	// The kill: once enough of A's runs ended, while the writer runs a
+	// step of one of them.
+	var w *crashHelper
+	c.waitFor("A's runs to end while the writer runs one of their steps", func() bool {
+		ws := c.writers()
+		if len(ws) != 1 {
+			return false
+		}
+		w = ws[0]
+		if fi, err := os.Stat(filepath.Join(c.dir, "events")); err != nil || fi.Size() == 0 {
+			return false // readCrashEvents wants lines
+		}
+		ev := readCrashEvents(t, c.dir)
+		n, running := aEnded(ev), 0
+		for _, e := range ev.interrupted(w.name) {
+			if strings.HasPrefix(e.run, "A-") {
+				running++
+			}
+		}
+		c.detail = fmt.Sprintf("%d of A's runs ended; writer %s runs %d of their steps", n, w.name, running)
+		return n >= concCrashKillAt && n < concCrashA-concCrashLimit && running > 0
+	})
+	killAt := time.Now()
+	c.kill(w)
+	ev := readCrashEvents(t, c.dir)
+	var cut []*crashExec
+	for _, e := range ev.interrupted(w.name) {
+		if strings.HasPrefix(e.run, "A-") {
+			cut = append(cut, e)
+		}
+	}
+	if len(cut) == 0 {
+		t.Fatalf("the kill of writer %s interrupted no step of A's runs\n%s", w.name, w.output())
+	}
+	endedAtKill := aEnded(ev)
+	var takeover time.Time
+	c.waitFor(fmt.Sprintf("a writer after the kill of %s", w.name), func() bool {
+		ws := c.writers()
+		if len(ws) == 0 {
+			return false
+		}
+		_, takeover, _, _ = ws[0].state()
+		return true
+	})
+
+	// This process joins as a member to watch the end.
+	ctx := context.Background()
+	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
+	q, err := queue.Open(octx, url, clusterQueueOpts()...)
+	cancel()
+	if err != nil {
+		t.Fatalf("the parent joining the cluster: %v", err)
+	}
+	t.Cleanup(func() { q.Close(context.Background()) })
+	rt, err := runtime.New(q, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, concCrashA+concCrashB)
+	for i := range concCrashA {
+		ids = append(ids, fmt.Sprintf("A-%02d", i))
+	}
+	for i := range concCrashB {
+		ids = append(ids, fmt.Sprintf("B-%02d", i))
+	}
+	c.waitFor("every run to end", func() bool {
+		for _, id := range ids {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			st, err := rt.Status(cctx, id)
+			cancel()
+			if err != nil || !st.State.Terminal() {
+				c.detail = fmt.Sprintf("%s: %v %s, %v", id, st.State, st.WaitingFor, err)
+				return false
+			}
+		}
+		return true
+	})
+	finished := time.Since(killAt)
+	for _, h := range c.live() {
+		_ = h.stdin.Close()
+	}
+	c.waitFor("the helpers to close", func() bool {
+		for _, h := range c.helpers {
+			if h != w && h.alive() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, h := range c.helpers {
+		h.mu.Lock()
+		errs := h.errors
+		h.mu.Unlock()
+		if len(errs) > 0 {
+			t.Errorf("helper %s reported errors: %q", h.name, errs)
+		}
+		if h != w && h.err != nil {
+			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
+		}
+	}
+	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
+		return q.Role() == queue.RoleWriter
+	})
+
+	// The checks.
+	for _, id := range ids {
+		st, err := rt.Status(ctx, id)
+		if err != nil || st.State != runtime.StateSucceeded || st.Retries != 0 {
+			t.Fatalf("run %s: %+v, %v", id, st, err)
+		}
+	}
+	checkKeyGone(t, q, "A")
+	checkKeyGone(t, q, "B")
+	for _, name := range []string{stepsQueue, stepsQueue + ".dead"} {
+		if s := mustStats(t, q, name); s.Pending+s.Scheduled+s.Claimed+s.Dead != 0 {
+			t.Errorf("queue %s not empty: %+v", name, s)
+		}
+	}
+	ev = readCrashEvents(t, c.dir)
+	spans := map[string]*concRunSpan{}
+	settled := map[string]*crashExec{} // run -> the highest attempt of step 2
+	for _, e := range ev.execs {
+		s := spans[e.run]
+		if s == nil {
+			s = &concRunSpan{run: e.run, start: e.start}
+			spans[e.run] = s
+		}
+		if e.start.Before(s.start) {
+			s.start = e.start
+		}
+		if e.step == 2 && (settled[e.run] == nil || e.attempt > settled[e.run].attempt) {
+			settled[e.run] = e
+		}
+	}
+	var aSpans []concRunSpan
+	var order []string // A's runs by their first start
+	for id, s := range spans {
+		if e := settled[id]; e == nil || e.how != "ok" {
+			t.Fatalf("run %s: its last step did not end ok: %v", id, e)
+		}
+		s.end = settled[id].end
+		if strings.HasPrefix(id, "A-") {
+			aSpans = append(aSpans, *s)
+			order = append(order, id)
+		}
+	}
+	if len(aSpans) != concCrashA {
+		t.Fatalf("%d of A's runs ran, want %d", len(aSpans), concCrashA)
+	}
+	most, runs := maxOverlap(aSpans)
+	if most > concCrashLimit {
+		t.Fatalf("%d of A's runs were active at once (%v), limit %d", most, runs, concCrashLimit)
+	}
+	sort.Slice(order, func(i, j int) bool { return spans[order[i]].start.Before(spans[order[j]].start) })
+	inversions := 0
+	for i := range order {
+		for j := i + 1; j < len(order); j++ {
+			if order[j] < order[i] {
+				inversions++
+			}
+		}
+	}
+	t.Logf("%s: %d runs of A (Limit %d) and %d of B on %d helpers: %d of A's ended before the SIGKILL of writer %s, which interrupted %d of their steps; a writer %v after the kill, every run ended %v after it; at most %d of A active at once; A's first starts %d pair inversions from submit order; %d step executions; %v in all",
+		store, concCrashA, concCrashLimit, concCrashB, concClusterHelpers, endedAtKill, w.name, len(cut),
+		takeover.Sub(killAt).Round(time.Millisecond), finished.Round(time.Millisecond), most,
+		inversions, len(ev.execs), time.Since(began).Round(time.Millisecond))
+}
