@@ -116,7 +116,7 @@ func TestHistoryCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close(ctx)
+	t.Cleanup(func() { q.Close(ctx) }) // after Run stops (cleanups run last first)
 	rt := newRuntime(t, q, historyRunner(), nil)
 	// Before anything runs again: the killed attempt left no entry.
 	if h := history(t, rt, historyCrashRun); kinds(h) != "submitted@0/0" {

@@ -35,12 +35,31 @@ const (
 	HistoryPreviewMax = 256
 )
 
-const historyFields = 15
+// Field numbers of a History entry. DO NOT renumber; add new ones.
+const (
+	hfKind = iota + 1
+	hfStep
+	hfAttempt
+	hfQueue
+	hfWorker
+	hfStart
+	hfEnd
+	hfError
+	hfPayloadSize
+	hfResultSize
+	hfPreview
+	hfSignal
+	hfDue
+	hfJob
+)
 
-// History is one entry of a run's history, as stored. Its Kind is the
-// runtime's HistoryKind; times are unix ns.
+// History is one entry of a run's history, as stored: a field-numbered
+// struct (format.FieldWriter: a map of field numbers, zero fields left
+// out, integers in their shortest form), so that an entry costs only the
+// fields it has, and fields can be added without a new shape (a reader
+// skips the numbers it does not know). Its Kind is the runtime's
+// HistoryKind; times are unix ns.
 type History struct {
-	Version     uint8
 	Kind        string
 	Step        uint32
 	Attempt     uint32
@@ -118,31 +137,31 @@ func HistorySize(h *History) int {
 	return 100 + len(h.Kind) + len(h.Queue) + len(h.Worker) + len(h.Error) + len(h.Preview) + len(h.Signal) + len(h.Job)
 }
 
-// EncodeHistory encodes a history entry (format.Marshal's bytes, written
-// without reflection). It sets h.Version.
+// EncodeHistory encodes a history entry.
 func EncodeHistory(h *History) []byte {
 	return AppendHistory(make([]byte, 0, HistorySize(h)), h)
 }
 
-// AppendHistory appends h's encoding to b. It sets h.Version.
+// AppendHistory appends h's encoding to b.
 func AppendHistory(b []byte, h *History) []byte {
-	h.Version = kvrecord.Version
-	b = format.AppendArrayLen(b, historyFields)
-	b = format.AppendUint8(b, h.Version)
-	b = format.AppendString(b, h.Kind)
-	b = format.AppendUint32(b, h.Step)
-	b = format.AppendUint32(b, h.Attempt)
-	b = format.AppendString(b, h.Queue)
-	b = format.AppendString(b, h.Worker)
-	b = format.AppendInt64(b, h.Start)
-	b = format.AppendInt64(b, h.End)
-	b = format.AppendString(b, h.Error)
-	b = format.AppendUint64(b, h.PayloadSize)
-	b = format.AppendUint64(b, h.ResultSize)
-	b = format.AppendBytes(b, h.Preview)
-	b = format.AppendString(b, h.Signal)
-	b = format.AppendInt64(b, h.Due)
-	return format.AppendString(b, h.Job)
+	w := format.BeginFields(b)
+	w.String(hfKind, h.Kind)
+	w.Uint(hfStep, uint64(h.Step))
+	w.Uint(hfAttempt, uint64(h.Attempt))
+	w.String(hfQueue, h.Queue)
+	w.String(hfWorker, h.Worker)
+	w.Int(hfStart, h.Start)
+	w.Int(hfEnd, h.End)
+	w.String(hfError, h.Error)
+	w.Uint(hfPayloadSize, h.PayloadSize)
+	w.Uint(hfResultSize, h.ResultSize)
+	if len(h.Preview) > 0 {
+		w.Bytes(hfPreview, h.Preview)
+	}
+	w.String(hfSignal, h.Signal)
+	w.Int(hfDue, h.Due)
+	w.String(hfJob, h.Job)
+	return w.End()
 }
 
 // DecodeHistory decodes a history entry. Its errors wrap
@@ -150,27 +169,48 @@ func AppendHistory(b []byte, h *History) []byte {
 func DecodeHistory(b []byte) (*History, error) {
 	var h History
 	rd := format.NewReader(b)
-	rd.Fields(historyFields)
-	h.Version = rd.Uint8()
-	h.Kind = rd.String()
-	h.Step = rd.Uint32()
-	h.Attempt = rd.Uint32()
-	h.Queue = rd.String()
-	h.Worker = rd.String()
-	h.Start = rd.Int64()
-	h.End = rd.Int64()
-	h.Error = rd.String()
-	h.PayloadSize = rd.Uint64()
-	h.ResultSize = rd.Uint64()
-	h.Preview = rd.Bytes()
-	h.Signal = rd.String()
-	h.Due = rd.Int64()
-	h.Job = rd.String()
+	if rd.Nil() {
+		return nil, fmt.Errorf("%w: history entry: nil", kvrecord.ErrCorrupt)
+	}
+	rd.Numbered("history entry", func(num uint64) {
+		switch num {
+		case hfKind:
+			h.Kind = rd.String()
+		case hfStep:
+			h.Step = rd.Uint32()
+		case hfAttempt:
+			h.Attempt = rd.Uint32()
+		case hfQueue:
+			h.Queue = rd.String()
+		case hfWorker:
+			h.Worker = rd.String()
+		case hfStart:
+			h.Start = rd.Int64()
+		case hfEnd:
+			h.End = rd.Int64()
+		case hfError:
+			h.Error = rd.String()
+		case hfPayloadSize:
+			h.PayloadSize = rd.Uint64()
+		case hfResultSize:
+			h.ResultSize = rd.Uint64()
+		case hfPreview:
+			h.Preview = rd.Bytes()
+		case hfSignal:
+			h.Signal = rd.String()
+		case hfDue:
+			h.Due = rd.Int64()
+		case hfJob:
+			h.Job = rd.String()
+		default:
+			rd.Skip() // a field of a newer version
+		}
+	})
 	if err := rd.Finish(); err != nil {
 		return nil, fmt.Errorf("%w: history entry: %v", kvrecord.ErrCorrupt, err)
 	}
-	if h.Version != kvrecord.Version || h.Kind == "" {
-		return nil, fmt.Errorf("%w: history entry version %d, kind %q", kvrecord.ErrCorrupt, h.Version, h.Kind)
+	if h.Kind == "" {
+		return nil, fmt.Errorf("%w: history entry without a kind", kvrecord.ErrCorrupt)
 	}
 	return &h, nil
 }
