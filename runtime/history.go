@@ -242,6 +242,11 @@ func defaultWorkerName() string {
 // next.HistorySeq+1, puts it, and deletes the entry that falls out of the
 // newest runrec.HistoryKeep. h.End defaults to now, h.Start to h.End.
 func (rt *Runtime) addHistory(txn *queue.Txn, next *kvrecord.Run, h *runrec.History) {
+	if next.HistorySeq == 0 {
+		// A run submitted before history: its submission is entry 1 all
+		// the same (see History).
+		next.HistorySeq = submittedSeq
+	}
 	next.HistorySeq++
 	h.Worker = rt.opts.workerName
 	if h.End == 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/internal/testenv"
+	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -400,4 +401,31 @@ func TestHistoryDeletedAtExpiry(t *testing.T) {
 	if _, err := rt.History(ctx, "ex"); !errors.Is(err, runtime.ErrRunNotFound) {
 		t.Fatalf("History after expiry: %v, want ErrRunNotFound", err)
 	}
+}
+
+// TestHistoryOfOlderRun: a run whose record was written before history
+// (HistorySeq 0) gets its submitted entry from the record and numbers
+// its first stored entry 2. Fails if two entries share Seq 1.
+func TestHistoryOfOlderRun(t *testing.T) {
+	ctx := context.Background()
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, succeedRunner(nil), nil)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "old"})
+	b, err := q.Get(ctx, kvrecord.RunKey("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := kvrecord.DecodeRun(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.HistorySeq = 0 // as written before history
+	if _, err := q.Commit(ctx, new(queue.Txn).CompareAndPut(kvrecord.RunKey("old"), b, runrec.EncodeRun(rec))); err != nil {
+		t.Fatal(err)
+	}
+	if h := history(t, rt, "old"); len(h) != 0 {
+		t.Fatalf("history of a run from before history: %s, want none", kinds(h))
+	}
+	startRun(t, rt)
+	waitKinds(t, rt, "old", "submitted@0/0 succeed@0/1")
 }
