@@ -41,7 +41,9 @@
 //	          November 2026)
 //	          shape 6: 41 fields, + Parent, ParentStep, ChildIndex, Depth,
 //	          JoinReported, Spawned, SpawnStep, Pending (child runs; November 2026)
-//	          shape 7: 42 fields, + HistorySeq (run history; November 2026)
+//	          then: 43 fields, + Deadline, DeadlineJob (run deadlines;
+//	          November 2026)
+//	          then: 44 fields, + HistorySeq (run history; November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
 //	          (November 2026)
@@ -49,12 +51,13 @@
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
 // mailbox, no step timeout, start time or retry policy, no memory, no
-// step queue, no parent and no children, no dead job and no payload); the
+// step queue, no parent and no children, no deadline, no dead job and no payload); the
 // runtime writes the newest shape only, but for a run without a parent
 // and without children, which it writes in shape 5 (the shape 6 fields
-// would all be zero), so that such runs cost what they did before, and
-// for a run with no history entry yet (HistorySeq 0), which it writes in
-// shape 6 (or 5).
+// would all be zero), and for a run without a deadline, which it writes
+// without the deadline fields (shape 6, or 5), and for a run with no
+// history entry (HistorySeq 0), which it writes without that field, so
+// that such runs cost what they did before.
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
@@ -177,10 +180,21 @@ type Run struct {
 	SpawnStep uint32
 	Pending   uint32
 
+	// Run deadlines (RunSpec.Deadline), appended after the shape 6 fields
+	// and written only by runs that have one. Deadline is when the run
+	// fails with the runtime's ErrRunDeadline (unix ns; 0: none; kept
+	// after the run ended, for Status). DeadlineJob is the job on the
+	// timers queue of the run's first step queue that fires it at
+	// Deadline; "" once the run ended (or when it has no deadline).
+	Deadline    int64
+	DeadlineJob string
+
 	// HistorySeq numbers the entries of the run's history (see the
-	// runtime's Runtime.History): the last one written, 0 for none. The
-	// runtime keeps the newest 1,000 (the older HistorySeq-1000 are
-	// counted, not kept). Run history.
+	// runtime's Runtime.History): the last one written (1: the
+	// submission, read from this record), 0 for none (a run from before
+	// history). The runtime keeps the newest 1,000 (the older
+	// HistorySeq-1000 are counted, not kept). Run history: appended after
+	// the deadline fields.
 	HistorySeq uint64
 }
 
@@ -235,7 +249,8 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 // Field counts of the records (see the Encoding section above): the
 // current shape, and the older ones.
 const (
-	runFields        = 42
+	runFields        = 44
+	runFieldsDL      = 43 // run deadlines, no history
 	runFieldsV6      = 41
 	runFieldsV5      = 33
 	runFieldsV4      = 32
@@ -307,6 +322,10 @@ func readRun(rd *format.Reader, r *Run) {
 		r.SpawnStep = rd.Uint32()
 		r.Pending = rd.Uint32()
 	}
+	if n >= runFieldsDL {
+		r.Deadline = rd.Int64()
+		r.DeadlineJob = rd.String()
+	}
 	if n >= runFields {
 		r.HistorySeq = rd.Uint64()
 	}
@@ -371,7 +390,8 @@ type runV5 struct {
 	Queue string
 }
 
-// runV6 is a shape 6 run record, for the reflective decoder.
+// runV6 is a shape 6 run record (child runs, no deadline), for the
+// reflective decoder.
 type runV6 struct {
 	runV5
 	Parent       string
@@ -384,12 +404,30 @@ type runV6 struct {
 	Pending      uint32
 }
 
+// runDL is a record with run deadlines and no history, for the
+// reflective decoder.
+type runDL struct {
+	runV6
+	Deadline    int64
+	DeadlineJob string
+}
+
 // unmarshalRun is the reflective decoder of run records of every shape:
 // what the fast reader must agree with.
 func unmarshalRun(b []byte, r *Run) error {
 	*r = Run{}
 	err := format.UnmarshalExact(b, r)
 	if err == nil {
+		return nil
+	}
+	var dl runDL
+	if format.UnmarshalExact(b, &dl) == nil {
+		v6 := dl.runV6
+		*r = v3WithZero(v6.runV3)
+		r.MemoKeys, r.MemoBytes, r.Queue = v6.MemoKeys, v6.MemoBytes, v6.Queue
+		r.Parent, r.ParentStep, r.ChildIndex, r.Depth = v6.Parent, v6.ParentStep, v6.ChildIndex, v6.Depth
+		r.JoinReported, r.Spawned, r.SpawnStep, r.Pending = v6.JoinReported, v6.Spawned, v6.SpawnStep, v6.Pending
+		r.Deadline, r.DeadlineJob = dl.Deadline, dl.DeadlineJob
 		return nil
 	}
 	var v6 runV6

@@ -113,6 +113,7 @@ func randRun(r *rand.Rand, multi bool) *Run {
 		MemoKeys: r.Uint32(), MemoBytes: r.Uint64(), Queue: codectest.String(r),
 		Parent: codectest.String(r), ParentStep: r.Uint32(), ChildIndex: r.Uint32(), Depth: r.Uint32(),
 		JoinReported: r.UintN(2) == 1, Spawned: r.Uint32(), SpawnStep: r.Uint32(), Pending: r.Uint32(),
+		Deadline: codectest.Int64(r), DeadlineJob: codectest.String(r),
 		HistorySeq: r.Uint64(),
 	}
 	for i := range run.InputHash {
@@ -230,20 +231,24 @@ func zeroShape4(r *Run) { r.MemoKeys, r.MemoBytes = 0, 0; zeroShape5(r) }
 // zeroShape5 zeroes the fields shapes 5 and 6 appended.
 func zeroShape5(r *Run) { r.Queue = ""; zeroShape6(r) }
 
-// zeroShape6 zeroes the fields shape 6 appended.
+// zeroShape6 zeroes the fields shape 6 and the run deadlines appended.
 func zeroShape6(r *Run) {
 	r.Parent, r.ParentStep, r.ChildIndex, r.Depth, r.JoinReported = "", 0, 0, 0, false
 	r.Spawned, r.SpawnStep, r.Pending = 0, 0, 0
-	zeroHistory(r)
+	zeroDeadline(r)
 }
+
+// zeroDeadline zeroes the run deadline fields, and the newer ones.
+func zeroDeadline(r *Run) { r.Deadline, r.DeadlineJob = 0, ""; zeroHistory(r) }
 
 // zeroHistory zeroes the field run history appended.
 func zeroHistory(r *Run) { r.HistorySeq = 0 }
 
-// TestDecodeShape6 holds the run decoders to records written before run
-// history was appended: they decode with HistorySeq 0 on both paths.
-// Fails if a decoder insists on 42 fields.
-func TestDecodeShape6(t *testing.T) {
+// TestDecodeWithoutHistory holds the run decoders to records written
+// before run history was appended (43 fields: deadlines, no history):
+// they decode with HistorySeq 0 on both paths. Fails if a decoder
+// insists on 44 fields.
+func TestDecodeWithoutHistory(t *testing.T) {
 	r := codectest.New(t)
 	for range 500 {
 		run := randRun(r, false)
@@ -253,10 +258,33 @@ func TestDecodeShape6(t *testing.T) {
 		}
 		old := *run
 		zeroHistory(&old)
-		v6 := &runV6{runV5: runV5{runV4: *runV4Of(run), Queue: run.Queue}, Parent: run.Parent, ParentStep: run.ParentStep,
-			ChildIndex: run.ChildIndex, Depth: run.Depth, JoinReported: run.JoinReported, Spawned: run.Spawned,
-			SpawnStep: run.SpawnStep, Pending: run.Pending}
-		checkOldRun(t, "shape 6", v6, &old)
+		checkOldRun(t, "deadlines, no history", &runDL{runV6: runV6{runV5: runV5{runV4: *runV4Of(run), Queue: run.Queue},
+			Parent: run.Parent, ParentStep: run.ParentStep, ChildIndex: run.ChildIndex, Depth: run.Depth,
+			JoinReported: run.JoinReported, Spawned: run.Spawned, SpawnStep: run.SpawnStep, Pending: run.Pending},
+			Deadline: run.Deadline, DeadlineJob: run.DeadlineJob}, &old)
+	}
+}
+
+// TestDecodeShape6 holds the run decoders to records written before run
+// deadlines were appended (41 fields): they decode with no deadline on
+// both paths. Fails if a decoder insists on 43 fields.
+func TestDecodeShape6(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		run := randRun(r, false)
+		run.State, run.Version = StateActive, Version
+		if run.RunID == "" {
+			run.RunID = "r"
+		}
+		old := *run
+		zeroDeadline(&old)
+		checkOldRun(t, "shape 6", &runV6{runV5: runV5{runV4: *runV4Of(run), Queue: run.Queue},
+			Parent: run.Parent, ParentStep: run.ParentStep, ChildIndex: run.ChildIndex, Depth: run.Depth,
+			JoinReported: run.JoinReported, Spawned: run.Spawned, SpawnStep: run.SpawnStep, Pending: run.Pending}, &old)
+	}
+	bad, _ := format.Marshal(make([]int, 42))
+	if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("DecodeRun(42 fields) = %v, want ErrCorrupt", err)
 	}
 }
 

@@ -23,6 +23,7 @@ type dataBackend interface {
 	scan(ctx context.Context, prefix, after string, limit int) ([]KV, bool, error)
 	stats(ctx context.Context, queue string) (Stats, error)
 	queues(ctx context.Context) ([]string, error)
+	limits(ctx context.Context) (map[string]Limit, error)
 	getJob(ctx context.Context, id string) (*Job, error)
 	deadJobs(ctx context.Context, queue, after string, limit int) ([]*Job, string, error)
 	requeueDead(ctx context.Context, id string) error

@@ -144,6 +144,7 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 	c := &claimState{o: o, s: s}
 	now := l.now()
 	var size int64 // payload bytes claimed
+	var taken limitTaken
 	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
 		c.jobs, c.encs, size = nil, nil, 0
 		qi := l.ix.queues[queue]
@@ -151,41 +152,10 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 			return nil
 		}
 		qi.promote(now.UnixNano())
-		for len(c.jobs) < n {
-			it, ok := qi.ready.Min()
-			if !ok {
-				break
-			}
-			id := it.id()
-			v, ok := tx.Get(jobSpace + id)
-			if !ok {
-				qi.ready.Delete(it) // cannot happen: the index follows the tree
-				continue
-			}
-			rec, err := decodeJob(v)
-			if err != nil {
-				return err
-			}
-			if o.member != "" && *used+size > 0 && *used+size+rec.Size > maxMemberClaimBytes {
-				break // the reply carries the payloads
-			}
-			if s != nil {
-				if !s.take() {
-					break
-				}
-				c.taken++
-			}
-			size += rec.Size
-			rec.State = stateClaimed
-			rec.Attempts++
-			rec.UpdatedAt = now.UnixNano()
-			rec.Claim = l.nextToken.Add(1)
-			tx.Put(jobSpace+id, encodeJob(rec)) // removes it from ready
-			j := rec.toJob(id, now)
-			j.Payload = bytes.Clone(rec.Payload)
-			j.token = rec.Claim
-			c.jobs = append(c.jobs, j)
-			c.encs = append(c.encs, l.payloadValue(&tx.Reader, id, rec))
+		err := l.claimReady(tx, qi, c, n, s, used, &size, now, &taken)
+		if err != nil {
+			taken.untake()
+			return err
 		}
 		l.grantLeases(c.jobs, cfg, now, o.member)
 		return nil
@@ -197,6 +167,57 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 	*used += size
 	c.wait = wait
 	return c, nil
+}
+
+// claimReady claims up to n of qi's ready jobs into c, as far as the
+// queue's limit (if any) and the slots of s let it.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) claimReady(tx *engine.Tx, qi *queueIndex, c *claimState, n int, s *slots, used, size *int64, now time.Time, taken *limitTaken) error {
+	o := c.o
+	for len(c.jobs) < n {
+		it, ok := qi.ready.Min()
+		if !ok {
+			break
+		}
+		id := it.id()
+		v, ok := tx.Get(jobSpace + id)
+		if !ok {
+			qi.ready.Delete(it) // cannot happen: the index follows the tree
+			continue
+		}
+		rec, err := decodeJob(v)
+		if err != nil {
+			return err
+		}
+		if o.member != "" && *used+*size > 0 && *used+*size+rec.Size > maxMemberClaimBytes {
+			break // the reply carries the payloads
+		}
+		if qi.limit != nil && !qi.limit.allows(len(qi.claimed), now.UnixNano()) {
+			break // held back: the job stays pending
+		}
+		if s != nil {
+			if !s.take() {
+				break
+			}
+			c.taken++
+		}
+		if qi.limit != nil {
+			admitLimited(qi, now.UnixNano(), taken)
+		}
+		*size += rec.Size
+		rec.State = stateClaimed
+		rec.Attempts++
+		rec.UpdatedAt = now.UnixNano()
+		rec.Claim = l.nextToken.Add(1)
+		tx.Put(jobSpace+id, encodeJob(rec)) // removes it from ready
+		j := rec.toJob(id, now)
+		j.Payload = bytes.Clone(rec.Payload)
+		j.token = rec.Claim
+		c.jobs = append(c.jobs, j)
+		c.encs = append(c.encs, l.payloadValue(&tx.Reader, id, rec))
+	}
+	return nil
 }
 
 // claimAwait waits until the claim claimApply applied is durable, and
@@ -282,6 +303,13 @@ func (l *local) claimWait(ctx context.Context, queue string, n int, o options, s
 		l.eng.View(ctx, func(*engine.Reader) error {
 			qi := l.ix.queue(queue)
 			notify, due = qi.notify, qi.nextDue()
+			if ql := qi.limit; ql != nil && qi.ready.Len() > 0 {
+				// Held back by the rate: wake when it admits one. (Held
+				// back by MaxRunning: the end of a claim wakes notify.)
+				if at := ql.nextAt(l.now().UnixNano()); at != 0 && (due == 0 || at < due) {
+					due = at
+				}
+			}
 			return nil
 		})
 		wait := o.pollInterval

@@ -146,7 +146,8 @@ func (c *clustered) writerGone(be backend, err error) bool {
 	return false
 }
 
-// retrySafe reports whether a transaction cannot apply twice: one of its
+// retrySafe reports whether a transaction cannot apply twice, or applying
+// it twice does no harm (SetLimit's, which puts the same record): one of its
 // operations fails when applied a second time (a settlement by its claim
 // token, a compare-and-put or -delete that changes its key, an enqueue
 // with a JobID, a RequeueDead), and a transaction applies whole or not at
@@ -166,7 +167,8 @@ func retrySafe(ops []txnOp) bool {
 			}
 		}
 	}
-	return false
+	// SetLimit's transaction (its one op) puts the same record again.
+	return len(ops) == 1 && ops[0].Kind == opSetLimit
 }
 
 func (c *clustered) commit(ctx context.Context, ops []txnOp, o options) (res TxnResult, err error) {
@@ -277,6 +279,11 @@ func (c *clustered) stats(ctx context.Context, queue string) (s Stats, err error
 func (c *clustered) queues(ctx context.Context) (names []string, err error) {
 	err = c.do(ctx, true, func(be backend) error { names, err = be.queues(ctx); return err })
 	return names, err
+}
+
+func (c *clustered) limits(ctx context.Context) (m map[string]Limit, err error) {
+	err = c.do(ctx, true, func(be backend) error { m, err = be.limits(ctx); return err })
+	return m, err
 }
 
 func (c *clustered) getJob(ctx context.Context, id string) (j *Job, err error) {

@@ -641,6 +641,24 @@ func (r *remote) queues(ctx context.Context) ([]string, error) {
 	return reply.Names, errFromWire(reply.Err)
 }
 
+func (r *remote) limits(ctx context.Context) (map[string]Limit, error) {
+	var reply limitsReply
+	if err := r.call(ctx, rpcLimits, &noArgs{}, &reply); err != nil {
+		return nil, err
+	}
+	if err := errFromWire(reply.Err); err != nil {
+		return nil, err
+	}
+	if len(reply.Limits) != len(reply.Names) {
+		return nil, fmt.Errorf("%w: limits reply: %d names, %d limits", ErrCorrupt, len(reply.Names), len(reply.Limits))
+	}
+	m := make(map[string]Limit, len(reply.Names))
+	for i, name := range reply.Names {
+		m[name] = reply.Limits[i]
+	}
+	return m, nil
+}
+
 func (r *remote) getJob(ctx context.Context, id string) (*Job, error) {
 	var reply jobReply
 	if err := r.call(ctx, rpcGetJob, &getJobReq{ID: id}, &reply); err != nil {

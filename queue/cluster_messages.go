@@ -49,6 +49,7 @@ const (
 	rpcRequeueDead = "RequeueDead" // getJobReq -> jobReply
 	rpcHealth      = "Health"      // noArgs -> healthReply
 	rpcWatch       = "Watch"       // watchReq -> watchReply
+	rpcLimits      = "Limits"      // noArgs -> limitsReply
 )
 
 // message is a request or a reply of a cluster call: the cluster codec
@@ -71,6 +72,7 @@ var (
 	_ message = (*statsReq)(nil)
 	_ message = (*statsReply)(nil)
 	_ message = (*queuesReply)(nil)
+	_ message = (*limitsReply)(nil)
 	_ message = (*getJobReq)(nil)
 	_ message = (*jobReply)(nil)
 	_ message = (*deadJobsReq)(nil)
@@ -435,7 +437,7 @@ var wireSentinels = map[string]error{
 	"invalid-cursor": ErrInvalidCursor, "key-not-found": ErrKeyNotFound, "invalid-job-id": ErrInvalidJobID,
 	"empty-queue": ErrEmptyQueueName, "empty-key": ErrEmptyKey, "read-only": ErrReadOnly,
 	"closed": ErrClosed, "fenced": ErrFenced, "corrupt": ErrCorrupt, "outcome-unknown": ErrOutcomeUnknown,
-	"invalid-option": ErrInvalidOption,
+	"invalid-option": ErrInvalidOption, "invalid-limit": ErrInvalidLimit,
 }
 
 func toWireErr(err error) *wireErr {
@@ -458,7 +460,7 @@ func toWireErr(err error) *wireErr {
 		// Ordered: an outcome-unknown error also wraps ErrClosed.
 		for _, k := range []string{"outcome-unknown", "fenced", "closed", "corrupt", "read-only", "job-not-found",
 			"job-exists", "not-dead", "invalid-cursor", "key-not-found", "invalid-job-id", "empty-queue",
-			"empty-key", "invalid-option"} {
+			"empty-key", "invalid-option", "invalid-limit"} {
 			if errors.Is(err, wireSentinels[k]) {
 				w.Kind = k
 				break

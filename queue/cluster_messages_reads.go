@@ -272,6 +272,8 @@ const (
 	fsyDone
 	fsyOldestPendingAge
 	fsyErr
+	fsyLimit     // the encoded Limit (limit.go)
+	fsyThrottled // Stats.Throttled
 )
 
 // MarshalMsg implements message.
@@ -288,6 +290,11 @@ func (p *statsReply) MarshalMsg(b []byte) ([]byte, error) {
 		w.Key(fsyErr)
 		w.B = p.Err.appendMsg(w.B)
 	}
+	if !s.Limit.IsZero() {
+		w.Key(fsyLimit)
+		w.B = appendLimit(w.B, s.Limit)
+	}
+	w.Bool(fsyThrottled, s.Throttled)
 	return w.End(), nil
 }
 
@@ -312,6 +319,10 @@ func (p *statsReply) UnmarshalMsg(b []byte) ([]byte, error) {
 				s.OldestPendingAge = time.Duration(r.Int64())
 			case fsyErr:
 				p.Err = readErr(r)
+			case fsyLimit:
+				s.Limit = readLimit(r)
+			case fsyThrottled:
+				s.Throttled = r.Bool()
 			default:
 				r.Skip()
 			}
@@ -350,6 +361,56 @@ func (p *queuesReply) UnmarshalMsg(b []byte) ([]byte, error) {
 			case fquNames:
 				p.Names = readList(r, func(s *string, r *format.Reader) { *s = r.String() })
 			case fquErr:
+				p.Err = readErr(r)
+			default:
+				r.Skip()
+			}
+		})
+	})
+}
+
+// limitsReply is the reply of rpcLimits: the queues' limits, by name.
+type limitsReply struct {
+	Names  []string
+	Limits []Limit // Limits[i] is the limit of Names[i]
+	Err    *wireErr
+}
+
+// limitsReply field numbers.
+const (
+	fliNames = iota + 1
+	fliLimits
+	fliErr
+)
+
+// MarshalMsg implements message.
+func (p *limitsReply) MarshalMsg(b []byte) ([]byte, error) {
+	w := format.BeginFields(b)
+	w.Strings(fliNames, p.Names)
+	if p.Limits != nil {
+		w.Array(fliLimits, len(p.Limits))
+		for _, l := range p.Limits {
+			w.B = appendLimit(w.B, l)
+		}
+	}
+	if p.Err != nil {
+		w.Key(fliErr)
+		w.B = p.Err.appendMsg(w.B)
+	}
+	return w.End(), nil
+}
+
+// UnmarshalMsg implements message.
+func (p *limitsReply) UnmarshalMsg(b []byte) ([]byte, error) {
+	return decodeReply(b, p, func(p *limitsReply, r *format.Reader) {
+		*p = limitsReply{}
+		r.Numbered("limitsReply", func(f uint64) {
+			switch f {
+			case fliNames:
+				p.Names = readList(r, func(s *string, r *format.Reader) { *s = r.String() })
+			case fliLimits:
+				p.Limits = readList(r, func(l *Limit, r *format.Reader) { *l = readLimit(r) })
+			case fliErr:
 				p.Err = readErr(r)
 			default:
 				r.Skip()

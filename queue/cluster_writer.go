@@ -264,6 +264,19 @@ func (l *local) methods() map[string]cluster.Handler {
 			names, err := l.queues(ctx)
 			return &queuesReply{Names: names, Err: toWireErr(err)}, nil
 		},
+		rpcLimits: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
+			var req noArgs
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			m, err := l.limits(ctx)
+			reply := &limitsReply{Err: toWireErr(err)}
+			for name, lim := range m {
+				reply.Names = append(reply.Names, name)
+				reply.Limits = append(reply.Limits, lim)
+			}
+			return reply, nil
+		},
 		rpcGetJob: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req getJobReq
 			if err := dec(&req); err != nil {

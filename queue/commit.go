@@ -78,7 +78,13 @@ func (l *local) apply(ctx context.Context, ops []txnOp, o options) (*commitState
 	if o.member == "" {
 		c.slotFor = l.takeSlots(ops, c.now)
 	} // else a member's enqueues with Dispatch have a slot there
-	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error { return l.applyOps(tx, c) })
+	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
+		err := l.applyOps(tx, c)
+		if err != nil {
+			c.taken.untake() // rolled back: the claims it made are undone
+		}
+		return err
+	})
 	if err != nil {
 		var cfe *ConditionFailedError
 		var cle *ClaimLostError
@@ -123,9 +129,10 @@ type commitState struct {
 
 	// Set by applyOps (again on each application of the transaction).
 	res     TxnResult
-	unused  [][]byte // staged payloads of dedup hits
-	after   []func() // run once the operations are applied, under the engine's lock
-	signals []func() // tell the watchers of settled claims, once the outcome is known
+	unused  [][]byte   // staged payloads of dedup hits
+	after   []func()   // run once the operations are applied, under the engine's lock
+	signals []func()   // tell the watchers of settled claims, once the outcome is known
+	taken   limitTaken // tokens of queue limits its claims took
 }
 
 // discard deletes staged large values nothing refers to.
@@ -177,7 +184,7 @@ func (l *local) stageValues(ctx context.Context, c *commitState) error {
 // REQUIRES: inside the engine transaction of c (it may run more than once).
 func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 	ops, o, now := c.ops, c.o, c.now
-	c.res, c.unused, c.after, c.signals = TxnResult{}, nil, nil, nil
+	c.res, c.unused, c.after, c.signals, c.taken = TxnResult{}, nil, nil, nil, nil
 	for i := range ops {
 		op := &ops[i]
 		var err error
@@ -206,7 +213,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 					return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
 				}
 			}
-			r := l.enqueueTx(tx, op, c.ids[i], c.encs[i], o, now, c.slotFor[i] != nil || o.member != "" && op.Dispatch)
+			r := l.enqueueTx(tx, op, c.ids[i], c.encs[i], o, now, c.slotFor[i] != nil || o.member != "" && op.Dispatch, &c.taken)
 			if r.Duplicate && len(op.Value) > l.opts.largeValue {
 				c.unused = append(c.unused, c.encs[i])
 			}
@@ -240,6 +247,8 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 			}
 		case opRequeueDead:
 			err = requeueDeadTx(tx, op.JobID, now)
+		case opSetLimit:
+			err = setLimitTx(tx, op)
 		default:
 			err = errors.New("queue: unknown transaction operation")
 		}

@@ -63,6 +63,39 @@
 // own; its leases are not renewed, so such a job is settled (Ack, Nack,
 // DeadLetter, or in a Txn) within its lease (WithLease, QueueConfig.Lease).
 //
+// # Queue limits
+//
+// SetLimit puts a durable Limit on one queue: at most MaxRunning of its
+// jobs claimed at once, and claims at most PerSecond a second (a token
+// bucket of Burst tokens; Burst 0 with PerSecond set is 1). A zero field
+// is no limit of that kind, the zero Limit removes it; Limits lists them
+// and Stats reports a queue's Limit and whether it holds jobs back now
+// (Throttled). A job the limit holds back stays pending, in its order,
+// and spends no attempt.
+//
+//	err := q.SetLimit(ctx, "emails", queue.Limit{PerSecond: 50, Burst: 10, MaxRunning: 20})
+//
+// The limit is exact across processes because every claim is decided in
+// one place, the writer (a cluster member's claims are the writer's), and
+// each of those places checks it: Claim (one job or a batch, waiting or
+// not), Work, the claims that ride a member's commit calls, and the jobs
+// claimed in the transaction that enqueues them (the workflow runtime's
+// step chaining and dispatch). Its record (l/<queue> in the store's key
+// space) is written by an ordinary transaction, so it is in the WAL and
+// the snapshots, and a member's SetLimit is forwarded like any commit. The
+// writer keeps each limit on the queue's in-memory index as its record
+// changes, including at recovery, so a writer that restarts or takes over
+// has it before its first claim. The running count is the queue's claimed
+// jobs as the state records them: claims adopted at a takeover count
+// until they are settled or expire, so a SIGKILL never admits more. The
+// token bucket is held in integer nanoseconds (rounding never admits more
+// than the rate); it starts empty when the limit is created and whenever a
+// writer starts (recovery, failover): the first claim after that waits
+// 1/PerSecond, rather than the bucket admitting a burst it may already
+// have spent before the crash. Changing a limit keeps its tokens, up to
+// the new Burst. A queue without a limit pays one nil check per claimed
+// job, and a claim at enqueue one check of a counter, for all this.
+//
 // # Store URLs
 //
 // Open takes mem://NAME and file:///ABS/DIR stores in every program. The

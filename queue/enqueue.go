@@ -85,7 +85,10 @@ func (l *local) inlinePayload(p []byte) bool {
 //
 // With dispatch, the job is claimed only if nothing else in its queue is
 // ready (op.Claim's rule is weaker: nothing of higher priority).
-func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o options, now time.Time, dispatch bool) EnqueueResult {
+//
+// A claim also needs the queue's limit (if any) to admit it: it takes a
+// token, recorded in taken.
+func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o options, now time.Time, dispatch bool, taken *limitTaken) EnqueueResult {
 	if op.DedupKey != "" {
 		if holders := l.ix.dedup[dedupKey(op.Queue, op.DedupKey)]; len(holders) > 0 {
 			return EnqueueResult{JobID: holders[0], Duplicate: true}
@@ -112,6 +115,9 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 	due := rec.RunAt <= now.UnixNano()
 	claim := due && (op.Claim && !l.readyAbove(op.Queue, op.Priority, now, false) ||
 		dispatch && !l.readyAbove(op.Queue, 0, now, true))
+	if claim && l.ix.limited > 0 {
+		claim = admitLimited(l.ix.queue(op.Queue), now.UnixNano(), taken)
+	}
 	if claim {
 		rec.State, rec.Attempts, rec.Claim = stateClaimed, 1, l.nextToken.Add(1)
 	}

@@ -183,6 +183,9 @@ var (
 	ErrInvalidCursor = errors.New("queue: invalid page cursor")
 	// ErrNotDead: RequeueDead was called on a job that is not dead.
 	ErrNotDead = errors.New("queue: job is not dead")
+	// ErrInvalidLimit: a Limit given to SetLimit has a field out of range
+	// (see Limit). Nothing was written. Not retryable.
+	ErrInvalidLimit = errors.New("queue: invalid limit")
 )
 
 // ClaimLostError reports which job's claim was lost.

@@ -130,3 +130,32 @@ func ExampleQueue_Claim() {
 	// to: grace
 	// 1 to: edsger
 }
+
+// A queue limit: at most 2 jobs of "emails" claimed at once, in every
+// process of the store; the others wait, pending, and spend no attempt.
+func ExampleQueue_SetLimit() {
+	ctx := context.Background()
+	q, err := queue.Open(ctx, "mem://example-limit")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close(ctx)
+	if err := q.SetLimit(ctx, "emails", queue.Limit{MaxRunning: 2}); err != nil {
+		log.Fatal(err)
+	}
+	for _, to := range []string{"ada", "grace", "alan"} {
+		if _, err := q.Enqueue(ctx, "emails", []byte("to: "+to), queue.EnqueueOptions{}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	jobs, _ := q.Claim(ctx, "emails", queue.ClaimOptions{Max: 3})
+	s, _ := q.Stats(ctx, "emails")
+	fmt.Println(len(jobs), "claimed,", s.Pending, "pending, throttled:", s.Throttled)
+
+	_ = q.Ack(ctx, jobs[0]) // a claim ends: one more fits
+	more, _ := q.Claim(ctx, "emails", queue.ClaimOptions{Max: 3})
+	fmt.Println(len(more), "claimed:", string(more[0].Payload))
+	// Output:
+	// 2 claimed, 1 pending, throttled: true
+	// 1 claimed: to: alan
+}

@@ -91,8 +91,11 @@ type queueIndex struct {
 	// done and dead jobs by UpdatedAt, for retention and listing.
 	done *btree.BTreeG[timeItem]
 	dead *btree.BTreeG[timeItem]
-	// notify is closed (and replaced) when a job becomes claimable.
+	// notify is closed (and replaced) when a job becomes claimable, and,
+	// for a queue with a limit, when a claim ends or the limit changes.
 	notify chan struct{}
+	// limit is the queue's Limit (limit.go); nil: none.
+	limit *queueLimit
 }
 
 func newQueueIndex() *queueIndex {
@@ -126,6 +129,9 @@ type jobIndex struct {
 	// jobs collect in the queues' bulkReady and bulkSched and enter the
 	// trees at EndBulk.
 	bulk bool
+	// limited counts the queues with a limit (limit.go): while it is 0, a
+	// claim made at enqueue pays one check of it for limits.
+	limited int
 }
 
 var _ engine.BulkIndexer = (*jobIndex)(nil)
@@ -172,6 +178,7 @@ func (ix *jobIndex) Reset() {
 	ix.dedup = map[string][]string{}
 	ix.maxOrder = 0
 	ix.corrupt = nil
+	ix.limited = 0
 }
 
 func (ix *jobIndex) queue(name string) *queueIndex {
@@ -197,6 +204,9 @@ func dedupKey(queue, key string) string { return queue + "\x00" + key }
 func (ix *jobIndex) Apply(key string, old, new []byte) {
 	id, ok := strings.CutPrefix(key, jobSpace)
 	if !ok {
+		if queue, ok := limitQueueOf(key); ok {
+			ix.applyLimit(queue, new)
+		}
 		return
 	}
 	var r indexRec
@@ -275,6 +285,9 @@ func (ix *jobIndex) remove(id string, r *indexRec) {
 		}
 	case stateClaimed:
 		delete(qi.claimed, id)
+		if qi.limit != nil {
+			qi.wake() // a claim ended: one more may fit the limit
+		}
 	case stateDone:
 		qi.done.Delete(timeItem{at: r.updatedAt, id: id})
 	case stateDead:

@@ -22,6 +22,13 @@ type Stats struct {
 	// OldestPendingAge is how long the oldest claimable job has waited; 0
 	// when none is pending.
 	OldestPendingAge time.Duration
+	// Limit is the queue's limit (SetLimit); the zero Limit: none.
+	Limit Limit
+	// Throttled: the Limit holds the queue's claimable jobs back now:
+	// MaxRunning of its jobs are claimed, or its token bucket is empty.
+	// A Queue opened WithReadOnly does not know the writer's token
+	// buckets, and judges by MaxRunning alone.
+	Throttled bool
 }
 
 func (l *local) stats(ctx context.Context, queue string) (Stats, error) {
@@ -37,6 +44,9 @@ func (l *local) stats(ctx context.Context, queue string) (Stats, error) {
 		s = Stats{
 			Pending: int64(qi.ready.Len()), Scheduled: int64(qi.sched.Len()),
 			Claimed: int64(len(qi.claimed)), Dead: int64(qi.dead.Len()), Done: int64(qi.done.Len()),
+		}
+		if qi.limit != nil {
+			s.Limit, s.Throttled = qi.limit.Limit, qi.throttled(now.UnixNano(), l.opts.readOnly)
 		}
 		// The oldest pending job is the lowest order among the heads of
 		// each priority.

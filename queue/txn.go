@@ -30,6 +30,7 @@ const (
 	opCompareAndDelete
 	opRelease
 	opRequeueDead
+	opSetLimit // Queue; Value: the encoded Limit, empty to remove it (limit.go)
 )
 
 // txnOp is the serializable form of one transaction operation: a remote

@@ -76,8 +76,16 @@ func TestMain(m *testing.M) {
 		os.Exit(clusterHelper(os.Getenv(clusterHelperEnv)))
 	case os.Getenv(memberWriterEnv) != "":
 		os.Exit(memberWriterChild(os.Getenv(memberWriterEnv)))
+	case os.Getenv(deadlineChildEnv) != "":
+		os.Exit(deadlineChild(os.Getenv(deadlineChildEnv)))
+	case os.Getenv(deadlineMemberEnv) != "":
+		os.Exit(deadlineMemberChild(os.Getenv(deadlineMemberEnv)))
 	case os.Getenv(queueHelperEnv) != "":
 		os.Exit(queueHelperChild(os.Getenv(queueHelperEnv)))
+	case os.Getenv(scheduleChildEnv) != "":
+		os.Exit(scheduleChild(os.Getenv(scheduleChildEnv)))
+	case os.Getenv(qlimitHelperEnv) != "":
+		os.Exit(qlimitHelper(os.Getenv(qlimitHelperEnv)))
 	}
 	if memberMode() {
 		code := m.Run()

@@ -82,6 +82,11 @@
 //	                                n+1 enqueued with the Join's payload
 //	                                and Step.Children (parked if paused);
 //	                                child record -> JoinReported
+//	any row that ends a run with a  also: cancel its deadline job; run
+//	deadline (RunSpec.Deadline)     record DeadlineJob -> ""
+//	anything a step returns after   ack, nothing more: the deadline's row
+//	its run's deadline ended the    (below) ended the run Failed already
+//	run while it ran
 //
 // Each row is ONE queue transaction: a crash never leaves a step acked
 // without its successor, or a run ended without its notification. Every
@@ -148,6 +153,10 @@
 //	                                on <step queue>.dead, whose
 //	                                handler Cancels each child not ended
 //	                                (theirs in turn), then acks it
+//	SetQueueLimit(q, l)             put the limit record of step queue q
+//	                                (the zero QueueLimit: delete it); the
+//	                                writer applies it to every claim
+//	                                after (see Queue limits)
 //
 // Child runs. A step's Spawn (steprunner.Spawn) starts child runs and
 // parks its run until every child has ended; the last child's end starts
@@ -192,6 +201,16 @@
 //	waits on it                     empty payload and Step.Signal{name,
 //	                                TimedOut}; run record -> not waiting
 //	timeout job, otherwise          ack the timer: dropped
+//	a schedule's tick job, named    ack the tick; unless the last run has not
+//	by its schedule record          ended (then Skipped+1), submit the run
+//	                                NAME@TICK (TICK: the latest tick passed;
+//	                                its record from absent, index entry and
+//	                                step 0, as Submit; not if it exists);
+//	                                enqueue the next tick's job; schedule
+//	                                record -> last run, next tick (see
+//	                                Schedules)
+//	a tick job, otherwise (its      ack the tick: dropped
+//	schedule replaced or deleted)
 //	Pause, step queued/scheduled    remove the step; park it (payload, due
 //	                                time) under workflow/parked/<run>; run
 //	                                record -> paused, parked
@@ -200,6 +219,16 @@
 //	                                delete the parked step; run record ->
 //	                                not paused
 //	Resume, otherwise               run record -> not paused
+//	deadline job, the run has not   ack it; remove the run's queued or
+//	ended (RunSpec.Deadline)        scheduled step, timeout job or parked
+//	                                step, or cancel its running step's job
+//	                                (the step's ctx ends, cause
+//	                                ErrRunDeadline); Failed with an error
+//	                                wrapping ErrRunDeadline; notification;
+//	                                a run waiting for children: their
+//	                                pending counters deleted and the
+//	                                cascade notice (as Cancel)
+//	deadline job, otherwise         ack it: dropped
 //
 // While a run is paused, every row above that would enqueue its next step
 // parks it instead (the step, its payload, its due time and what woke it),
@@ -224,6 +253,70 @@
 // so a new webhook-id) carrying Retries. Retry of a run that is not failed
 // or cancelled, or whose payload is no longer kept, is ErrRunNotRetryable;
 // of concurrent Retries of one run exactly one commits.
+//
+// # Schedules
+//
+// SetSchedule makes a durable schedule: each tick submits one run from its
+// Spec, named ScheduleRunID(name, tick) ("nightly@20260102T030000Z"). A
+// schedule is a record (workflow/schedules/<name>, see internal/runrec)
+// and one tick job, a scheduled job due at the next tick on the timers
+// queue of the runs' step queue (<step queue>.timers: Spec.Queue, else the
+// queue of the Runtime that set it), so the Runtimes that Run on that step
+// queue fire it, in any process of the store (cluster members too), and
+// nothing ticks while none runs. Each write is one transaction that
+// compare-and-puts the record:
+//
+//	call                            one transaction does
+//	------------------------------  ----------------------------------------------
+//	SetSchedule, new                schedule record from absent; the tick job
+//	                                due at the first tick after now
+//	SetSchedule, existing, changed  cancel the old tick job; record replaced
+//	                                (last run and skipped count kept); the
+//	                                tick job of the first tick after now
+//	SetSchedule, as it is           nothing (no transaction): the tick job
+//	                                stays, so a service that sets its
+//	                                schedules at each start keeps a late
+//	                                tick's catch-up
+//	DeleteSchedule                  cancel the tick job; delete the record
+//
+// and a tick is the row of the table above. So the record names its one
+// tick job at all times, and a tick job the record no longer names is
+// dropped when it fires.
+//
+// Exactly once per tick. The run's ID is its tick's, and its submission
+// commits with the tick job's ack and the next tick's job, so a tick is
+// submitted once across processes, restarts and failovers: a tick whose
+// settlement did not commit (its process died, its lease ran out) fires
+// again and commits once; a tick whose run ID exists already (submitted by
+// hand, or by the schedule before it was replaced) is not submitted again.
+//
+// Ticks. Every ticks at the multiples of Every since the Unix epoch (Every
+// 1h: on the hour UTC; 90m: 00:00, 01:30, 03:00 UTC...), so every process
+// computes the same ticks whenever the schedule was set, and Location
+// does not matter. Cron (robfig/cron's standard parser: 5 fields, or
+// @yearly, @monthly, @weekly, @daily, @hourly) ticks in Location (nil:
+// UTC): "0 9 * * *" in America/New_York is 9:00 there all year, 13:00 or
+// 14:00 UTC. Across daylight-saving changes it does what robfig/cron
+// does: a time the change skips does not tick (a 2:30 job skips that
+// day), and a time it repeats ticks twice (two ticks, an hour apart in
+// UTC, so two runs). The run ID's tick is always UTC.
+//
+// Catch-up. A tick job that fires late (no Runtime ran its step queue, the
+// store was down, every process had stopped) submits one run, for the
+// latest tick that has passed when it fires, not one per missed tick;
+// the next tick is the one after that. After a night of downtime an hourly
+// schedule runs once, for the last hour, and goes on. Missed ticks are not
+// counted in Skipped.
+//
+// Overlap. A tick skips its run (and counts it: ScheduleStatus.Skipped)
+// while the run of the schedule's last tick that submitted one has not
+// ended (pending, running, waiting, paused, cancelling), as read when the
+// tick fires; AllowOverlap submits it anyway.
+//
+// ListSchedules reads every schedule record (from any Runtime, client and
+// read-only ones too): the schedule, its next tick, its last run and tick,
+// the ticks skipped. The runs are ordinary runs: Status, Cancel, Retry,
+// ListRuns see them; deleting a schedule does not touch them.
 //
 // # Wait
 //
@@ -256,10 +349,10 @@
 // of higher priority is waiting. Started runs thus go depth first, and a
 // step costs one commit instead of two. WithStepChaining(false) turns this
 // off. A chained step that a stopping Run will not start is released
-// without counting the attempt. Run also works the await timeouts'
-// queue (<step queue>.timers, up to 4 at once) and the notices queue
-// (<step queue>.dead: notices of dead step jobs, and notifications handed
-// over by Cancel; see Operating).
+// without counting the attempt. Run also works the timers queue (<step
+// queue>.timers: await timeouts, schedule ticks and run deadlines, up to
+// 4 at once) and the notices queue (<step queue>.dead: notices of dead
+// step jobs, and notifications handed over by Cancel; see Operating).
 //
 // Submit and the end of a run do the same across goroutines: step 0 and the
 // terminal notification are enqueued with dispatch set (the queue's
@@ -274,6 +367,33 @@
 // with the run record that the transaction wrote, and a step a member
 // claims brings the record the writer read with the claim: in a member, a
 // step costs one call to the writer, its settlement.
+//
+// # Queue limits
+//
+// SetQueueLimit caps one step queue across every process of the store: at
+// most MaxRunning of its steps run at once, and steps start at most
+// PerSecond a second (a token bucket of Burst; Burst 0 with PerSecond set
+// means 1). It suits a model provider's or an API's rate and concurrency
+// limits, whatever the number of processes:
+//
+//	err := rt.SetQueueLimit(ctx, "llm", runtime.QueueLimit{PerSecond: 50, Burst: 10, MaxRunning: 20})
+//
+// The zero QueueLimit removes it; QueueLimits lists them. The limit is the
+// queue's (queue.Queue.SetLimit: see "Queue limits" in package queue),
+// enforced where steps are claimed, in the store's writer, so it binds
+// every way a step starts: claimed by a Run, dispatched to an idle slot
+// by the transaction that enqueues it (Submit, a Signal, Retry, a
+// Spawn's children), and chained to the slot of the step before
+// it (a chained step takes a token like any other; under MaxRunning it
+// takes the place its predecessor's settlement frees, in the same
+// transaction). A step the limit holds back stays pending, in its order
+// (priority, then FIFO), spends no attempt and holds no slot; Status of
+// its run reports WaitingFor "held by the queue limit of <queue>". Only
+// steps count: a step queue's <queue>.timers and <queue>.dead queues and
+// the notify queue are not limited by it. It survives restarts and
+// failovers: the next writer counts the steps still claimed in the store
+// (a SIGKILLed process's steps count until their claims expire), and its
+// token bucket starts empty, so it never admits more than the limit says.
 //
 // # Policies
 //
@@ -298,10 +418,39 @@
 //   - StartAt makes step 0 a scheduled job: Status reports the run
 //     pending, Scheduled, with DueAt; Cancel removes it at once. Retry of
 //     the run later does not wait for StartAt again.
+//   - Deadline bounds the whole run. Submit also enqueues a deadline job,
+//     due then, on the timers queue of the run's step-0 queue
+//     (<queue>.timers; the Runtimes serving that step queue fire it, so a
+//     deadline needs one of them running), and the run record keeps the
+//     deadline and the job's ID (Status reports Deadline). If the run has
+//     not ended when the job comes due, one transaction ends it Failed
+//     with an error wrapping ErrRunDeadline (its Error says "run deadline
+//     passed" and the deadline; the hook gets it once; Wait returns it),
+//     wherever it is: pending, delayed (ContinueAfter, StartAt, a retry's
+//     backoff), waiting for a signal or for children, paused (its step
+//     parked or not) or running (see the table). A running step's ctx
+//     ends with cause ErrRunDeadline, through the queue's cancel of its
+//     job, as Cancel reaches it, in another process too; the run is
+//     Failed at once, without waiting for the step, and what the step
+//     returns later is acknowledged and discarded (as a step ignoring its
+//     ctx keeps running, its slot stays busy until it returns). A run
+//     being cancelled (its step still running) when its deadline passes
+//     ends Failed too. A run that ends otherwise first cancels its
+//     deadline job in its ending transaction, so a deadline never ends a
+//     run twice. A deadline that has passed at Submit (by the submitting
+//     Runtime's clock) is ErrInvalidRunSpec, also when re-submitting a
+//     run that exists; a deadline before StartAt fails the run then,
+//     unstarted. Children do not inherit a deadline: the parent's
+//     deadline fails it while it waits for them, and the cascade (as for
+//     Cancel) cancels every child not ended, and theirs, so no child
+//     outlives its parent's deadline. Retry of a failed or cancelled run
+//     keeps its deadline if it is still ahead (a new deadline job) and
+//     drops it if it has passed (a run failed by its deadline is retried
+//     without one: Status then reports no Deadline).
 //
-// Re-submitting a run with another StepTimeout, Retry or StartAt is
-// ErrSpecMismatch (nil and the zero RetryPolicy are the same); an invalid
-// value is ErrInvalidRunSpec, and nothing is written.
+// Re-submitting a run with another StepTimeout, Retry, StartAt or
+// Deadline is ErrSpecMismatch (nil and the zero RetryPolicy are the same);
+// an invalid value is ErrInvalidRunSpec, and nothing is written.
 //
 // # History
 //
@@ -344,14 +493,15 @@
 // and the run-control state: the awaited signal name, deadline and timeout
 // job, the pause and parked flags, the mailbox's sequence and count, and
 // the run memory's key count and size (MemoKeys, MemoBytes; its entries
-// are under workflow/memo/<id>/, see internal/runrec), and the current
-// step's queue.
+// are under workflow/memo/<id>/, see internal/runrec), the current
+// step's queue, and the run's deadline and its job (Deadline,
+// DeadlineJob; written only by runs that have a deadline).
 // Submit writes it with a compare-and-put from absent, in the transaction
 // that enqueues step 0, so concurrent submits of one ID from any number of
 // goroutines or processes yield one run; later submits with the same input
 // report NewlySubmitted=false and a different input is ErrInputMismatch.
 // Re-submits that differ only in headers, priority, attempt limit, step
-// timeout, retry policy or start time are ErrSpecMismatch. The same transaction writes the run's entry in the
+// timeout, retry policy, start time or deadline are ErrSpecMismatch. The same transaction writes the run's entry in the
 // submitted index (workflow/submitted/<inverted time>/<id>), which
 // ListRuns reads newest first; stores written before the index are
 // indexed by the first Run of this version, and listed by a full scan
@@ -453,7 +603,8 @@
 //     the retried run's outcome. Hook errors are retried with
 //     backoff (terminal.RetryAfter honoured); terminal.IsPermanent errors and
 //     exhausted attempts dead-letter the notification.
-//   - Status, ListRuns, Cancel, Retry, Signal, Pause and Resume read and
+//   - Status, ListRuns, Cancel, Retry, Signal, Pause, Resume and the
+//     schedule calls (SetSchedule, DeleteSchedule, ListSchedules) read and
 //     write the durable records, so they work from any Runtime on the store
 //     (client Runtimes included) and after restarts. A waiting or paused run
 //     holds no step slot, no lease and no claimable job.
@@ -469,7 +620,10 @@
 // run's cancel flag durably and cancels the step's context with cause
 // steprunner.ErrRunCancelled; the run ends Cancelled (Error "") when the
 // step returns, whatever it returns, unless the step itself returned
-// Cancel(reason). A step's context is also cancelled when its lease is lost
+// Cancel(reason). A run's deadline (Policies) ends it the same ways, but
+// Failed, and a running step's at once: its ctx ends with cause
+// ErrRunDeadline (the step's Runtime reads the run record to tell the two
+// apart: only Cancel sets the cancel flag). A step's context is also cancelled when its lease is lost
 // (steprunner.ErrLeaseLost) and when a stopping Run's drain timeout passes
 // (steprunner.ErrShutdown; the step is released for another attempt).
 //

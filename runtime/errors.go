@@ -24,13 +24,20 @@ var (
 	ErrInvalidOption = errors.New("runtime: invalid option")
 	// ErrSpecMismatch: Submit of a known run ID with the same input but
 	// another spec: headers, priority, attempt limit, step timeout, start
-	// time or retry policy (ErrInputMismatch is for a different input). The
-	// message names what differs.
+	// time, retry policy or deadline (ErrInputMismatch is for a different
+	// input). The message names what differs.
 	ErrSpecMismatch = errors.New("runtime: run already submitted with another spec")
 	// ErrInvalidRunSpec: Submit of a RunSpec with an invalid field (a
 	// negative StepTimeout, an invalid Retry policy: then it wraps a
-	// *steprunner.RetryPolicyError too). Nothing is written.
+	// *steprunner.RetryPolicyError too; a Deadline that has passed).
+	// Nothing is written.
 	ErrInvalidRunSpec = errors.New("runtime: invalid run spec")
+	// ErrRunDeadline: a run whose RunSpec.Deadline passed before it ended
+	// ends Failed with an error wrapping it (its text, which contains
+	// "deadline", is the run's Error); a step running then sees it as its
+	// ctx's cause (context.Cause). Retrying the step cannot help; Retry of
+	// the run runs it without the deadline that passed.
+	ErrRunDeadline = errors.New("runtime: run deadline passed")
 	// ErrRunNotRetryable: Retry of a run that is not failed or cancelled
 	// (pending, running, cancelling or succeeded; including a run that a
 	// concurrent Retry has just retried), or whose final step's payload is
@@ -63,6 +70,18 @@ var (
 	// ASCII (ValidateMemoKey). Like a MemoLimitError it fails the step
 	// permanently; retrying cannot help.
 	ErrInvalidMemoKey = errors.New("runtime: invalid memo key")
+	// ErrInvalidSchedule: SetSchedule of a Schedule with an invalid field
+	// (its name, both or neither of Every and Cron, Every under 1s, a
+	// Cron that does not parse, a Location that cannot be loaded by name,
+	// a Spec with a RunID or a StartAt or headers too large for a step
+	// job (then it wraps a *queue.TooLargeError), or a Spec that Submit
+	// would refuse: then it wraps that error too), or DeleteSchedule of an
+	// invalid name. The message says which. Nothing is written; retrying
+	// cannot help.
+	ErrInvalidSchedule = errors.New("runtime: invalid schedule")
+	// ErrScheduleNotFound: DeleteSchedule of a schedule that does not
+	// exist (never set, or deleted).
+	ErrScheduleNotFound = errors.New("runtime: schedule not found")
 )
 
 // MemoLimitError: the memory writes of a step's Outcome break a limit

@@ -194,12 +194,16 @@ func (rt *Runtime) stepRun(claimCtx context.Context, runID string, job *queue.Jo
 }
 
 // stepContext maps the claim context's causes onto steprunner's. Its values
-// are those of values: claimCtx's, and the step's span.
-func stepContext(claimCtx, values context.Context) (context.Context, context.CancelFunc) {
+// are those of values: claimCtx's, and the step's span. cancelled, if not
+// nil, says why the job was cancelled (see cancelCause); else it was the
+// run's Cancel.
+func stepContext(claimCtx, values context.Context, cancelled func() error) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(values))
 	stop := context.AfterFunc(claimCtx, func() {
 		cause := context.Cause(claimCtx)
 		switch {
+		case errors.Is(cause, queue.ErrJobCancelled) && cancelled != nil:
+			cancel(cancelled())
 		case errors.Is(cause, queue.ErrJobCancelled):
 			cancel(steprunner.ErrRunCancelled)
 		case errors.Is(cause, queue.ErrClaimLost):
@@ -218,6 +222,9 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	runID := job.Headers[HeaderRunID]
 	n64, perr := strconv.ParseUint(job.Headers[HeaderStep], 10, 32)
 	rec, old, err := rt.stepRun(claimCtx, runID, job)
+	if err == nil && rec.State == kvrecord.StateTerminal && (job.CancelRequested || errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled)) {
+		return rt.q.Ack(settleCtx, job) // its run ended while it was claimed (a deadline): not run
+	}
 	if perr != nil || errors.Is(err, ErrRunNotFound) || err == nil && (rec.State == kvrecord.StateTerminal || rec.CurrentJob != job.ID) {
 		// Not a live step of a live run (its run ended or expired, and the
 		// job was requeued by hand): refuse it, visibly.
@@ -261,7 +268,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 				return err // the claim's lease expires and the step is retried
 			}
 		}
-		ctx, stop := stepContext(claimCtx, spanCtx)
+		ctx, stop := stepContext(claimCtx, spanCtx, rt.cancelCause(rec))
 		outcome, stepErr = rt.runWithTimeout(ctx, step, rt.stepTimeout(rec))
 		stop()
 		switch cause := context.Cause(claimCtx); {

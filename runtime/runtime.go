@@ -158,6 +158,12 @@ type RunSpec struct {
 	// (WithNotifyQueueName), is ErrInvalidQueueName. A re-submit does
 	// not compare it (the run's queue changes as its steps go on).
 	Queue string
+	// Deadline bounds the whole run: if it has not ended by then, it ends
+	// Failed with an error wrapping ErrRunDeadline, wherever it is (see
+	// Policies in the package doc). Zero: none. A deadline that has passed
+	// at Submit is ErrInvalidRunSpec; one before StartAt fails the run
+	// then, unstarted.
+	Deadline time.Time
 }
 
 // SubmitOutcome says what Submit did.
@@ -190,11 +196,14 @@ func ValidateRunID(id string) error {
 
 // Submit starts a run. It is idempotent on (RunID, Input) across processes
 // and restarts: a run that exists with the same input and spec (headers,
-// priority, attempt limit, step timeout, start time, retry policy) returns
+// priority, attempt limit, step timeout, start time, retry policy,
+// deadline) returns
 // NewlySubmitted=false and changes nothing; a different input is
 // ErrInputMismatch, the same input with another spec ErrSpecMismatch. An
-// invalid spec (StepTimeout, Retry) is ErrInvalidRunSpec and changes
-// nothing. The run record, its index
+// invalid spec (StepTimeout, Retry, a Deadline that has passed) is
+// ErrInvalidRunSpec and changes nothing. A Deadline also enqueues, in the
+// same transaction, the job that fails the run then (see Policies in the
+// package doc). The run record, its index
 // entry and step 0 are written in one transaction, so concurrent submits
 // of one run ID yield exactly one run.
 // If ctx ends before that transaction is durable (the store is slow or
@@ -217,6 +226,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	if err := validateSpecPolicy(&spec); err != nil {
 		return SubmitOutcome{}, err
 	}
+	if err := validateDeadline(&spec, rt.opts.now); err != nil {
+		return SubmitOutcome{}, err
+	}
 	stepQueue := rt.opts.queueName
 	if spec.Queue != "" {
 		if err := rt.validateStepQueue(spec.Queue); err != nil {
@@ -227,27 +239,8 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	hash := runrec.HashInput(spec.Input)
 	traceParent := rt.tel.traceParent(ctx)
 	for {
-		jobID := ulid.Make().String()
-		now := rt.opts.now().UnixNano()
-		rec := &kvrecord.Run{
-			RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
-			State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
-			Headers: spec.Headers, Priority: spec.Priority, MaxAttempts: spec.MaxAttemptsPerStep,
-			Queue: stepQueue,
-		}
-		if !terminal.IsNoop(rt.hook) {
-			rec.NotifyQueue = rt.opts.notifyQueueName
-		}
-		setPolicy(rec, &spec)
-		opts := rt.stepOptions(rec, 0, jobID, traceParent)
-		opts.RunAt = spec.StartAt          // zero or past: at once
-		opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
-		rec.HistorySeq = submittedSeq      // its history's submitted entry: this record
-		b := runrec.EncodeRun(rec)
-		txn := new(queue.Txn).
-			CompareAndPut(kvrecord.RunKey(id), nil, b).
-			Put(runrec.SubmittedKey(now, id), []byte{}).
-			Enqueue(stepQueue, spec.Input, opts)
+		txn := new(queue.Txn)
+		jobID, b := rt.submitOps(txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
 		// Dispatched, step 0 starts with the record (see stepRun).
 		_, err := rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
 		if err == nil {
@@ -273,9 +266,40 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	}
 }
 
+// submitOps adds to txn what submits the new run id from spec (valid)
+// with step 0 on stepQueue: its run record (a compare-and-put from
+// absent), its entry in the submitted index and step 0, dispatched. hash
+// is the input's, traceParent the run's trace context ("": none), now
+// the submit time (unix ns). It returns step 0's job ID and the record's
+// bytes, for handoff.WithDispatched. Submit and a schedule's tick call it.
+func (rt *Runtime) submitOps(txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, record []byte) {
+	jobID = ulid.Make().String()
+	rec := &kvrecord.Run{
+		RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
+		State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
+		Headers: spec.Headers, Priority: spec.Priority, MaxAttempts: spec.MaxAttemptsPerStep,
+		Queue: stepQueue,
+	}
+	if !terminal.IsNoop(rt.hook) {
+		rec.NotifyQueue = rt.opts.notifyQueueName
+	}
+	setPolicy(rec, spec)
+	setDeadline(rec, spec.Deadline)
+	rec.HistorySeq = submittedSeq // its history's submitted entry: this record
+	opts := rt.stepOptions(rec, 0, jobID, traceParent)
+	opts.RunAt = spec.StartAt          // zero or past: at once
+	opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
+	record = runrec.EncodeRun(rec)
+	txn.CompareAndPut(kvrecord.RunKey(id), nil, record).
+		Put(runrec.SubmittedKey(now, id), []byte{}).
+		Enqueue(stepQueue, spec.Input, opts)
+	rt.enqueueDeadline(txn, rec, traceParent)
+	return jobID, record
+}
+
 // specDiff names what of spec differs from the run record's submission
 // ("" if nothing does): headers, priority, attempt limit, step timeout,
-// start time, retry policy.
+// start time, retry policy, deadline.
 func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 	var diff []string
 	if !maps.Equal(rec.Headers, spec.Headers) {
@@ -288,6 +312,7 @@ func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 		diff = append(diff, fmt.Sprintf("MaxAttemptsPerStep (%d, not %d)", rec.MaxAttempts, spec.MaxAttemptsPerStep))
 	}
 	diff = policyDiff(diff, rec, spec)
+	diff = deadlineDiff(diff, rec, spec)
 	return strings.Join(diff, ", ")
 }
 
@@ -517,6 +542,10 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	next.CurrentStep, next.UpdatedAt = e.step, ended
 	if rec.WaitTimer != "" {
 		txn.CancelJob(rec.WaitTimer)
+	}
+	if rec.DeadlineJob != "" { // ended before its deadline
+		txn.CancelJob(rec.DeadlineJob)
+		next.DeadlineJob = ""
 	}
 	if rec.Parked {
 		txn.Delete(runrec.ParkedKey(rec.RunID))

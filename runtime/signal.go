@@ -236,7 +236,14 @@ func (rt *Runtime) mailHead(ctx context.Context, rec *kvrecord.Run, name string)
 // starts the run's next step with an empty payload and
 // SignalDelivery.TimedOut (parked if the run is paused). A timer that lost
 // to a signal, a cancel or the run's end is acknowledged and dropped.
+// Other kinds of timers (headerTimer) go to their own handlers.
 func (rt *Runtime) handleTimer(claimCtx context.Context, job *queue.Job) error {
+	switch job.Headers[headerTimer] { // "": an await's timeout
+	case timerSchedule:
+		return rt.handleScheduleTick(claimCtx, job)
+	case timerDeadline:
+		return rt.handleDeadline(claimCtx, job)
+	}
 	ctx := context.WithoutCancel(claimCtx)
 	runID := job.Headers[HeaderRunID]
 	for {

@@ -114,7 +114,9 @@ type RunStatus struct {
 	// Retries counts the times the run was retried (Retry).
 	Retries uint32
 	// WaitingFor is the signal name a waiting run awaits (StateWaiting, or
-	// StatePaused while waiting); "" otherwise.
+	// StatePaused while waiting); for a pending run whose step a queue
+	// limit holds back (SetQueueLimit; Status only), "held by the queue
+	// limit of <queue>"; "" otherwise.
 	WaitingFor string
 	// WaitDeadline is when that await times out; zero for no timeout.
 	WaitDeadline time.Time
@@ -140,6 +142,8 @@ type RunStatus struct {
 	// run waits for them it is StateWaiting, with WaitingFor
 	// "children: 37 of 100 ended".
 	Children []string
+	// Deadline is the run's deadline (RunSpec.Deadline; zero: none).
+	Deadline time.Time
 }
 
 // Status reports a run's state from the durable records, so it works from
@@ -154,6 +158,9 @@ func (rt *Runtime) Status(ctx context.Context, runID string) (RunStatus, error) 
 	if err == nil {
 		st.Children, err = rt.childIDs(ctx, rec)
 	}
+	if err == nil {
+		err = rt.heldByLimit(ctx, &st) // queuelimit.go
+	}
 	return st, err
 }
 
@@ -165,7 +172,7 @@ func (rt *Runtime) status(ctx context.Context, rec *kvrecord.Run, withResult boo
 		RunID: rec.RunID, CurrentStep: rec.CurrentStep, Headers: rec.Headers, Retries: rec.Retries,
 		SubmittedAt: unixTime(rec.SubmittedAt), UpdatedAt: unixTime(rec.UpdatedAt), EndedAt: unixTime(rec.EndedAt),
 		MemoKeys: int(rec.MemoKeys), MemoBytes: int64(rec.MemoBytes), Queue: rec.Queue,
-		Parent: rec.Parent,
+		Parent: rec.Parent, Deadline: unixTime(rec.Deadline),
 	}
 	if rec.UpdatedAt == 0 { // a record written before UpdatedAt
 		st.UpdatedAt = unixTime(max(rec.SubmittedAt, rec.EndedAt))

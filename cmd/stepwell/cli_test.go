@@ -411,7 +411,8 @@ func TestJSON(t *testing.T) {
 	}
 	// The raw document: result is base64, absent values are null.
 	raw := f.ok(t, "run", "order-1", "--json")
-	for _, s := range []string{`"result": "c2hpcHBlZA=="`, `"step_job": null`, `"input_sha256": "`, `"kind": "succeed"`, `"history_dropped": 0`} {
+	for _, s := range []string{`"result": "c2hpcHBlZA=="`, `"step_job": null`, `"input_sha256": "`, `"deadline": null`,
+		`"kind": "succeed"`, `"history_dropped": 0`} {
 		if !strings.Contains(raw, s) {
 			t.Errorf("run order-1 --json lacks %s:\n%s", s, raw)
 		}

@@ -1,6 +1,6 @@
 // Command stepwell is the operator CLI of a Stepwell store: it shows queues,
 // runs, jobs and dead letters; cancels, retries, signals, pauses and
-// resumes runs; and requeues dead jobs, on any store URL the queue package
+// resumes runs; requeues dead jobs; and sets queue limits, on any store URL the queue package
 // opens (mem://, file://, s3://, gs://, azblob://).
 //
 // # Usage
@@ -48,12 +48,19 @@
 //	                             dead-lettered jobs of one queue or all
 //	job     JOB_ID               one job: fields, headers, payload preview,
 //	                             attempt history
+//	schedules                    the schedules (runtime.Runtime.ListSchedules):
+//	                             Every or Cron and its zone, step queue,
+//	                             next tick, last run, ticks skipped
+//	limits                       queue limits (queue.Queue.Limits): per
+//	                             queue, its rate, burst and most jobs
+//	                             running at once, with its jobs running
+//	                             and pending
 //
 // stats and queues leave out a Runtime's internal queues beside its step
 // queue: its notices queue ("workflow-steps.dead" beside "workflow-steps":
 // dead-step notices, and notifications of cancelled runs not yet
 // forwarded) and its timers queue ("workflow-steps.timers": signal
-// timeouts); --all shows them.
+// timeouts and schedules' ticks); --all shows them.
 // A run's step_dead (and "(step dead)" in text) says that its step job is
 // dead: for a pending or cancelling run, the run is stuck until the job is
 // requeued or a Runtime settles it; for a failed or cancelled run, the step
@@ -81,6 +88,16 @@
 //	resume  RUN_ID [--wait D] [--takeover]
 //	                             let a paused run go on
 //	                             (runtime.Runtime.Resume)
+//	schedules delete NAME [--wait D] [--takeover]
+//	                             delete a schedule and its tick job
+//	                             (runtime.Runtime.DeleteSchedule); the runs
+//	                             it submitted are kept
+//	limits  set QUEUE [--per-second F] [--burst N] [--max-running N]
+//	                             limit a queue's claims in every process
+//	                             of the store (queue.Queue.SetLimit,
+//	                             runtime.Runtime.SetQueueLimit); fields
+//	                             not given are 0 (none), all 0 removes it
+//	limits  remove QUEUE         remove a queue's limit
 //
 // bench runs a synthetic workload through a real Runtime and reports what
 // it achieved and cost (see "stepwell help bench" and docs/BENCHMARKS.md);

@@ -51,6 +51,9 @@ Read commands (open the store read-only; never disturb the live writer):
   run     RUN_ID                    one run: record, outcome, step job
   dead    [--queue Q] [--limit N]   dead-lettered jobs (all queues by default)
   job     JOB_ID                    one job: fields, headers, payload, history
+  schedules                         schedules: ticks, next tick, last run,
+                                    ticks skipped
+  limits                            queue limits: rate, burst, max running
 
 Write commands (join the service's cluster as a member, or become the
 store's writer for a moment when no process has it open):
@@ -68,6 +71,11 @@ store's writer for a moment when no process has it open):
                                     stop a run from starting its next step
   resume  RUN_ID [--wait D] [--takeover]
                                     let a paused run go on
+  schedules delete NAME [--wait D] [--takeover]
+                                    delete a schedule: it ticks no more
+  limits  set QUEUE [--per-second F] [--burst N] [--max-running N]
+                                    limit a queue's claims in every process
+                                    (all 0: remove); limits remove QUEUE
 
 Measure (a store or prefix of its own; without --store, a new mem:// store):
   bench   [--scenario S] [--runs N] [--steps K] [flags]
@@ -108,7 +116,7 @@ Exit codes:
   2  usage error (bad flags, missing argument, no store, invalid store URL)
   3  a live writer holds the store and this command cannot join it (not in
      cluster mode, or not answering within --wait)
-  4  not found (run or job, or no store at the URL)
+  4  not found (run, job or schedule, or no store at the URL)
 
 Examples:
   export STEPWELL_STORE='s3://acme-jobs?prefix=orders/&region=eu-west-1'
@@ -133,7 +141,8 @@ type command struct {
 	help     string // what it does, for "stepwell help NAME"
 	// flags registers the command's own flags; may be nil.
 	flags func(fs *flag.FlagSet)
-	// nargs is the number of positional arguments required (0, 1 or 2).
+	// nargs is the number of positional arguments required (0, 1 or 2);
+	// -1: any, exec checks them.
 	nargs int
 	// exec runs the command with its positional arguments.
 	exec func(ctx context.Context, c *cli, args []string) error
@@ -145,7 +154,8 @@ func commands() []*command {
 	return []*command{
 		statsCommand(), queuesCommand(), runsCommand(), runCommand(),
 		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(), retryCommand(),
-		signalCommand(), pauseCommand(), resumeCommand(),
+		signalCommand(), pauseCommand(), resumeCommand(), schedulesCommand(),
+		limitsCommand(),
 		benchCommand(),
 	}
 }
@@ -228,7 +238,7 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 		}
 		return c.fail(exitUsage, "", err.Error(), fmt.Sprintf("Run 'stepwell %s --help' for usage.", cmd.name))
 	}
-	if len(pos) != cmd.nargs {
+	if cmd.nargs >= 0 && len(pos) != cmd.nargs {
 		msg := "missing argument"
 		if len(pos) > cmd.nargs {
 			msg = fmt.Sprintf("unexpected argument %q", pos[cmd.nargs])

@@ -247,6 +247,9 @@ type runJSON struct {
 	WaitDeadline *time.Time `json:"wait_deadline"`
 	// Paused is true while a pause is in effect ("stepwell resume").
 	Paused bool `json:"paused"`
+	// Deadline is the run's deadline (runtime.RunSpec.Deadline; null:
+	// none): a run not ended by then fails.
+	Deadline *time.Time `json:"deadline"`
 	// StepJob is the current step's job; for a failed run, the dead job of
 	// its final step when it is still kept. Its payload is left out (null):
 	// see "stepwell job".
@@ -276,14 +279,15 @@ func runCommand() *command {
 		synopsis: "RUN_ID",
 		help: `Shows one run: its record (state, step and its step queue, headers,
 submit time, input hash; the signal a waiting run awaits and when that wait
-times out; whether it is paused), its outcome once finished (result as text
-when printable, else base64; error), its memory (each key with its value's
-size and a preview; --json: the values in base64), its history as a
-timeline (runtime.Runtime.History: each step's attempts, signals, pauses,
-cancels, retries and the hook's delivery, with when each started, how long
-it took, the process that committed it and its error), and its step job with
-attempts and attempt history: the current step's job, or for a failed run
-the dead job of its final step. Opens the store read-only.
+times out; whether it is paused; its deadline, if any), its outcome once
+finished (result as text when printable, else base64; error), its memory
+(each key with its value's size and a preview; --json: the values in
+base64), its history as a timeline (runtime.Runtime.History: each step's
+attempts, signals, pauses, cancels, retries and the hook's delivery, with
+when each started, how long it took, the process that committed it and
+its error), and its step job with attempts and attempt history: the
+current step's job, or for a failed run the dead job of its final step.
+Opens the store read-only.
 Exits 4 if the run does not exist (or finished longer ago than the terminal
 retention).
 `,
@@ -340,7 +344,7 @@ func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
 		Headers: headersJSON(rec.Headers), CurrentJob: rec.CurrentJob,
 		Result: st.Result, ResultText: textOf(st.Result), Error: st.Error,
 		WaitingFor: st.WaitingFor, WaitDeadline: jsonTime(st.WaitDeadline), Paused: st.Paused,
-		Memory: []memoJSON{}, MemoryBytes: st.MemoBytes,
+		Memory: []memoJSON{}, MemoryBytes: st.MemoBytes, Deadline: jsonTime(st.Deadline),
 		Parent: st.Parent, Children: st.Children,
 	}
 	if out.Children == nil {
@@ -477,6 +481,9 @@ func printRun(w io.Writer, r *runJSON) {
 	fmt.Fprintf(tw, "cancel requested:\t%s\n", yesNo(r.CancelRequested))
 	if r.Paused {
 		fmt.Fprintf(tw, "paused:\tyes (stepwell resume %s)\n", r.RunID)
+	}
+	if r.Deadline != nil {
+		fmt.Fprintf(tw, "deadline:\t%s\n", textTime(*r.Deadline))
 	}
 	if r.Parent != "" {
 		fmt.Fprintf(tw, "parent:\t%s\n", r.Parent)

@@ -40,6 +40,6 @@
 //
 // Keys are opaque strings ordered bytewise. The engine reserves the prefix
 // "e/" (open-marker epochs); layers above choose their own prefixes (queue:
-// "k/", "j/", "p/"). Values are tagged: inline bytes or a reference to a
+// "k/", "j/", "p/", "l/"). Values are tagged: inline bytes or a reference to a
 // blob object (see Inline, BlobRef, Decode).
 package engine

@@ -18,6 +18,9 @@
 //	                                                the run's memory
 //	                                                (Outcome.WithMemo), raw
 //	                                                bytes (possibly empty)
+//	workflow/schedules/<name>                       Schedule: a schedule and
+//	                                                its tick job (see
+//	                                                schedule.go)
 //
 // A run's mailbox entries are numbered by kvrecord.Run.MailSeq in arrival
 // order (seq 1 first), so a prefix scan of one name lists them oldest
@@ -47,7 +50,11 @@
 //	          job it dead-lettered (EnqueueOptions.DeadLetterQueue), and a
 //	          Cancel that knows no notify queue hands the run's
 //	          notification over there
-//	Q.timers  the timers queue: AwaitSignal's timeout jobs
+//	Q.timers  the timers queue: AwaitSignal's timeout jobs, the tick
+//	          jobs of the schedules whose runs go to Q (see Schedule),
+//	          and the deadline jobs of runs whose step 0 went to Q; the
+//	          header workflow.timer names the kind ("schedule",
+//	          "deadline"; none: a timeout)
 //
 // Their names are part of the on-bucket state (jobs wait on them across
 // restarts): never change them.
@@ -59,6 +66,7 @@
 // hold them to it. DO NOT reorder or remove fields.
 //
 //	Parked    shape 1: 7 fields
+//	Schedule  shape 1: 25 fields
 package runrec
 
 import (
@@ -80,9 +88,10 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 42
-	runFieldsV6    = 41 // a run without history entries (see EncodeRun)
-	runFieldsV5    = 33 // a run without parent nor children nor history (see EncodeRun)
+	runFields      = 44
+	runFieldsDL    = 43 // a run without history entries (see EncodeRun)
+	runFieldsV6    = 41 // a run without a deadline nor history
+	runFieldsV5    = 33 // a run without parent, children nor deadline
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -133,11 +142,12 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // without children (the shape 6 fields all zero) is written in shape 5,
 // those fields left out, so that runs which use no child runs write the
 // records they wrote before them, byte for byte; kvrecord reads either.
-// A run without history entries (HistorySeq 0) is written without its
-// history field (shape 6, or 5).
+// Likewise a run without a deadline (Deadline and DeadlineJob zero) is
+// written without the deadline fields, and a run without history entries
+// (HistorySeq 0) without its history field.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 40
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 50
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
@@ -145,6 +155,8 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	switch {
 	case r.HistorySeq != 0:
 		b = format.AppendArrayLen(b, runFields)
+	case !noDeadlineFields(r):
+		b = format.AppendArrayLen(b, runFieldsDL)
 	case noChildFields(r):
 		b = format.AppendArrayLen(b, runFieldsV5)
 	default:
@@ -184,7 +196,7 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
 	b = format.AppendString(b, r.Queue)
-	if r.HistorySeq == 0 && noChildFields(r) {
+	if noChildFields(r) && noDeadlineFields(r) && r.HistorySeq == 0 {
 		return b
 	}
 	b = format.AppendString(b, r.Parent)
@@ -195,11 +207,20 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.Spawned)
 	b = format.AppendUint32(b, r.SpawnStep)
 	b = format.AppendUint32(b, r.Pending)
+	if noDeadlineFields(r) && r.HistorySeq == 0 {
+		return b
+	}
+	// Run deadlines.
+	b = format.AppendInt64(b, r.Deadline)
+	b = format.AppendString(b, r.DeadlineJob)
 	if r.HistorySeq == 0 {
 		return b
 	}
 	return format.AppendUint64(b, r.HistorySeq) // run history
 }
+
+// noDeadlineFields reports whether r's run deadline fields are all zero.
+func noDeadlineFields(r *kvrecord.Run) bool { return r.Deadline == 0 && r.DeadlineJob == "" }
 
 // noChildFields reports whether r's shape 6 fields are all zero.
 func noChildFields(r *kvrecord.Run) bool {

@@ -30,7 +30,10 @@ func randRun(r *rand.Rand, multi bool) *kvrecord.Run {
 		run.Parent, run.ParentStep, run.ChildIndex, run.Depth = codectest.String(r), r.Uint32(), r.Uint32(), r.Uint32()
 		run.JoinReported, run.Spawned, run.SpawnStep, run.Pending = r.IntN(2) == 0, r.Uint32(), r.Uint32(), r.Uint32()
 	}
-	if multi || r.IntN(2) == 0 { // a run with history entries (else: shape 6 or 5)
+	if multi || r.IntN(2) == 0 { // a run with a deadline (else: no deadline fields are written)
+		run.Deadline, run.DeadlineJob = codectest.Int64(r), "j"+codectest.String(r)
+	}
+	if multi || r.IntN(2) == 0 { // a run with history entries (else: no history field is written)
 		run.HistorySeq = max(1, r.Uint64())
 	}
 	for i := range run.InputHash {
@@ -56,34 +59,38 @@ func TestEncodersMatchMarshal(t *testing.T) {
 		switch b := EncodeRun(run); {
 		case multi:
 			codectest.RoundTrip(t, b, run)
-		case run.HistorySeq == 0 && noChildFields(run):
-			// Shape 5: format.Marshal's bytes without the zero fields of
-			// shape 6 ("" and false one byte each, six uint32 five) and
-			// the history's (a zero uint64, one byte), and 33 for the
-			// count.
+		case run.HistorySeq == 0 && noDeadlineFields(run):
+			// Without the deadline fields: format.Marshal's bytes without
+			// their zeros (an int64 nine bytes, "" one), and 41 for the count; without
+			// the zero fields of shape 6 too ("" and false one byte each,
+			// six uint32 five), 33.
 			want, err := format.Marshal(run)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want = append([]byte{want[0], 0, runFieldsV5}, want[3:len(want)-41]...)
+			want = append([]byte{want[0], 0, runFieldsV6}, want[3:len(want)-19]...) // and the history's uint64
+			if noChildFields(run) {
+				want = append([]byte{want[0], 0, runFieldsV5}, want[3:len(want)-32]...)
+			}
 			if string(b) != string(want) {
-				t.Fatalf("EncodeRun(no child fields) = %x, want %x", b, want)
+				t.Fatalf("EncodeRun(no deadline fields) = %x, want %x", b, want)
 			}
 			if got, err := kvrecord.DecodeRun(b); err == nil && !reflect.DeepEqual(got, run) {
-				t.Fatalf("shape 5 round trip: %+v, want %+v", got, run)
+				t.Fatalf("shape 5/6 round trip: %+v, want %+v", got, run)
 			}
 		case run.HistorySeq == 0:
-			// Shape 6: without the history's zero field, 41 for the count.
+			// A deadline, no history: without the history's zero uint64
+			// (nine bytes), 43 for the count.
 			want, err := format.Marshal(run)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want = append([]byte{want[0], 0, runFieldsV6}, want[3:len(want)-9]...)
+			want = append([]byte{want[0], 0, runFieldsDL}, want[3:len(want)-9]...)
 			if string(b) != string(want) {
 				t.Fatalf("EncodeRun(no history) = %x, want %x", b, want)
 			}
 			if got, err := kvrecord.DecodeRun(b); err == nil && !reflect.DeepEqual(got, run) {
-				t.Fatalf("shape 6 round trip: %+v, want %+v", got, run)
+				t.Fatalf("no-history round trip: %+v, want %+v", got, run)
 			}
 		default:
 			codectest.Same(t, b, run)
@@ -171,5 +178,50 @@ func TestInternalQueues(t *testing.T) {
 		if got := IsInternalQueue(c.name, names); got != c.want {
 			t.Errorf("IsInternalQueue(%q) = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+func randSchedule(r *rand.Rand) *Schedule {
+	return &Schedule{Version: kvrecord.Version, Name: codectest.String(r), Every: codectest.Int64(r),
+		Cron: codectest.String(r), Location: codectest.String(r), AllowOverlap: r.IntN(2) == 0,
+		Queue: codectest.String(r), SpecQueue: codectest.String(r), Input: codectest.Bytes(r),
+		Headers: codectest.Map(r, false), MaxAttempts: r.Uint32(), Priority: int32(codectest.Int64(r)),
+		StepTimeout: codectest.Int64(r), HasRetry: r.IntN(2) == 0, RetryMaxAttempts: r.Uint32(),
+		RetryInitialBackoff: codectest.Int64(r), RetryMaxBackoff: codectest.Int64(r),
+		RetryMultiplier: r.Float64() * 10, RetryJitter: r.Float64(), NextAt: codectest.Int64(r),
+		NextJob: codectest.String(r), LastRunID: codectest.String(r), LastAt: codectest.Int64(r),
+		Skipped: r.Uint64(), UpdatedAt: codectest.Int64(r)}
+}
+
+// TestScheduleCodec: EncodeSchedule writes format.Marshal's bytes, and
+// DecodeSchedule reads them back; anything else is ErrCorrupt.
+func TestScheduleCodec(t *testing.T) {
+	r := codectest.New(t)
+	for range 1000 {
+		s := randSchedule(r)
+		if s.Name == "" {
+			s.Name = "n"
+		}
+		b := EncodeSchedule(s)
+		codectest.Same(t, b, s)
+		got, err := DecodeSchedule(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Headers) == 0 && len(got.Headers) == 0 {
+			got.Headers = s.Headers
+		}
+		if len(s.Input) == 0 && len(got.Input) == 0 {
+			got.Input = s.Input
+		}
+		if !reflect.DeepEqual(got, s) {
+			t.Fatalf("round trip: %+v, want %+v", got, s)
+		}
+		if _, err := DecodeSchedule(b[:len(b)-1]); !errors.Is(err, kvrecord.ErrCorrupt) {
+			t.Fatalf("a truncated record: %v, want ErrCorrupt", err)
+		}
+	}
+	if _, err := DecodeSchedule(EncodeSchedule(&Schedule{})); !errors.Is(err, kvrecord.ErrCorrupt) {
+		t.Fatalf("a record without a name: %v, want ErrCorrupt", err)
 	}
 }
