@@ -88,6 +88,9 @@ const (
 	// when the step returns (a HistoryCancel entry). A Cancel that ends
 	// the run at once writes HistoryCancel.
 	HistoryCancelRequested HistoryKind = "cancel_requested"
+	// HistoryDeadline: the run's deadline (RunSpec.Deadline) ended it
+	// (Error says so).
+	HistoryDeadline HistoryKind = "deadline"
 	// HistoryRetry: Retry started the ended run again at Step.
 	HistoryRetry HistoryKind = "retry"
 	// HistoryHookDelivered and HistoryHookFailed: the terminal hook took

@@ -429,3 +429,17 @@ func TestHistoryOfOlderRun(t *testing.T) {
 	startRun(t, rt)
 	waitKinds(t, rt, "old", "submitted@0/0 succeed@0/1")
 }
+
+// TestHistoryDeadline: a run ended by its deadline records it.
+func TestHistoryDeadline(t *testing.T) {
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		return steprunner.AwaitSignal("go", 0), nil
+	}), &hookRecorder{})
+	startRun(t, rt)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "late", Deadline: deadlineIn()})
+	h := waitKinds(t, rt, "late", "submitted@0/0 await@0/1 deadline@1/0 hook_delivered@1/1")
+	if !strings.Contains(h[2].Error, "deadline") {
+		t.Fatalf("deadline entry %+v", h[2])
+	}
+}
