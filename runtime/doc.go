@@ -92,8 +92,8 @@
 // without its successor, or a run ended without its notification. Every
 // row also appends the attempt's entry to the run's history in that
 // transaction (see History), as do Signal, Pause, Resume, Cancel, Retry,
-// an await's timeout, a Spawn's join and the hook's delivery: what did
-// not commit has no entry.
+// an await's timeout, a Spawn's join, a run's deadline and the hook's
+// delivery: what did not commit has no entry.
 //
 // Step queues. Each Runtime serves one step queue (WithQueueName,
 // "workflow-steps" by default); Runtimes of several step queues share a
@@ -462,8 +462,9 @@
 // of the step's payload and of what it returned with a 256-byte preview,
 // the signal, and what the settlement scheduled), and an entry per
 // control write: signal, await_timeout, join, pause, resume,
-// cancel_requested, cancel, retry, hook_delivered, hook_failed. Entry 1,
-// submitted, is the run record itself (SubmittedAt, StartAt).
+// cancel_requested, cancel, retry, deadline, hook_delivered, hook_failed.
+// Entry 1, submitted, is the run record itself (SubmittedAt, StartAt):
+// runs submitted by Submit, a schedule or a Spawn have it at no cost.
 //
 // Each entry is written by the transaction that commits what it records,
 // under workflow/history/<id>/<seq:010d>, and that transaction
