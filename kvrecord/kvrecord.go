@@ -10,7 +10,7 @@
 //
 // The runtime keeps other keys under workflow/ (an index of runs by submit
 // time, signal mailboxes, the parked steps of paused runs, run memory,
-// the children of a Spawn and their results):
+// the children of a Spawn and their results, the run's history):
 // its own, not
 // for users to read or write. It alone writes these records, too: this
 // package decodes them, for programs that read a store (the stepwell CLI,

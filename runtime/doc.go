@@ -484,7 +484,7 @@
 // 256 bytes of a payload and 2 KiB of error text (the terminal record
 // and the job's attempt history keep the whole text, up to 64 KiB). The
 // history is deleted with the run record at expiry, and kept by Retry.
-// What it costs: an entry (about 200 bytes, one more key) per settlement,
+// What it costs: an entry (about 170 bytes, one more key) per settlement,
 // see docs/BENCHMARKS.md.
 //
 // # Records

@@ -18,6 +18,9 @@
 //	                                                the run's memory
 //	                                                (Outcome.WithMemo), raw
 //	                                                bytes (possibly empty)
+//	workflow/history/<id>/<seq:010d>                History: one entry of the
+//	                                                run's history (see
+//	                                                history.go)
 //	workflow/schedules/<name>                       Schedule: a schedule and
 //	                                                its tick job (see
 //	                                                schedule.go)
