@@ -10,7 +10,7 @@
 //
 // The runtime keeps other keys under workflow/ (an index of runs by submit
 // time, signal mailboxes, the parked steps of paused runs, run memory,
-// the children of a Spawn and their results):
+// the children of a Spawn and their results, the run's history):
 // its own, not
 // for users to read or write. It alone writes these records, too: this
 // package decodes them, for programs that read a store (the stepwell CLI,
@@ -43,7 +43,8 @@
 //	          JoinReported, Spawned, SpawnStep, Pending (child runs; November 2026)
 //	          then: 43 fields, + Deadline, DeadlineJob (run deadlines;
 //	          November 2026)
-//	          then: 46 fields, + ConcKey, ConcLimit, ConcLine (per-key
+//	          then: 44 fields, + HistorySeq (run history; November 2026)
+//	          then: 47 fields, + ConcKey, ConcLimit, ConcLine (per-key
 //	          concurrency; November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
@@ -52,14 +53,15 @@
 // The decoders read every shape (an older record reads with the newer
 // fields zero: Retries 0, UpdatedAt 0, not waiting, not paused, an empty
 // mailbox, no step timeout, start time or retry policy, no memory, no
-// step queue, no parent and no children, no deadline, no concurrency key,
-// no dead job and no payload); the runtime writes the newest shape only,
-// but for a run without a parent and without children, which it writes
-// in shape 5 (the shape 6 fields would all be zero), for a run without a
-// deadline, which it writes without the deadline fields (shape 6, or 5),
-// and for a run without a concurrency key, which it writes without the
-// concurrency fields (43 fields, or shape 6, or 5), so that such runs
-// cost what they did before.
+// step queue, no parent and no children, no deadline, no history, no
+// concurrency key, no dead job and no payload); the runtime writes the
+// newest shape only, but it leaves out the trailing groups of fields a
+// run does not use: a run without a concurrency key is written without
+// the concurrency fields (44 fields), one also without history entries
+// (HistorySeq 0, runs from before history) without that field (43), one
+// also without a deadline without the deadline fields (shape 6), and one
+// also without a parent and children in shape 5, so that records cost
+// what the features a run uses cost.
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
@@ -191,6 +193,14 @@ type Run struct {
 	Deadline    int64
 	DeadlineJob string
 
+	// HistorySeq numbers the entries of the run's history (see the
+	// runtime's Runtime.History): the last one written (1: the
+	// submission, read from this record), 0 for none (a run from before
+	// history). The runtime keeps the newest 1,000 (the older
+	// HistorySeq-1000 are counted, not kept). Run history: appended after
+	// the deadline fields.
+	HistorySeq uint64
+
 	// Per-key concurrency (the runtime's RunSpec.Concurrency), appended
 	// after the deadline fields and written only by runs with a key.
 	// ConcKey is the run's concurrency key ("" for none) and ConcLimit the
@@ -255,8 +265,9 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 // Field counts of the records (see the Encoding section above): the
 // current shape, and the older ones.
 const (
-	runFields        = 46
-	runFieldsDL      = 43 // with the deadline fields, before the concurrency ones
+	runFields        = 47
+	runFieldsH       = 44 // with history, before the concurrency fields
+	runFieldsDL      = 43 // with the deadline fields, before history
 	runFieldsV6      = 41
 	runFieldsV5      = 33
 	runFieldsV4      = 32
@@ -331,6 +342,9 @@ func readRun(rd *format.Reader, r *Run) {
 	if n >= runFieldsDL {
 		r.Deadline = rd.Int64()
 		r.DeadlineJob = rd.String()
+	}
+	if n >= runFieldsH {
+		r.HistorySeq = rd.Uint64()
 	}
 	if n >= runFields {
 		r.ConcKey = rd.String()
@@ -412,12 +426,28 @@ type runV6 struct {
 	Pending      uint32
 }
 
-// runDL is a run record with the deadline fields and without the
-// concurrency ones, for the reflective decoder.
+// runDL is a run record with the deadline fields, without history and
+// concurrency, for the reflective decoder.
 type runDL struct {
 	runV6
 	Deadline    int64
 	DeadlineJob string
+}
+
+// fromDL sets r to dl's fields, the others zero.
+func fromDL(r *Run, dl *runDL) {
+	*r = v3WithZero(dl.runV3)
+	r.MemoKeys, r.MemoBytes, r.Queue = dl.MemoKeys, dl.MemoBytes, dl.Queue
+	r.Parent, r.ParentStep, r.ChildIndex, r.Depth = dl.Parent, dl.ParentStep, dl.ChildIndex, dl.Depth
+	r.JoinReported, r.Spawned, r.SpawnStep, r.Pending = dl.JoinReported, dl.Spawned, dl.SpawnStep, dl.Pending
+	r.Deadline, r.DeadlineJob = dl.Deadline, dl.DeadlineJob
+}
+
+// runH is a run record with history, without concurrency fields, for the
+// reflective decoder.
+type runH struct {
+	runDL
+	HistorySeq uint64
 }
 
 // unmarshalRun is the reflective decoder of run records of every shape:
@@ -428,13 +458,15 @@ func unmarshalRun(b []byte, r *Run) error {
 	if err == nil {
 		return nil
 	}
+	var h runH
+	if format.UnmarshalExact(b, &h) == nil {
+		fromDL(r, &h.runDL)
+		r.HistorySeq = h.HistorySeq
+		return nil
+	}
 	var dl runDL
 	if format.UnmarshalExact(b, &dl) == nil {
-		*r = v3WithZero(dl.runV3)
-		r.MemoKeys, r.MemoBytes, r.Queue = dl.MemoKeys, dl.MemoBytes, dl.Queue
-		r.Parent, r.ParentStep, r.ChildIndex, r.Depth = dl.Parent, dl.ParentStep, dl.ChildIndex, dl.Depth
-		r.JoinReported, r.Spawned, r.SpawnStep, r.Pending = dl.JoinReported, dl.Spawned, dl.SpawnStep, dl.Pending
-		r.Deadline, r.DeadlineJob = dl.Deadline, dl.DeadlineJob
+		fromDL(r, &dl)
 		return nil
 	}
 	var v6 runV6

@@ -114,7 +114,8 @@ func randRun(r *rand.Rand, multi bool) *Run {
 		Parent: codectest.String(r), ParentStep: r.Uint32(), ChildIndex: r.Uint32(), Depth: r.Uint32(),
 		JoinReported: r.UintN(2) == 1, Spawned: r.Uint32(), SpawnStep: r.Uint32(), Pending: r.Uint32(),
 		Deadline: codectest.Int64(r), DeadlineJob: codectest.String(r),
-		ConcKey: codectest.String(r), ConcLimit: r.Uint32(), ConcLine: r.Uint64(),
+		HistorySeq: r.Uint64(),
+		ConcKey:    codectest.String(r), ConcLimit: r.Uint32(), ConcLine: r.Uint64(),
 	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
@@ -238,17 +239,27 @@ func zeroShape6(r *Run) {
 	zeroDeadline(r)
 }
 
-// zeroDeadline zeroes the run deadline fields and the concurrency ones
-// appended after them.
-func zeroDeadline(r *Run) { r.Deadline, r.DeadlineJob = 0, ""; zeroConc(r) }
+// zeroDeadline zeroes the run deadline fields, and the newer ones.
+func zeroDeadline(r *Run) { r.Deadline, r.DeadlineJob = 0, ""; zeroHistory(r) }
+
+// zeroHistory zeroes the field run history appended, and the newer ones.
+func zeroHistory(r *Run) { r.HistorySeq = 0; zeroConc(r) }
 
 // zeroConc zeroes the per-key concurrency fields.
 func zeroConc(r *Run) { r.ConcKey, r.ConcLimit, r.ConcLine = "", 0, 0 }
 
-// TestDecodeDeadlineShape holds the run decoders to records written
-// before the per-key concurrency fields were appended (43 fields): they
-// decode with no key on both paths. Fails if a decoder insists on 46.
-func TestDecodeDeadlineShape(t *testing.T) {
+// dlOf returns run as a record with the deadline fields and no newer ones.
+func dlOf(run *Run) runDL {
+	return runDL{runV6: runV6{runV5: runV5{runV4: *runV4Of(run), Queue: run.Queue},
+		Parent: run.Parent, ParentStep: run.ParentStep, ChildIndex: run.ChildIndex, Depth: run.Depth,
+		JoinReported: run.JoinReported, Spawned: run.Spawned, SpawnStep: run.SpawnStep, Pending: run.Pending},
+		Deadline: run.Deadline, DeadlineJob: run.DeadlineJob}
+}
+
+// TestDecodeHistoryShape holds the run decoders to records written
+// before the per-key concurrency fields were appended (44 fields): they
+// decode with no key on both paths. Fails if a decoder insists on 47.
+func TestDecodeHistoryShape(t *testing.T) {
 	r := codectest.New(t)
 	for range 500 {
 		run := randRun(r, false)
@@ -258,16 +269,32 @@ func TestDecodeDeadlineShape(t *testing.T) {
 		}
 		old := *run
 		zeroConc(&old)
-		v6 := runV6{runV5: runV5{runV4: *runV4Of(run), Queue: run.Queue},
-			Parent: run.Parent, ParentStep: run.ParentStep, ChildIndex: run.ChildIndex, Depth: run.Depth,
-			JoinReported: run.JoinReported, Spawned: run.Spawned, SpawnStep: run.SpawnStep, Pending: run.Pending}
-		checkOldRun(t, "43 fields", &runDL{runV6: v6, Deadline: run.Deadline, DeadlineJob: run.DeadlineJob}, &old)
+		checkOldRun(t, "44 fields", &runH{runDL: dlOf(run), HistorySeq: run.HistorySeq}, &old)
 	}
-	for _, n := range []int{44, 45} {
+	for _, n := range []int{45, 46} {
 		bad, _ := format.Marshal(make([]int, n))
 		if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("DecodeRun(%d fields) = %v, want ErrCorrupt", n, err)
 		}
+	}
+}
+
+// TestDecodeWithoutHistory holds the run decoders to records written
+// before run history was appended (43 fields: deadlines, no history):
+// they decode with HistorySeq 0 on both paths. Fails if a decoder
+// insists on 44 fields.
+func TestDecodeWithoutHistory(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		run := randRun(r, false)
+		run.State, run.Version = StateActive, Version
+		if run.RunID == "" {
+			run.RunID = "r"
+		}
+		old := *run
+		zeroHistory(&old)
+		dl := dlOf(run)
+		checkOldRun(t, "deadlines, no history", &dl, &old)
 	}
 }
 

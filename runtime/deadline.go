@@ -159,6 +159,7 @@ func (rt *Runtime) handleDeadline(claimCtx context.Context, job *queue.Job) erro
 				continue // settling right now: read again
 			}
 		}
+		e.hist = &runrec.History{Kind: string(HistoryDeadline), Step: e.step, Queue: e.queue} // run history
 		rt.terminate(txn, &cur, old, e)
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {

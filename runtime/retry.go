@@ -77,6 +77,7 @@ func (rt *Runtime) Retry(ctx context.Context, runID string) error {
 			}
 		}
 		rt.rearmDeadline(txn, &next, rt.tel.traceParent(ctx))
+		rt.addHistory(txn, &next, controlHistory(HistoryRetry, &next))
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).CompareAndDelete(tkey, tb)
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {

@@ -306,6 +306,7 @@ func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spe
 	}
 	setPolicy(rec, spec)
 	setDeadline(rec, spec.Deadline)
+	rec.HistorySeq = submittedSeq // its history's submitted entry: this record
 	opts := rt.stepOptions(rec, 0, jobID, traceParent)
 	opts.RunAt = spec.StartAt          // zero or past: at once
 	opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
@@ -484,7 +485,10 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			next := *rec
 			next.State, next.Cancel = kvrecord.StateCancelling, true
 			next.UpdatedAt = rt.opts.now().UnixNano()
-			txn = requireJob(new(queue.Txn), job.ID, queue.JobClaimed).
+			txn = new(queue.Txn)
+			rt.addHistory(txn, &next, &runrec.History{Kind: string(HistoryCancelRequested), Step: rec.CurrentStep,
+				Queue: job.Queue, Job: job.ID, End: next.UpdatedAt})
+			txn = requireJob(txn, job.ID, queue.JobClaimed).
 				CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).
 				CancelJob(job.ID)
 		case queue.JobDead:
@@ -553,6 +557,12 @@ type ending struct {
 	// notification to the notices queue of the step queue (queue, else
 	// this Runtime's) instead of dropping it. Cancel sets it.
 	handOff bool
+	// hist is the run's history entry of the ending (nil: one made of
+	// the ending's fields, see endHistory); histJob and histDead, the
+	// step job whose lost attempts come before it (see attemptHistory).
+	hist     *runrec.History
+	histJob  *queue.Job
+	histDead bool
 }
 
 // terminate adds to txn everything that ends a run: the run record's final
@@ -593,6 +603,12 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 	if rec.ConcKey != "" { // its concurrency slot (or place in line) is released
 		rt.concRelease(txn, rec, &next)
 	}
+	rt.endHistory(txn, &next, &e, ended)
+	var hookSeq uint64 // the history entry reserved for the hook's delivery
+	if rec.NotifyQueue != "" {
+		next.HistorySeq++
+		hookSeq = next.HistorySeq
+	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}
@@ -607,7 +623,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
 	switch {
 	case rec.NotifyQueue != "": // resolved by resolveNotify
-		txn.Enqueue(rec.NotifyQueue, n.encode(), notifyOptions(rec.RunID, ended, e.traceParent))
+		txn.Enqueue(rec.NotifyQueue, n.encode(), withHookSeq(notifyOptions(rec.RunID, ended, e.traceParent), hookSeq))
 	case e.handOff:
 		stepQueue := e.queue
 		if stepQueue == "" {

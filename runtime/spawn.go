@@ -198,6 +198,7 @@ func (rt *Runtime) spawn(txn *queue.Txn, rec, next *kvrecord.Run, job *queue.Job
 			RetryInitialBackoff: rec.RetryInitialBackoff, RetryMaxBackoff: rec.RetryMaxBackoff,
 			RetryMultiplier: rec.RetryMultiplier, RetryJitter: rec.RetryJitter,
 			Parent: rec.RunID, ParentStep: n, ChildIndex: uint32(i), Depth: rec.Depth + 1,
+			HistorySeq: submittedSeq, // its history's submitted entry: this record
 		}
 		if ch.Queue == "" {
 			ch.Queue = job.Queue
@@ -308,6 +309,9 @@ func (rt *Runtime) joinParent(txn *queue.Txn, rec, next *kvrecord.Run, e *ending
 		}
 		clearWait(&pnext)
 		rt.startStep(txn, &pnext, j.Payload, 0, nil, false, j.TraceParent)
+		h := controlHistory(HistoryJoin, &pnext)
+		h.ResultSize = uint64(pnext.Spawned)
+		rt.addHistory(txn, &pnext, h)
 	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.Parent), pold, runrec.EncodeRun(&pnext))
 }

@@ -38,8 +38,12 @@
 //	                             cancelled (runtime.Runtime.ListRuns)
 //	run     RUN_ID               one run: record, outcome (result, error),
 //	                             the signal a waiting run awaits and its
-//	                             deadline, whether it is paused, its step
-//	                             job with attempt history
+//	                             deadline, whether it is paused, its
+//	                             history as a timeline (each committed
+//	                             attempt, signal, pause, cancel, retry and
+//	                             hook delivery, with its start, duration,
+//	                             worker and error; runtime.Runtime.History),
+//	                             its step job with attempt history
 //	dead    [--queue Q] [--limit N]
 //	                             dead-lettered jobs of one queue or all
 //	job     JOB_ID               one job: fields, headers, payload preview,

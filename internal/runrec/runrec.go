@@ -22,6 +22,9 @@
 //	workflow/concline/<key>/<seq:020d>              slots, line tail and line
 //	                                                (RunSpec.Concurrency; see
 //	                                                conc.go)
+//	workflow/history/<id>/<seq:010d>                History: one entry of the
+//	                                                run's history (see
+//	                                                history.go)
 //	workflow/schedules/<name>                       Schedule: a schedule and
 //	                                                its tick job (see
 //	                                                schedule.go)
@@ -92,9 +95,10 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 46
-	runFieldsDL    = 43 // a run without a concurrency key (see EncodeRun)
-	runFieldsV6    = 41 // a run without a deadline nor a key (see EncodeRun)
+	runFields      = 47
+	runFieldsH     = 44 // a run with history and without a concurrency key (see EncodeRun)
+	runFieldsDL    = 43 // a run with a deadline, without history nor a key
+	runFieldsV6    = 41 // a run without a deadline, history nor a key (see EncodeRun)
 	runFieldsV5    = 33 // a run without parent, children nor deadline
 	terminalFields = 11
 	parkedFields   = 7
@@ -147,11 +151,13 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // those fields left out, so that runs which use no child runs write the
 // records they wrote before them, byte for byte; kvrecord reads either.
 // Likewise a run without a deadline (Deadline and DeadlineJob zero) is
-// written without the deadline fields, and a run without a concurrency
-// key (ConcKey, ConcLimit, ConcLine zero) without the concurrency fields.
+// written without the deadline fields, a run without history entries
+// (HistorySeq 0) without its history field, and a run without a
+// concurrency key (ConcKey, ConcLimit, ConcLine zero) without the
+// concurrency fields.
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 40 + len(r.ConcKey) + 15
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 50 + len(r.ConcKey) + 15
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
@@ -160,6 +166,8 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	switch {
 	case !noConc:
 		b = format.AppendArrayLen(b, runFields)
+	case r.HistorySeq != 0:
+		b = format.AppendArrayLen(b, runFieldsH)
 	case !noDeadlineFields(r):
 		b = format.AppendArrayLen(b, runFieldsDL)
 	case noChildFields(r):
@@ -201,7 +209,7 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
 	b = format.AppendString(b, r.Queue)
-	if noChildFields(r) && noDeadlineFields(r) && noConc {
+	if noChildFields(r) && noDeadlineFields(r) && r.HistorySeq == 0 && noConc {
 		return b
 	}
 	b = format.AppendString(b, r.Parent)
@@ -212,12 +220,16 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.Spawned)
 	b = format.AppendUint32(b, r.SpawnStep)
 	b = format.AppendUint32(b, r.Pending)
-	if noDeadlineFields(r) && noConc {
+	if noDeadlineFields(r) && r.HistorySeq == 0 && noConc {
 		return b
 	}
 	// Run deadlines.
 	b = format.AppendInt64(b, r.Deadline)
 	b = format.AppendString(b, r.DeadlineJob)
+	if r.HistorySeq == 0 && noConc {
+		return b
+	}
+	b = format.AppendUint64(b, r.HistorySeq) // run history
 	if noConc {
 		return b
 	}

@@ -33,6 +33,9 @@ func randRun(r *rand.Rand, multi bool) *kvrecord.Run {
 	if multi || r.IntN(2) == 0 { // a run with a deadline (else: no deadline fields are written)
 		run.Deadline, run.DeadlineJob = codectest.Int64(r), "j"+codectest.String(r)
 	}
+	if multi || r.IntN(2) == 0 { // a run with history entries (else: no history field is written)
+		run.HistorySeq = max(1, r.Uint64())
+	}
 	if multi || r.IntN(2) == 0 { // a run with a concurrency key (else: no concurrency fields are written)
 		run.ConcKey, run.ConcLimit, run.ConcLine = "k"+codectest.String(r), r.Uint32(), r.Uint64()
 	}
@@ -56,34 +59,42 @@ func TestEncodersMatchMarshal(t *testing.T) {
 	for i := range 2000 {
 		multi := i%2 == 1
 		run := randRun(r, multi)
-		switch b := EncodeRun(run); {
-		case multi:
+		b := EncodeRun(run)
+		if multi {
 			codectest.RoundTrip(t, b, run)
-		case noConcFields(run):
-			// Without the concurrency fields: format.Marshal's bytes
-			// without their zeros ("" one byte, a uint32 five, a uint64
-			// nine), and 43 for the count; without the deadline fields too
-			// (an int64 nine bytes, "" one), 41; without the zero fields of
-			// shape 6 too ("" and false one byte each, six uint32 five), 33.
+		} else {
+			// format.Marshal's bytes without the trailing groups of
+			// fields that are all zero, each cut with its zeros' bytes:
+			// the concurrency fields ("" one byte, a uint32 five, a uint64
+			// nine: 44 fields left), history (a uint64, 43), the deadline
+			// (an int64 nine, "" one: 41), shape 6 ("" and false one byte
+			// each, six uint32 five: 33).
 			want, err := format.Marshal(run)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want = append([]byte{want[0], 0, runFieldsDL}, want[3:len(want)-15]...)
-			if noDeadlineFields(run) {
-				want = append([]byte{want[0], 0, runFieldsV6}, want[3:len(want)-10]...)
-				if noChildFields(run) {
-					want = append([]byte{want[0], 0, runFieldsV5}, want[3:len(want)-32]...)
+			groups := []struct {
+				zero   bool
+				bytes  int
+				fields byte
+			}{
+				{noConcFields(run), 15, runFieldsH},
+				{run.HistorySeq == 0, 9, runFieldsDL},
+				{noDeadlineFields(run), 10, runFieldsV6},
+				{noChildFields(run), 32, runFieldsV5},
+			}
+			for _, g := range groups {
+				if !g.zero {
+					break
 				}
+				want = append([]byte{want[0], 0, g.fields}, want[3:len(want)-g.bytes]...)
 			}
 			if string(b) != string(want) {
-				t.Fatalf("EncodeRun(no concurrency fields) = %x, want %x", b, want)
+				t.Fatalf("EncodeRun(%+v) = %x, want %x", run, b, want)
 			}
 			if got, err := kvrecord.DecodeRun(b); err == nil && !reflect.DeepEqual(got, run) {
-				t.Fatalf("shorter shape round trip: %+v, want %+v", got, run)
+				t.Fatalf("round trip: %+v, want %+v", got, run)
 			}
-		default:
-			codectest.Same(t, b, run)
 		}
 		term := randTerminal(r)
 		codectest.Same(t, EncodeTerminal(term), term)
