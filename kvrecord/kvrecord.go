@@ -41,6 +41,7 @@
 //	          November 2026)
 //	          shape 6: 41 fields, + Parent, ParentStep, ChildIndex, Depth,
 //	          JoinReported, Spawned, SpawnStep, Pending (child runs; November 2026)
+//	          shape 7: 42 fields, + HistorySeq (run history; November 2026)
 //	Terminal  shape 1: 7 fields (up to EndedAt)
 //	          shape 2: 11 fields, + Attempt, DeadJob, Payload, Queue
 //	          (November 2026)
@@ -51,7 +52,9 @@
 // step queue, no parent and no children, no dead job and no payload); the
 // runtime writes the newest shape only, but for a run without a parent
 // and without children, which it writes in shape 5 (the shape 6 fields
-// would all be zero), so that such runs cost what they did before.
+// would all be zero), so that such runs cost what they did before, and
+// for a run with no history entry yet (HistorySeq 0), which it writes in
+// shape 6 (or 5).
 //
 // Decode* never panic on garbage: they return an error wrapping ErrCorrupt
 // (fuzzed in this package).
@@ -173,6 +176,12 @@ type Run struct {
 	Spawned   uint32
 	SpawnStep uint32
 	Pending   uint32
+
+	// HistorySeq numbers the entries of the run's history (see the
+	// runtime's Runtime.History): the last one written, 0 for none. The
+	// runtime keeps the newest 1,000 (the older HistorySeq-1000 are
+	// counted, not kept). Run history.
+	HistorySeq uint64
 }
 
 // Terminal is the outcome of a finished run.
@@ -226,7 +235,8 @@ func parseTimeKey(key []byte, prefix string) (int64, string, error) {
 // Field counts of the records (see the Encoding section above): the
 // current shape, and the older ones.
 const (
-	runFields        = 41
+	runFields        = 42
+	runFieldsV6      = 41
 	runFieldsV5      = 33
 	runFieldsV4      = 32
 	runFieldsV3      = 30
@@ -287,7 +297,7 @@ func readRun(rd *format.Reader, r *Run) {
 	if n >= runFieldsV5 {
 		r.Queue = rd.String()
 	}
-	if n >= runFields {
+	if n >= runFieldsV6 {
 		r.Parent = rd.String()
 		r.ParentStep = rd.Uint32()
 		r.ChildIndex = rd.Uint32()
@@ -296,6 +306,9 @@ func readRun(rd *format.Reader, r *Run) {
 		r.Spawned = rd.Uint32()
 		r.SpawnStep = rd.Uint32()
 		r.Pending = rd.Uint32()
+	}
+	if n >= runFields {
+		r.HistorySeq = rd.Uint64()
 	}
 }
 
@@ -358,12 +371,33 @@ type runV5 struct {
 	Queue string
 }
 
+// runV6 is a shape 6 run record, for the reflective decoder.
+type runV6 struct {
+	runV5
+	Parent       string
+	ParentStep   uint32
+	ChildIndex   uint32
+	Depth        uint32
+	JoinReported bool
+	Spawned      uint32
+	SpawnStep    uint32
+	Pending      uint32
+}
+
 // unmarshalRun is the reflective decoder of run records of every shape:
 // what the fast reader must agree with.
 func unmarshalRun(b []byte, r *Run) error {
 	*r = Run{}
 	err := format.UnmarshalExact(b, r)
 	if err == nil {
+		return nil
+	}
+	var v6 runV6
+	if format.UnmarshalExact(b, &v6) == nil {
+		*r = v3WithZero(v6.runV3)
+		r.MemoKeys, r.MemoBytes, r.Queue = v6.MemoKeys, v6.MemoBytes, v6.Queue
+		r.Parent, r.ParentStep, r.ChildIndex, r.Depth = v6.Parent, v6.ParentStep, v6.ChildIndex, v6.Depth
+		r.JoinReported, r.Spawned, r.SpawnStep, r.Pending = v6.JoinReported, v6.Spawned, v6.SpawnStep, v6.Pending
 		return nil
 	}
 	var v5 runV5

@@ -113,6 +113,7 @@ func randRun(r *rand.Rand, multi bool) *Run {
 		MemoKeys: r.Uint32(), MemoBytes: r.Uint64(), Queue: codectest.String(r),
 		Parent: codectest.String(r), ParentStep: r.Uint32(), ChildIndex: r.Uint32(), Depth: r.Uint32(),
 		JoinReported: r.UintN(2) == 1, Spawned: r.Uint32(), SpawnStep: r.Uint32(), Pending: r.Uint32(),
+		HistorySeq: r.Uint64(),
 	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
@@ -233,6 +234,30 @@ func zeroShape5(r *Run) { r.Queue = ""; zeroShape6(r) }
 func zeroShape6(r *Run) {
 	r.Parent, r.ParentStep, r.ChildIndex, r.Depth, r.JoinReported = "", 0, 0, 0, false
 	r.Spawned, r.SpawnStep, r.Pending = 0, 0, 0
+	zeroHistory(r)
+}
+
+// zeroHistory zeroes the field run history appended.
+func zeroHistory(r *Run) { r.HistorySeq = 0 }
+
+// TestDecodeShape6 holds the run decoders to records written before run
+// history was appended: they decode with HistorySeq 0 on both paths.
+// Fails if a decoder insists on 42 fields.
+func TestDecodeShape6(t *testing.T) {
+	r := codectest.New(t)
+	for range 500 {
+		run := randRun(r, false)
+		run.State, run.Version = StateActive, Version
+		if run.RunID == "" {
+			run.RunID = "r"
+		}
+		old := *run
+		zeroHistory(&old)
+		v6 := &runV6{runV5: runV5{runV4: *runV4Of(run), Queue: run.Queue}, Parent: run.Parent, ParentStep: run.ParentStep,
+			ChildIndex: run.ChildIndex, Depth: run.Depth, JoinReported: run.JoinReported, Spawned: run.Spawned,
+			SpawnStep: run.SpawnStep, Pending: run.Pending}
+		checkOldRun(t, "shape 6", v6, &old)
+	}
 }
 
 // TestDecodeShape5 holds the run decoders to records written before child

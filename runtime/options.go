@@ -33,6 +33,7 @@ type options struct {
 	now               func() time.Time
 	tracerProvider    trace.TracerProvider
 	meterProvider     metric.MeterProvider
+	workerName        string // run history: HistoryEntry.Worker
 	// beforeSettle, if set, is called with each step job after its step
 	// returned and before it is settled (tests: see export_test.go).
 	beforeSettle func(ctx context.Context, job *queue.Job)
@@ -52,6 +53,7 @@ func defaultOptions() options {
 		spawnLimits:       SpawnLimits{}.withDefaults(),
 		logger:            slog.Default(),
 		now:               time.Now,
+		workerName:        defaultWorkerName(),
 	}
 }
 

@@ -160,6 +160,11 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 		if !rec.Cancel {
 			e.status, e.reason = terminal.Failed, "step "+strconv.FormatUint(n64, 10)+" died: "+notice.Headers[queue.HeaderDeadReason]
 		}
+		e.hist = &runrec.History{Kind: string(HistoryDead), Step: e.step, Attempt: e.attempt, Queue: e.queue, Job: deadID,
+			Error: runrec.HistoryError(notice.Headers[queue.HeaderDeadReason])}
+		if job != nil {
+			e.hist.PayloadSize, e.histJob, e.histDead = uint64(len(job.Payload)), job, true
+		}
 		rt.terminate(txn, rec, old, e)
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -343,7 +348,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		if unsettleable != nil {
 			txn = rt.failSettlement(rec, old, job, n, unsettleable.Error())
 		} else {
-			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail, mp, sp)
+			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail, mp, sp, rt.stepHistory(job, n, began))
 		}
 		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -413,8 +418,10 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []
 // with it the run record it writes when the run goes on (nil otherwise).
 // mail is the oldest signal in the mailbox that an AwaitSignal outcome
 // consumes (nil: none); mp is the outcome's memory writes (nil: none),
-// written only when the outcome is settled as such.
-func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan) (txn *queue.Txn, next []byte) {
+// written only when the outcome is settled as such; h is the attempt's
+// history entry (its kind and output set here), written in the same
+// transaction.
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan, h *runrec.History) (txn *queue.Txn, next []byte) {
 	txn = new(queue.Txn)
 	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
 	// A retry (Nack) keeps the job, and with it its headers.
@@ -422,15 +429,29 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 	case rec.Cancel && !(stepErr == nil && out.Kind() == steprunner.KindCancel):
 		// Cancelled from outside: whatever the step did, the run ends here.
 		txn.Ack(job)
+		h.Kind = string(HistoryCancel)
+		if stepErr != nil {
+			h.Error = runrec.HistoryError(stepErr.Error())
+		}
 		rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: n, attempt: job.Attempt,
-			payload: job.Payload, queue: job.Queue, traceParent: tp})
+			payload: job.Payload, queue: job.Queue, traceParent: tp, hist: h, histJob: job})
 	case stepErr != nil && !steprunner.IsPermanent(stepErr) && job.Attempt < job.MaxAttempts:
-		txn.Nack(job, boundedErr(stepErr), retryDelay(rec, job, stepErr))
+		delay := retryDelay(rec, job, stepErr)
+		txn.Nack(job, boundedErr(stepErr), delay)
+		// The run record, for its history alone.
+		h.Kind, h.Error = string(errorKind(stepErr)), runrec.HistoryError(stepErr.Error())
+		h.End = rt.opts.now().UnixNano()
+		h.Due = h.End + int64(delay)
+		next := *rec
+		rt.attemptHistory(txn, &next, job, false, h)
+		txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	case stepErr != nil:
 		reason := errtext.Bound(stepErr.Error())
 		txn.DeadLetter(job, reason)
+		h.Kind = string(errorKind(stepErr))
 		rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: reason, step: n,
-			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue, traceParent: tp})
+			attempt: job.Attempt, payload: job.Payload, deadJob: job.ID, queue: job.Queue, traceParent: tp,
+			hist: h, histJob: job})
 	default:
 		switch out.Kind() {
 		case steprunner.KindContinue, steprunner.KindAwait, steprunner.KindSpawn:
@@ -440,28 +461,44 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn.Ack(job)
 			mp.apply(txn, &next)
+			h.End = next.UpdatedAt
 			switch out.Kind() {
 			case steprunner.KindAwait:
 				rt.await(txn, &next, out, mail, tp)
+				h.Kind, h.Signal, h.Due = string(HistoryAwait), out.SignalName(), next.WaitDeadline
+				setOutput(h, out.Payload())
 			case steprunner.KindSpawn:
 				rt.spawn(txn, rec, &next, job, n, sp, tp)
+				h.Kind, h.ResultSize = string(HistorySpawn), uint64(next.Spawned)
 			default:
 				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true, tp)
+				h.Kind = string(HistoryContinue)
+				if out.Delay() > 0 {
+					h.Kind, h.Due = string(HistoryDelay), h.End+int64(out.Delay())
+				}
+				setOutput(h, out.Payload())
 			}
+			rt.attemptHistory(txn, &next, job, false, h)
 			b := runrec.EncodeRun(&next)
 			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, b)
 			return txn, b
 		case steprunner.KindSucceed:
 			txn.Ack(job)
-			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt, traceParent: tp, memo: mp})
+			h.Kind = string(HistorySucceed)
+			rt.terminate(txn, rec, old, ending{status: terminal.Succeeded, result: out.Result(), step: n, attempt: job.Attempt, traceParent: tp, memo: mp,
+				hist: h, histJob: job})
 		case steprunner.KindFail:
 			txn.Ack(job)
+			h.Kind = string(HistoryFail)
 			rt.terminate(txn, rec, old, ending{status: terminal.Failed, reason: out.Reason(), step: n,
-				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp, memo: mp})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp, memo: mp,
+				hist: h, histJob: job})
 		case steprunner.KindCancel:
 			txn.Ack(job)
+			h.Kind = string(HistoryCancel)
 			rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, reason: out.Reason(), step: n,
-				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp, memo: mp})
+				attempt: job.Attempt, payload: job.Payload, queue: job.Queue, traceParent: tp, memo: mp,
+				hist: h, histJob: job})
 		}
 	}
 	return txn, nil

@@ -242,9 +242,10 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		opts := rt.stepOptions(rec, 0, jobID, traceParent)
 		opts.RunAt = spec.StartAt          // zero or past: at once
 		opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
+		txn := new(queue.Txn)
+		rt.addHistory(txn, rec, submitHistory(rec, &spec, now))
 		b := runrec.EncodeRun(rec)
-		txn := new(queue.Txn).
-			CompareAndPut(kvrecord.RunKey(id), nil, b).
+		txn.CompareAndPut(kvrecord.RunKey(id), nil, b).
 			Put(runrec.SubmittedKey(now, id), []byte{}).
 			Enqueue(stepQueue, spec.Input, opts)
 		// Dispatched, step 0 starts with the record (see stepRun).
@@ -489,6 +490,12 @@ type ending struct {
 	// notification to the notices queue of the step queue (queue, else
 	// this Runtime's) instead of dropping it. Cancel sets it.
 	handOff bool
+	// hist is the run's history entry of the ending (nil: one made of
+	// the ending's fields, see endHistory); histJob and histDead, the
+	// step job whose lost attempts come before it (see attemptHistory).
+	hist     *runrec.History
+	histJob  *queue.Job
+	histDead bool
 }
 
 // terminate adds to txn everything that ends a run: the run record's final
@@ -522,6 +529,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		deleteShards(txn, rec)
 		rt.cascadeNotice(txn, rec, e.queue)
 	}
+	rt.endHistory(txn, &next, &e, ended)
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}

@@ -80,8 +80,9 @@ const (
 
 // Field counts of the records written (see kvrecord's Encoding section).
 const (
-	runFields      = 41
-	runFieldsV5    = 33 // a run without parent nor children (see EncodeRun)
+	runFields      = 42
+	runFieldsV6    = 41 // a run without history entries (see EncodeRun)
+	runFieldsV5    = 33 // a run without parent nor children nor history (see EncodeRun)
 	terminalFields = 11
 	parkedFields   = 7
 )
@@ -132,17 +133,22 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // without children (the shape 6 fields all zero) is written in shape 5,
 // those fields left out, so that runs which use no child runs write the
 // records they wrote before them, byte for byte; kvrecord reads either.
+// A run without history entries (HistorySeq 0) is written without its
+// history field (shape 6, or 5).
 func EncodeRun(r *kvrecord.Run) []byte {
 	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 30
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + 40
 	size += format.StringMapSize(r.Headers)
 	return appendRun(make([]byte, 0, size), r)
 }
 func appendRun(b []byte, r *kvrecord.Run) []byte {
-	if noChildFields(r) {
-		b = format.AppendArrayLen(b, runFieldsV5)
-	} else {
+	switch {
+	case r.HistorySeq != 0:
 		b = format.AppendArrayLen(b, runFields)
+	case noChildFields(r):
+		b = format.AppendArrayLen(b, runFieldsV5)
+	default:
+		b = format.AppendArrayLen(b, runFieldsV6)
 	}
 	b = format.AppendUint8(b, r.Version)
 	b = format.AppendString(b, r.RunID)
@@ -178,7 +184,7 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendUint32(b, r.MemoKeys)
 	b = format.AppendUint64(b, r.MemoBytes)
 	b = format.AppendString(b, r.Queue)
-	if noChildFields(r) {
+	if r.HistorySeq == 0 && noChildFields(r) {
 		return b
 	}
 	b = format.AppendString(b, r.Parent)
@@ -188,7 +194,11 @@ func appendRun(b []byte, r *kvrecord.Run) []byte {
 	b = format.AppendBool(b, r.JoinReported)
 	b = format.AppendUint32(b, r.Spawned)
 	b = format.AppendUint32(b, r.SpawnStep)
-	return format.AppendUint32(b, r.Pending)
+	b = format.AppendUint32(b, r.Pending)
+	if r.HistorySeq == 0 {
+		return b
+	}
+	return format.AppendUint64(b, r.HistorySeq) // run history
 }
 
 // noChildFields reports whether r's shape 6 fields are all zero.

@@ -30,6 +30,9 @@ func randRun(r *rand.Rand, multi bool) *kvrecord.Run {
 		run.Parent, run.ParentStep, run.ChildIndex, run.Depth = codectest.String(r), r.Uint32(), r.Uint32(), r.Uint32()
 		run.JoinReported, run.Spawned, run.SpawnStep, run.Pending = r.IntN(2) == 0, r.Uint32(), r.Uint32(), r.Uint32()
 	}
+	if multi || r.IntN(2) == 0 { // a run with history entries (else: shape 6 or 5)
+		run.HistorySeq = max(1, r.Uint64())
+	}
 	for i := range run.InputHash {
 		run.InputHash[i] = byte(r.Uint32())
 	}
@@ -53,20 +56,34 @@ func TestEncodersMatchMarshal(t *testing.T) {
 		switch b := EncodeRun(run); {
 		case multi:
 			codectest.RoundTrip(t, b, run)
-		case noChildFields(run):
+		case run.HistorySeq == 0 && noChildFields(run):
 			// Shape 5: format.Marshal's bytes without the zero fields of
-			// shape 6 ("" and false one byte each, six uint32 five), and
-			// 33 for the count.
+			// shape 6 ("" and false one byte each, six uint32 five) and
+			// the history's (a zero uint64, one byte), and 33 for the
+			// count.
 			want, err := format.Marshal(run)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want = append([]byte{want[0], 0, runFieldsV5}, want[3:len(want)-32]...)
+			want = append([]byte{want[0], 0, runFieldsV5}, want[3:len(want)-41]...)
 			if string(b) != string(want) {
 				t.Fatalf("EncodeRun(no child fields) = %x, want %x", b, want)
 			}
 			if got, err := kvrecord.DecodeRun(b); err == nil && !reflect.DeepEqual(got, run) {
 				t.Fatalf("shape 5 round trip: %+v, want %+v", got, run)
+			}
+		case run.HistorySeq == 0:
+			// Shape 6: without the history's zero field, 41 for the count.
+			want, err := format.Marshal(run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append([]byte{want[0], 0, runFieldsV6}, want[3:len(want)-9]...)
+			if string(b) != string(want) {
+				t.Fatalf("EncodeRun(no history) = %x, want %x", b, want)
+			}
+			if got, err := kvrecord.DecodeRun(b); err == nil && !reflect.DeepEqual(got, run) {
+				t.Fatalf("shape 6 round trip: %+v, want %+v", got, run)
 			}
 		default:
 			codectest.Same(t, b, run)
