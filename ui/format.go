@@ -119,6 +119,8 @@ func ago(now, t time.Time) string {
 
 func roundDur(d time.Duration) time.Duration {
 	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond)
 	case d < time.Second:
 		return d.Round(time.Millisecond)
 	case d < time.Minute:

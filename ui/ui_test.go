@@ -45,6 +45,8 @@ func testRunner() steprunner.Runner {
 			return steprunner.AwaitSignal("go", 0), nil
 		case strings.HasPrefix(s.RunID, "fail"):
 			return steprunner.Outcome{}, steprunner.Permanent(errors.New(hostileError + strings.Repeat("x", 1<<20)))
+		case strings.HasPrefix(s.RunID, "retry") && s.Attempt < 3:
+			return steprunner.Outcome{}, errors.New(hostileError)
 		case strings.HasPrefix(s.RunID, "block"):
 			<-ctx.Done()
 			return steprunner.Outcome{}, context.Cause(ctx)
@@ -694,5 +696,50 @@ func TestRunsFilters(t *testing.T) {
 	}
 	if r := e.get("/runs"); !strings.Contains(r.body, `<strong>14</strong>`) {
 		t.Errorf("counts: want 14 pending\n%.2000s", r.body)
+	}
+}
+
+func TestRunHistoryTimeline(t *testing.T) {
+	e := newEnv(t, testRunner(), ui.Options{})
+	e.submit(runtime.RunSpec{RunID: "retry" + hostileID, Input: []byte("in")})
+	e.waitState("retry"+hostileID, runtime.StateSucceeded)
+	e.submit(runtime.RunSpec{RunID: "wait-h"})
+	e.waitState("wait-h", runtime.StateWaiting)
+	if err := e.rt.Signal(context.Background(), "wait-h", "go", []byte("<i>sig</i>")); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState("wait-h", runtime.StateSucceeded)
+
+	r := e.get(runPath("retry" + hostileID))
+	checkSafe(t, "history of a retried run", r)
+	// Two failed attempts and the one that succeeded: a bar each, the
+	// error on hover (an SVG title) and in the table.
+	if n := strings.Count(r.body, `class="bar k-error"`); n != 2 {
+		t.Errorf("%d error bars, want 2\n%.5000s", n, r.body)
+	}
+	if n := strings.Count(r.body, `class="bar k-succeed"`); n != 1 {
+		t.Errorf("%d succeed bars, want 1", n)
+	}
+	if !strings.Contains(r.body, "<title>step 0, attempt 1: error in") ||
+		!strings.Contains(r.body, "&lt;/pre&gt;&lt;script&gt;alert(&#39;err&#39;)") {
+		t.Errorf("bar titles do not carry the escaped error\n%.5000s", r.body)
+	}
+	if !regexp.MustCompile(`<a href="#h\d+"><rect`).MatchString(r.body) || !regexp.MustCompile(`<tr id="h\d+">`).MatchString(r.body) {
+		t.Errorf("bars do not link to their table rows")
+	}
+	r = e.get(runPath("wait-h"))
+	for _, want := range []string{`class="bar k-await"`, `class="bar k-succeed"`, "signal go", "&lt;i&gt;sig&lt;/i&gt;"} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("history of a signalled run lacks %q\n%.6000s", want, r.body)
+		}
+	}
+	// An ended run's page stops following it; an active one's follows.
+	if !strings.Contains(r.body, `data-follow="false"`) {
+		t.Errorf("ended run's page still follows it")
+	}
+	e.submit(runtime.RunSpec{RunID: "block-h"})
+	e.waitState("block-h", runtime.StateRunning)
+	if r := e.get(runPath("block-h")); !strings.Contains(r.body, `data-follow="true"`) {
+		t.Errorf("active run's page does not follow it")
 	}
 }
