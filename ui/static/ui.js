@@ -49,10 +49,15 @@
   // Queue charts: one canvas per queue, drawn from this page's samples.
   var series = [["pending", "#c99a06"], ["scheduled", "#8a8f98"], ["running", "#2457a6"], ["dead", "#d9534f"]];
 
+  var taken = 0;
+
   function sample() {
     var rows = document.querySelectorAll("tr.qrow");
     if (!rows.length) return;
     var now = Date.now();
+    taken++;
+    var list = document.getElementById("chart-list");
+    if (list) list.setAttribute("data-samples", String(taken));
     for (var i = 0; i < rows.length; i++) {
       var r = rows[i], name = r.getAttribute("data-queue");
       var s = samples[name] || (samples[name] = []);
@@ -91,7 +96,7 @@
       g.clearRect(0, 0, w, h);
       var max = 1;
       s.forEach(function (p) { series.forEach(function (k) { max = Math.max(max, p[k[0]]); }); });
-      var t1 = s[s.length - 1].t, t0 = Math.min(s[0].t, t1 - 60000);
+      var t1 = s[s.length - 1].t, t0 = Math.min(s[0].t, t1 - 10000);
       var pad = 18;
       g.fillStyle = "#5f6b76"; g.font = "10px sans-serif";
       g.fillText(String(max), 2, 10);
@@ -104,6 +109,10 @@
           if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
         });
         g.stroke();
+        var last = s[s.length - 1];
+        g.fillStyle = k[1];
+        g.fillRect(pad + (w - 2 * pad) * (last.t - t0) / Math.max(t1 - t0, 1) - 2,
+          h - pad - (h - 2 * pad) * last[k[0]] / max - 2, 4, 4);
       });
     });
   }
