@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -95,9 +96,12 @@ const (
 // HistoryEntry is one entry of a run's history (Runtime.History): a
 // step's attempt, as its settlement committed it, or a control entry.
 type HistoryEntry struct {
-	// Seq numbers the run's entries from 1, without gaps, in commit
-	// order. The newest 1,000 are kept: the first entry History returns
-	// has Seq-1 older entries before it, counted but no longer kept.
+	// Seq numbers the run's entries from 1, in commit order. The newest
+	// 1,000 are kept: the first entry History returns has Seq-1 older
+	// entries before it, counted but no longer kept. The end of a run
+	// whose Runtimes have a terminal hook reserves the next Seq for the
+	// hook's delivery (hook_delivered or hook_failed), written when the
+	// hook settles: until then that Seq is missing.
 	Seq  uint64      `json:"seq"`
 	Kind HistoryKind `json:"kind"`
 	// Step is the step number; Attempt its attempt (from 1), 0 in control
@@ -242,7 +246,19 @@ func (rt *Runtime) addHistory(txn *queue.Txn, next *kvrecord.Run, h *runrec.Hist
 
 // leaseExpired is the error the queue records for an attempt whose lease
 // ran out (its worker died or stalled): its settlement never committed.
-const leaseExpired = "lease expired"
+// workerStopped starts the one it records, at Open, for an attempt whose
+// process stopped without settling it.
+const (
+	leaseExpired  = "lease expired"
+	workerStopped = "worker stopped without settling"
+)
+
+// lostAttempt reports whether a job's attempt that failed with errText
+// (queue.Attempt.Error) never settled: the queue, not the runtime,
+// ended it.
+func lostAttempt(errText string) bool {
+	return errText == leaseExpired || strings.HasPrefix(errText, workerStopped)
+}
 
 // stepHistory returns the entry of job's attempt of step n, begun at
 // began; the settlement sets its kind and what the step returned.
@@ -284,7 +300,7 @@ func (rt *Runtime) attemptHistory(txn *queue.Txn, next *kvrecord.Run, job *queue
 			hist = hist[:len(hist)-1]
 		}
 		c := 0
-		for c < len(hist) && hist[len(hist)-1-c].Error == leaseExpired {
+		for c < len(hist) && c < int(last) && lostAttempt(hist[len(hist)-1-c].Error) {
 			c++
 		}
 		for i := len(hist) - c; i < len(hist); i++ {
@@ -294,7 +310,7 @@ func (rt *Runtime) attemptHistory(txn *queue.Txn, next *kvrecord.Run, job *queue
 			}
 			at := hist[i].At.UnixNano()
 			rt.addHistory(txn, next, &runrec.History{Kind: string(HistoryLeaseLost), Step: h.Step,
-				Attempt: uint32(attempt), Queue: job.Queue, Job: job.ID, Start: at, End: at, Error: leaseExpired,
+				Attempt: uint32(attempt), Queue: job.Queue, Job: job.ID, Start: at, End: at, Error: hist[i].Error,
 				PayloadSize: uint64(len(job.Payload))})
 		}
 	}
@@ -337,4 +353,18 @@ func submitHistory(rec *kvrecord.Run, spec *RunSpec, now int64) *runrec.History 
 		h.Due = spec.StartAt.UnixNano()
 	}
 	return h
+}
+
+// signalHistory is the entry of a signal name delivered to the run whose
+// record next its transaction writes: Job is the step it started, "" if
+// it went to the mailbox.
+func signalHistory(next *kvrecord.Run, name string, payload []byte) *runrec.History {
+	return &runrec.History{Kind: string(HistorySignal), Step: next.CurrentStep, Queue: next.Queue, Job: next.CurrentJob,
+		Signal: name, End: next.UpdatedAt, PayloadSize: uint64(len(payload)), Preview: runrec.HistoryPreview(payload)}
+}
+
+// controlHistory is the entry of kind of the run whose record next its
+// transaction writes, at next.UpdatedAt.
+func controlHistory(kind HistoryKind, next *kvrecord.Run) *runrec.History {
+	return &runrec.History{Kind: string(kind), Step: next.CurrentStep, Queue: next.Queue, Job: next.CurrentJob, End: next.UpdatedAt}
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/terminal"
 )
@@ -136,25 +138,63 @@ func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) (err 
 		return rt.q.DeadLetter(settle, job, fmt.Sprintf("undecodable notification: %v", err))
 	}
 	o := n.outcome()
+	began := time.Now()
 	hookCtx, span := rt.tel.startHook(ctx, job, &o)
 	err = callHook(hookCtx, rt.hook, o)
 	endSpan(span, err)
 	if cause := context.Cause(ctx); errors.Is(cause, queue.ErrClaimLost) {
 		return cause
 	}
+	h := &runrec.History{Kind: string(HistoryHookDelivered), Step: n.FinalStep, Attempt: job.Attempt,
+		Queue: job.Queue, Job: job.ID, Start: began.UnixNano()}
 	switch {
 	case err == nil:
-		return rt.q.Ack(settle, job)
+		return rt.settleNotification(settle, job, n.RunID, h, func(txn *queue.Txn) { txn.Ack(job) })
 	case terminal.IsPermanent(err) || job.Attempt >= job.MaxAttempts:
 		logHookError(rt.opts.logger, n.RunID, job.Attempt, true, err)
+		h.Kind, h.Error = string(HistoryHookFailed), runrec.HistoryError(err.Error())
 		if terminal.IsPermanent(err) {
-			return rt.q.DeadLetter(settle, job, err.Error())
+			reason := err.Error()
+			return rt.settleNotification(settle, job, n.RunID, h, func(txn *queue.Txn) { txn.DeadLetter(job, reason) })
 		}
+		after, _ := terminal.RetryAfter(err)
+		return rt.settleNotification(settle, job, n.RunID, h, func(txn *queue.Txn) { txn.Nack(job, err, after) })
 	default:
 		logHookError(rt.opts.logger, n.RunID, job.Attempt, false, err)
 	}
 	after, _ := terminal.RetryAfter(err)
 	return rt.q.Nack(settle, job, err, after)
+}
+
+// settleNotification commits the settlement of a notification job that
+// settle adds to a transaction, with the run's history entry h, in one
+// transaction: under the seq that the run's end reserved for it (the
+// job's headerHookSeq; none: no entry), so that it needs no read of the
+// run record.
+func (rt *Runtime) settleNotification(ctx context.Context, job *queue.Job, runID string, h *runrec.History, settle func(*queue.Txn)) error {
+	txn := new(queue.Txn)
+	settle(txn)
+	if seq, err := strconv.ParseUint(job.Headers[headerHookSeq], 10, 64); err == nil && seq > 0 {
+		h.Worker, h.End = rt.opts.workerName, rt.opts.now().UnixNano()
+		txn.Put(runrec.HistoryKey(runID, seq), runrec.EncodeHistory(h))
+		if seq > runrec.HistoryKeep {
+			txn.Delete(runrec.HistoryKey(runID, seq-runrec.HistoryKeep))
+		}
+	}
+	_, err := rt.q.Commit(ctx, txn)
+	return err
+}
+
+// headerHookSeq carries, on a notification job, the seq of the run's
+// history entry reserved for the hook's delivery.
+const headerHookSeq = ReservedPrefix + "history_seq"
+
+// withHookSeq returns o with the header of seq (0: none).
+func withHookSeq(o queue.EnqueueOptions, seq uint64) queue.EnqueueOptions {
+	if seq > 0 {
+		o.Headers[headerHookSeq] = strconv.FormatUint(seq, 10)
+	}
+	return o
 }
 
 func callHook(ctx context.Context, h terminal.Hook, o terminal.Outcome) (err error) {

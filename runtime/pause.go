@@ -78,6 +78,7 @@ func (rt *Runtime) Pause(ctx context.Context, runID string) error {
 				requireJob(txn, job.ID, queue.JobClaimed)
 			}
 		}
+		rt.addHistory(txn, &next, controlHistory(HistoryPause, &next))
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -130,6 +131,7 @@ func (rt *Runtime) Resume(ctx context.Context, runID string) error {
 			}
 			rt.startStep(txn, &next, p.Payload, time.Duration(max(p.DueAt-now.UnixNano(), 0)), sig, false, rt.tel.traceParent(ctx))
 		}
+		rt.addHistory(txn, &next, controlHistory(HistoryResume, &next))
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {

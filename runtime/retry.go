@@ -69,6 +69,7 @@ func (rt *Runtime) Retry(ctx context.Context, runID string) error {
 		if err := rt.requeueFinalStep(ctx, txn, &next, t); err != nil {
 			return err
 		}
+		rt.addHistory(txn, &next, controlHistory(HistoryRetry, &next))
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).CompareAndDelete(tkey, tb)
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {

@@ -428,7 +428,10 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 			next := *rec
 			next.State, next.Cancel = kvrecord.StateCancelling, true
 			next.UpdatedAt = rt.opts.now().UnixNano()
-			txn = requireJob(new(queue.Txn), job.ID, queue.JobClaimed).
+			txn = new(queue.Txn)
+			rt.addHistory(txn, &next, &runrec.History{Kind: string(HistoryCancelRequested), Step: rec.CurrentStep,
+				Queue: job.Queue, Job: job.ID, End: next.UpdatedAt})
+			txn = requireJob(txn, job.ID, queue.JobClaimed).
 				CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next)).
 				CancelJob(job.ID)
 		case queue.JobDead:
@@ -530,6 +533,11 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		rt.cascadeNotice(txn, rec, e.queue)
 	}
 	rt.endHistory(txn, &next, &e, ended)
+	var hookSeq uint64 // the history entry reserved for the hook's delivery
+	if rec.NotifyQueue != "" {
+		next.HistorySeq++
+		hookSeq = next.HistorySeq
+	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}
@@ -544,7 +552,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
 	switch {
 	case rec.NotifyQueue != "": // resolved by resolveNotify
-		txn.Enqueue(rec.NotifyQueue, n.encode(), notifyOptions(rec.RunID, ended, e.traceParent))
+		txn.Enqueue(rec.NotifyQueue, n.encode(), withHookSeq(notifyOptions(rec.RunID, ended, e.traceParent), hookSeq))
 	case e.handOff:
 		stepQueue := e.queue
 		if stepQueue == "" {

@@ -112,6 +112,7 @@ func (rt *Runtime) Signal(ctx context.Context, runID, name string, payload []byt
 			next.Mailbox++
 			txn.Put(runrec.MailboxKey(runID, name, next.MailSeq), payload)
 		}
+		rt.addHistory(txn, &next, signalHistory(&next, name, payload))
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -256,6 +257,8 @@ func (rt *Runtime) handleTimer(claimCtx context.Context, job *queue.Job) error {
 		clearWait(&next)
 		txn := new(queue.Txn).Ack(job)
 		rt.startStep(txn, &next, []byte{}, 0, sig, false, job.Headers[HeaderTraceParent])
+		rt.addHistory(txn, &next, &runrec.History{Kind: string(HistoryAwaitTimeout), Step: next.CurrentStep,
+			Queue: rt.stepQueue(&next), Job: next.CurrentJob, Signal: sig.Name, End: next.UpdatedAt})
 		txn.CompareAndPut(kvrecord.RunKey(runID), old, runrec.EncodeRun(&next))
 		_, err = rt.q.Commit(ctx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -268,8 +271,8 @@ func (rt *Runtime) handleTimer(claimCtx context.Context, job *queue.Job) error {
 	}
 }
 
-// deleteRunKeys adds to txn the deletion of a run's mailbox, memory and
-// parked step, for the transaction that deletes its record (old: its
+// deleteRunKeys adds to txn the deletion of a run's mailbox, memory,
+// history and parked step, for the transaction that deletes its record (old: its
 // bytes). A mailbox or memory too large for one transaction is emptied
 // first by transactions of their own, each conditional on the record
 // being old. A run that never had mail nor memory costs no read.
@@ -284,6 +287,11 @@ func (rt *Runtime) deleteRunKeys(ctx context.Context, txn *queue.Txn, rec *kvrec
 	}
 	if rec.MemoKeys != 0 {
 		if err := rt.deletePrefix(ctx, txn, rec, old, runrec.MemoRunPrefix(rec.RunID)); err != nil {
+			return err
+		}
+	}
+	if rec.HistorySeq != 0 {
+		if err := rt.deletePrefix(ctx, txn, rec, old, runrec.HistoryRunPrefix(rec.RunID)); err != nil {
 			return err
 		}
 	}

@@ -308,6 +308,9 @@ func (rt *Runtime) joinParent(txn *queue.Txn, rec, next *kvrecord.Run, e *ending
 		}
 		clearWait(&pnext)
 		rt.startStep(txn, &pnext, j.Payload, 0, nil, false, j.TraceParent)
+		h := controlHistory(HistoryJoin, &pnext)
+		h.ResultSize = uint64(pnext.Spawned)
+		rt.addHistory(txn, &pnext, h)
 	}
 	txn.CompareAndPut(kvrecord.RunKey(rec.Parent), pold, runrec.EncodeRun(&pnext))
 }
