@@ -297,7 +297,9 @@ func TestBrowser(t *testing.T) {
 	do("retry", chromedp.WaitVisible(chromedp.CSS("#retry")), chromedp.Click(chromedp.CSS("#retry")))
 	flash("Retried")
 	stateIs("running")
-	waitJS("the retry in the history", `document.body.textContent.indexOf("retried 1×")>=0`)
+	waitJS("the retry in the record", `document.body.textContent.indexOf("retried 1×")>=0`)
+	waitJS("the cancel and the retry in the history (a live update)",
+		`(function(){var h=document.getElementById("history").textContent;return h.indexOf("cancel")>=0 && h.indexOf("retry")>=0})()`)
 	if st, err := rt.Status(ctx, "slow-1"); err != nil || st.Retries != 1 || st.State != runtime.StateRunning {
 		t.Fatalf("slow-1 after retry: %+v %v", st, err)
 	}

@@ -728,7 +728,7 @@ func TestRunHistoryTimeline(t *testing.T) {
 		t.Errorf("bars do not link to their table rows")
 	}
 	r = e.get(runPath("wait-h"))
-	for _, want := range []string{`class="bar k-await"`, `class="bar k-succeed"`, "signal go", "&lt;i&gt;sig&lt;/i&gt;"} {
+	for _, want := range []string{`class="bar k-await"`, `class="bar k-signal"`, `class="bar k-succeed"`, "signal go", "&lt;i&gt;sig&lt;/i&gt;"} {
 		if !strings.Contains(r.body, want) {
 			t.Errorf("history of a signalled run lacks %q\n%.6000s", want, r.body)
 		}
