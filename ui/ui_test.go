@@ -396,6 +396,13 @@ func TestGetDoesNotMutate(t *testing.T) {
 		r := b.do(b.req("HEAD", p, nil))
 		_ = r
 	}
+	// An action's path does not even reach its handler by GET.
+	for _, p := range []string{"/run/cancel?id=r1", "/run/retry?id=r1", "/run/pause?id=r1", "/run/resume?id=r1",
+		"/run/signal?id=r1&name=go", "/job/requeue?id=x"} {
+		if r := b.get(p); r.code != http.StatusNotFound && r.code != http.StatusMethodNotAllowed {
+			t.Errorf("GET %s: %d, want 404 or 405", p, r.code)
+		}
+	}
 	if after := e.q.StorageStats().Mutations; after != before {
 		t.Fatalf("GETs changed the store: mutations %d -> %d", before, after)
 	}
