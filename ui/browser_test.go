@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -212,6 +213,30 @@ func TestBrowser(t *testing.T) {
 	bctx, cancelTimeout := context.WithTimeout(bctx, testenv.Scale(3*time.Minute))
 	defer cancelTimeout()
 
+	// Every console message: a CSP violation (an inline script or style
+	// the policy blocked) or an uncaught exception fails the test.
+	var consoleMu sync.Mutex
+	var console []string
+	msgs := chromedp.Console(bctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			consoleMu.Lock()
+			console = append(console, fmt.Sprintf("%s: %s (%s)", m.Type, m.Text, m.URL))
+			consoleMu.Unlock()
+		}
+	}()
+	defer func() {
+		consoleMu.Lock()
+		defer consoleMu.Unlock()
+		for _, m := range console {
+			if strings.Contains(m, "Content Security Policy") || strings.HasPrefix(m, string(chromedp.ConsoleException)) {
+				t.Errorf("browser console: %s", m)
+			}
+		}
+	}()
 	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, actions...); err != nil {
@@ -320,6 +345,20 @@ func TestBrowser(t *testing.T) {
 	waitJS("the result", `document.body.textContent.indexOf("hello <from> the browser")>=0`)
 	if st, err := rt.Status(ctx, "await-1"); err != nil || string(st.Result) != "hello <from> the browser" {
 		t.Fatalf("await-1: %+v %v", st, err)
+	}
+
+	// A hostile run ID is text on the page, not markup.
+	hostile := `x"><img src=x onerror=alert(1)><b>bold<`
+	if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: hostile, Headers: map[string]string{"<i>h</i>": "<script>alert(2)</script>"}}); err != nil {
+		t.Fatal(err)
+	}
+	do("a hostile run", chromedp.Navigate(srv.URL+"/runs?prefix=x"), chromedp.WaitVisible(chromedp.CSS("a.run-link")),
+		chromedp.Click(chromedp.CSS("a.run-link")), chromedp.WaitVisible(chromedp.CSS("#run-id")))
+	if got := text("#run-id"); got != hostile {
+		t.Errorf("hostile run ID shown as %q", got)
+	}
+	if n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("main img, main b, main i, main script").length`)); err != nil || n != 0 {
+		t.Errorf("hostile markup became elements: %d %v", n, err)
 	}
 
 	// The other pages draw, and their scripts run under the CSP.

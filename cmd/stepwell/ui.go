@@ -36,7 +36,9 @@ takes its actions; with no process on the store, the UI becomes its writer
 (in cluster mode: a service started later joins it). When a writer holds the
 store that the UI cannot join (not in cluster mode, or not answering within
 --wait), or with --read-only, the UI opens it read-only and says why on every
-page: it shows everything and takes no action.
+page: it shows everything and takes no action. While the UI is the writer, a
+service that is NOT in cluster mode cannot open the store: start the UI after
+the service, or with --read-only.
 
 It listens on 127.0.0.1:8080 by default. An address other than loopback
 needs --auth-token (or $` + uiTokenEnv + `), --basic-auth USER:PASS, or
