@@ -163,3 +163,53 @@ func TestUIReadOnlyWhileLocked(t *testing.T) {
 		t.Errorf("stderr does not say read-only: %s", p.stderr)
 	}
 }
+
+// TestUIJoinsCluster: with a service running the store in cluster mode,
+// `stepwell ui` joins it as a member, and a cancel posted from the UI's
+// page (with the page's form token) stops the step the service runs.
+func TestUIJoinsCluster(t *testing.T) {
+	f := newClusterFixture(t, "file://"+t.TempDir()) // slow-1 and slow-2 pending
+	s := startService(t, f.url, "")
+	defer s.stop(t)
+	s.expect(t, "running slow-1")
+	p := startUI(t, "--store", f.url)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if code, body := get(t, c, p.url+"store"); code != 200 || !strings.Contains(body, "member") {
+		t.Fatalf("store page: %d\n%.2000s", code, body)
+	}
+	code, body := get(t, c, p.url+"run?id=slow-1")
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if code != 200 || m == nil || !strings.Contains(body, `id="cancel"`) {
+		t.Fatalf("run page: %d\n%.3000s", code, body)
+	}
+	form := "id=slow-1&csrf=" + m[1]
+	resp, err := c.Post(p.url+"run/cancel", "application/x-www-form-urlencoded", strings.NewReader("id=slow-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cancel without the token: %d", resp.StatusCode)
+	}
+	resp, err = c.Post(p.url+"run/cancel", "application/x-www-form-urlencoded", strings.NewReader(form))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("cancel: %d", resp.StatusCode)
+	}
+	s.expect(t, "stopped slow-1")
+	testenv.Eventually(t, 30*time.Second, "slow-1 cancelled on the UI's page", func() bool {
+		_, body := get(t, c, p.url+"run?id=slow-1")
+		return strings.Contains(body, `id="run-state">cancelled<`)
+	})
+	// slow-2 too, so that the service stops at once.
+	resp, err = c.Post(p.url+"run/cancel", "application/x-www-form-urlencoded", strings.NewReader("id=slow-2&csrf="+m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	s.expect(t, "stopped slow-2")
+}
