@@ -9,6 +9,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/objstore"
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/queue"
 )
 
@@ -24,6 +25,7 @@ type queueRow struct {
 	Done                              int64
 	OldestPending                     string
 	DeadURL                           string
+	Internal                          string // what a Runtime uses it for; "" for step and user queues
 }
 
 type deadSection struct {
@@ -52,6 +54,14 @@ func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 		}
 		row := queueRow{Name: clean(name), Pending: s.Pending, Scheduled: s.Scheduled, Claimed: s.Claimed,
 			Dead: s.Dead, Done: s.Done}
+		for _, step := range names {
+			switch name {
+			case runrec.NoticesQueue(step):
+				row.Internal = "notices of " + clean(step)
+			case runrec.TimersQueue(step):
+				row.Internal = "timers of " + clean(step)
+			}
+		}
 		if s.OldestPendingAge > 0 {
 			row.OldestPending = roundDur(s.OldestPendingAge).String()
 		}
