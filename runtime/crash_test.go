@@ -62,6 +62,8 @@ func TestMain(m *testing.M) {
 		os.Exit(crashChild(os.Getenv(crashChildEnv), os.Getenv(crashModeEnv)))
 	case os.Getenv(spawnCrashEnv) != "":
 		os.Exit(spawnCrashChild(os.Getenv(spawnCrashEnv), os.Getenv(spawnCrashModeEnv)))
+	case os.Getenv(historyCrashEnv) != "":
+		os.Exit(historyCrashChild(os.Getenv(historyCrashEnv)))
 	case os.Getenv(tinyRetentionChildEnv) != "":
 		os.Exit(tinyRetentionChild())
 	case os.Getenv(controlChildEnv) != "":

@@ -28,7 +28,7 @@
 //	error, attempts left            nack: retried after the run's backoff
 //	                                (RunSpec.Retry, else the queue's), or
 //	                                after d for RetryAfter(err, d) (run
-//	                                record unchanged)
+//	                                record: its HistorySeq only)
 //	error, last attempt             dead-letter; Failed; notification
 //	steprunner.Permanent(err)       dead-letter; Failed; notification
 //	(also inside RetryAfter)
@@ -84,7 +84,11 @@
 //	                                child record -> JoinReported
 //
 // Each row is ONE queue transaction: a crash never leaves a step acked
-// without its successor, or a run ended without its notification.
+// without its successor, or a run ended without its notification. Every
+// row also appends the attempt's entry to the run's history in that
+// transaction (see History), as do Signal, Pause, Resume, Cancel, Retry,
+// an await's timeout, a Spawn's join and the hook's delivery: what did
+// not commit has no entry.
 //
 // Step queues. Each Runtime serves one step queue (WithQueueName,
 // "workflow-steps" by default); Runtimes of several step queues share a
@@ -298,6 +302,40 @@
 // Re-submitting a run with another StepTimeout, Retry or StartAt is
 // ErrSpecMismatch (nil and the zero RetryPolicy are the same); an invalid
 // value is ErrInvalidRunSpec, and nothing is written.
+//
+// # History
+//
+// Every run keeps a history (Runtime.History, "stepwell run ID"): an
+// entry per committed settlement of a step's attempt (HistoryEntry: step,
+// attempt, step queue, job, the worker that committed it
+// (WithWorkerName, host:pid by default), when the attempt started and
+// when it settled, the kind (see HistoryKind), the error text, the sizes
+// of the step's payload and of what it returned with a 256-byte preview,
+// the signal, and what the settlement scheduled), and an entry per
+// control write: signal, await_timeout, join, pause, resume,
+// cancel_requested, cancel, retry, hook_delivered, hook_failed. Entry 1,
+// submitted, is the run record itself (SubmittedAt, StartAt).
+//
+// Each entry is written by the transaction that commits what it records,
+// under workflow/history/<id>/<seq:010d>, and that transaction
+// compare-and-puts the run record with HistorySeq (the last entry's
+// number) one more, so entries are numbered in commit order and an
+// attempt whose settlement did not commit (a crash, a lost lease) has
+// none. The queue records such an attempt in its job's history ("lease
+// expired", "worker stopped without settling"); the step's next
+// committed settlement, or the dead letter of its last attempt, adds a
+// lease_lost entry for it first. A run's end reserves the next number
+// for its hook's delivery (the notification job carries it), which the
+// notification's settlement writes without reading the run record.
+//
+// The newest 1,000 entries are kept: the transaction that writes entry n
+// deletes entry n-1,000, and History reports the older ones by the Seq
+// of the first entry it returns (Seq-1 dropped). An entry copies at most
+// 256 bytes of a payload and 2 KiB of error text (the terminal record
+// and the job's attempt history keep the whole text, up to 64 KiB). The
+// history is deleted with the run record at expiry, and kept by Retry.
+// What it costs: an entry (about 200 bytes, one more key) per settlement,
+// see docs/BENCHMARKS.md.
 //
 // # Records
 //

@@ -68,7 +68,10 @@ const (
 
 // The control kinds: what happened to the run between attempts.
 const (
-	// HistorySubmitted: the run was submitted (step 0 due at Due).
+	// HistorySubmitted: the run was submitted (step 0 due at Due), or
+	// spawned by its parent. Its entry (Seq 1) is read from the run
+	// record, which Submit writes anyway: it costs nothing to keep, and
+	// has no worker, sizes nor preview.
 	HistorySubmitted HistoryKind = "submitted"
 	// HistorySignal: a signal named Signal was delivered (Signal), or
 	// woke the awaiting run.
@@ -165,6 +168,15 @@ func (rt *Runtime) History(ctx context.Context, runID string) ([]HistoryEntry, e
 		return nil, err
 	}
 	out := make([]HistoryEntry, 0, min(rec.HistorySeq, runrec.HistoryKeep))
+	if rec.HistorySeq >= submittedSeq && rec.HistorySeq < submittedSeq+runrec.HistoryKeep {
+		// The submitted entry, still among the newest: from the record.
+		at := unixTime(rec.SubmittedAt)
+		e := HistoryEntry{Seq: submittedSeq, Kind: HistorySubmitted, Start: at, End: at, Due: unixTime(rec.StartAt)}
+		if rec.CurrentStep == 0 {
+			e.Queue = rec.Queue
+		}
+		out = append(out, e)
+	}
 	prefix := runrec.HistoryRunPrefix(runID)
 	var after []byte
 	for {
@@ -239,8 +251,20 @@ func (rt *Runtime) addHistory(txn *queue.Txn, next *kvrecord.Run, h *runrec.Hist
 		h.Start = h.End
 	}
 	txn.Put(runrec.HistoryKey(next.RunID, next.HistorySeq), runrec.EncodeHistory(h))
-	if next.HistorySeq > runrec.HistoryKeep {
-		txn.Delete(runrec.HistoryKey(next.RunID, next.HistorySeq-runrec.HistoryKeep))
+	dropHistory(txn, next.RunID, next.HistorySeq)
+}
+
+// submittedSeq is the Seq of a run's submitted entry: not stored, but
+// read from its run record (see History), which Submit and Spawn write
+// with HistorySeq submittedSeq.
+const submittedSeq = 1
+
+// dropHistory adds to txn, which writes entry seq of a run's history,
+// the deletion of the entry that falls out of the newest
+// runrec.HistoryKeep (none while it is the submitted one, never stored).
+func dropHistory(txn *queue.Txn, runID string, seq uint64) {
+	if seq > runrec.HistoryKeep+submittedSeq {
+		txn.Delete(runrec.HistoryKey(runID, seq-runrec.HistoryKeep))
 	}
 }
 
@@ -343,16 +367,6 @@ func endingKind(s terminal.Status) HistoryKind {
 		return HistoryFail
 	}
 	return HistoryCancel
-}
-
-// submitHistory is the first entry of a run submitted at now.
-func submitHistory(rec *kvrecord.Run, spec *RunSpec, now int64) *runrec.History {
-	h := &runrec.History{Kind: string(HistorySubmitted), Queue: rec.Queue, End: now, PayloadSize: uint64(len(spec.Input)),
-		Preview: runrec.HistoryPreview(spec.Input)}
-	if !spec.StartAt.IsZero() {
-		h.Due = spec.StartAt.UnixNano()
-	}
-	return h
 }
 
 // signalHistory is the entry of a signal name delivered to the run whose

@@ -242,10 +242,10 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		opts := rt.stepOptions(rec, 0, jobID, traceParent)
 		opts.RunAt = spec.StartAt          // zero or past: at once
 		opts = qx.WithDispatch(opts, true) // starts at once if a local Run has a slot idle
-		txn := new(queue.Txn)
-		rt.addHistory(txn, rec, submitHistory(rec, &spec, now))
+		rec.HistorySeq = submittedSeq      // its history's submitted entry: this record
 		b := runrec.EncodeRun(rec)
-		txn.CompareAndPut(kvrecord.RunKey(id), nil, b).
+		txn := new(queue.Txn).
+			CompareAndPut(kvrecord.RunKey(id), nil, b).
 			Put(runrec.SubmittedKey(now, id), []byte{}).
 			Enqueue(stepQueue, spec.Input, opts)
 		// Dispatched, step 0 starts with the record (see stepRun).

@@ -198,6 +198,7 @@ func (rt *Runtime) spawn(txn *queue.Txn, rec, next *kvrecord.Run, job *queue.Job
 			RetryInitialBackoff: rec.RetryInitialBackoff, RetryMaxBackoff: rec.RetryMaxBackoff,
 			RetryMultiplier: rec.RetryMultiplier, RetryJitter: rec.RetryJitter,
 			Parent: rec.RunID, ParentStep: n, ChildIndex: uint32(i), Depth: rec.Depth + 1,
+			HistorySeq: submittedSeq, // its history's submitted entry: this record
 		}
 		if ch.Queue == "" {
 			ch.Queue = job.Queue

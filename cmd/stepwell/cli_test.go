@@ -129,7 +129,7 @@ func newFixture(t *testing.T) *fixture {
 		ended <- o.RunID
 		return nil
 	})
-	rt, err := runtime.New(q, runner, hook, runtime.WithPollInterval(5*time.Millisecond))
+	rt, err := runtime.New(q, runner, hook, runtime.WithPollInterval(5*time.Millisecond), runtime.WithWorkerName("fixture"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func newFixture(t *testing.T) *fixture {
 	if j, err := q.GetJob(ctx, f.stuckJob); err != nil || j.State != queue.JobDead {
 		t.Fatalf("order-4's step after reopen: %v, %+v", err, j)
 	}
-	if rt, err = runtime.New(q, runner, hook); err != nil {
+	if rt, err = runtime.New(q, runner, hook, runtime.WithWorkerName("fixture")); err != nil {
 		t.Fatal(err)
 	}
 	submit(rt, runtime.RunSpec{RunID: "order-3", Input: []byte("order three"), Headers: map[string]string{"tenant": "globex"}})
@@ -249,6 +249,12 @@ var (
 	storageRE = regexp.MustCompile(`(?m)^(storage:.*)$`)
 	digitsRE  = regexp.MustCompile(`\d+`)
 	epochRE   = regexp.MustCompile(`\bepoch \d+`)
+	// durRE: a history timeline's offsets and durations.
+	durRE = regexp.MustCompile(`\+?\b\d+(\.\d+)?(ns|µs|ms|s)\b`)
+	// timelineRE: the rows of a history timeline, whose column widths
+	// follow the durations.
+	timelineRE = regexp.MustCompile(`(?m)^  (#|\d+)  .*$`)
+	spacesRE   = regexp.MustCompile(` {2,}`)
 )
 
 // normalize replaces what changes from run to run: generated IDs, times,
@@ -258,6 +264,8 @@ func normalize(s string) string {
 	s = timeRE.ReplaceAllString(s, "<TIME>")
 	s = ageRE.ReplaceAllString(s, "<AGE>")
 	s = epochRE.ReplaceAllString(s, "epoch <N>")
+	s = durRE.ReplaceAllString(s, "<DUR>")
+	s = timelineRE.ReplaceAllStringFunc(s, func(line string) string { return spacesRE.ReplaceAllString(line, "  ") })
 	return storageRE.ReplaceAllStringFunc(s, func(line string) string {
 		return digitsRE.ReplaceAllString(line, "N")
 	})
@@ -395,9 +403,15 @@ func TestJSON(t *testing.T) {
 		r1.MemoryBytes != 7+10+5+3 {
 		t.Errorf("run order-1 memory = %+v (%d bytes)", m, r1.MemoryBytes)
 	}
+	if h := r1.History; len(h) != 4 || r1.HistoryDropped != 0 ||
+		h[0].Kind != runtime.HistorySubmitted || h[1].Kind != runtime.HistoryContinue || h[1].Preview != "reserved" ||
+		h[2].Kind != runtime.HistorySucceed || h[2].ResultSize != 7 || h[2].Worker != "fixture" ||
+		h[3].Kind != runtime.HistoryHookDelivered {
+		t.Errorf("run order-1 history = %+v", h)
+	}
 	// The raw document: result is base64, absent values are null.
 	raw := f.ok(t, "run", "order-1", "--json")
-	for _, s := range []string{`"result": "c2hpcHBlZA=="`, `"step_job": null`, `"input_sha256": "`} {
+	for _, s := range []string{`"result": "c2hpcHBlZA=="`, `"step_job": null`, `"input_sha256": "`, `"kind": "succeed"`, `"history_dropped": 0`} {
 		if !strings.Contains(raw, s) {
 			t.Errorf("run order-1 --json lacks %s:\n%s", s, raw)
 		}
@@ -407,6 +421,10 @@ func TestJSON(t *testing.T) {
 	f.okJSON(t, &r2, "run", "order-2")
 	if r2.State != "failed" || r2.Error != "card declined" || r2.Result != nil || r2.StepJob == nil || !r2.StepDead {
 		t.Fatalf("run order-2 = %+v", r2)
+	}
+	if h := r2.History; len(h) != 4 || h[1].Kind != runtime.HistoryError || h[1].Error != "boom: connection reset" ||
+		h[1].Due.IsZero() || h[2].Kind != runtime.HistoryError || h[2].Attempt != 2 || h[2].Error != "card declined" {
+		t.Errorf("run order-2 history = %+v", h)
 	}
 	if j := r2.StepJob; j.State != "dead" || j.Attempt != 2 || len(j.History) != 2 ||
 		j.History[0].Error != "boom: connection reset" || j.History[1].Error != "card declined" ||

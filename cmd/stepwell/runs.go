@@ -255,6 +255,11 @@ type runJSON struct {
 	// MemoryBytes its size (keys and values).
 	Memory      []memoJSON `json:"memory"`
 	MemoryBytes int64      `json:"memory_bytes"`
+	// History is the run's history, oldest first (runtime.Runtime.History:
+	// the newest 1,000 entries); HistoryDropped counts the older entries
+	// no longer kept.
+	History        []runtime.HistoryEntry `json:"history"`
+	HistoryDropped uint64                 `json:"history_dropped"`
 }
 
 // memoJSON is one entry of a run's memory in "run --json".
@@ -273,7 +278,10 @@ func runCommand() *command {
 submit time, input hash; the signal a waiting run awaits and when that wait
 times out; whether it is paused), its outcome once finished (result as text
 when printable, else base64; error), its memory (each key with its value's
-size and a preview; --json: the values in base64), and its step job with
+size and a preview; --json: the values in base64), its history as a
+timeline (runtime.Runtime.History: each step's attempts, signals, pauses,
+cancels, retries and the hook's delivery, with when each started, how long
+it took, the process that committed it and its error), and its step job with
 attempts and attempt history: the current step's job, or for a failed run
 the dead job of its final step. Opens the store read-only.
 Exits 4 if the run does not exist (or finished longer ago than the terminal
@@ -341,6 +349,12 @@ func loadRun(ctx context.Context, q *queue.Queue, id string) (*runJSON, error) {
 	memo, err := rt.RunMemo(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if out.History, err = rt.History(ctx, id); err != nil {
+		return nil, err
+	}
+	if len(out.History) > 0 {
+		out.HistoryDropped = out.History[0].Seq - 1
 	}
 	for _, k := range slices.Sorted(maps.Keys(memo)) {
 		out.Memory = append(out.Memory, memoJSON{Key: k, Size: len(memo[k]), Value: memo[k], ValueText: textOf(memo[k])})
@@ -488,6 +502,7 @@ func printRun(w io.Writer, r *runJSON) {
 	tw.Flush()
 	printHeaders(w, r.Headers)
 	printMemory(w, r)
+	printHistory(w, r)
 	if r.StepJob == nil {
 		fmt.Fprintln(w, "step job: -")
 		return
