@@ -99,6 +99,18 @@
 //	                             not given are 0 (none), all 0 removes it
 //	limits  remove QUEUE         remove a queue's limit
 //
+// ui serves the web UI (package ui) until interrupted: runs, each run's
+// history as a timeline, queues and dead letters, the writer; and the
+// write commands' actions from a browser. It opens the store as the write
+// commands do (a member of a service in cluster mode, else the writer),
+// or read-only, saying why on every page, when a writer it cannot join
+// holds the store (or with --read-only). It listens on 127.0.0.1:8080;
+// another --listen needs --auth-token (or $STEPWELL_UI_AUTH_TOKEN),
+// --basic-auth USER:PASS or --insecure-no-auth.
+//
+//	ui      [--listen ADDR] [--auth-token T | --basic-auth U:P | --insecure-no-auth]
+//	        [--read-only] [--base-path P]
+//
 // bench runs a synthetic workload through a real Runtime and reports what
 // it achieved and cost (see "stepwell help bench" and docs/BENCHMARKS.md);
 // point it at a store or prefix of its own. "stepwell help COMMAND" (or

@@ -84,6 +84,13 @@ Measure (a store or prefix of its own; without --store, a new mem:// store):
                                     store requests (S: saturate, steady,
                                     recovery, idle)
 
+Web UI:
+  ui      [--listen ADDR] [--auth-token T | --basic-auth U:P]
+                                    serve the web UI of the store (runs, their
+                                    history, queues, dead letters, the writer;
+                                    cancel, retry, signal...); 127.0.0.1:8080
+                                    by default
+
   help    [COMMAND]                 this text, or a command's flags
 
 Global flags (before or after the command):
@@ -156,7 +163,7 @@ func commands() []*command {
 		deadCommand(), jobCommand(), cancelCommand(), requeueCommand(), retryCommand(),
 		signalCommand(), pauseCommand(), resumeCommand(), schedulesCommand(),
 		limitsCommand(),
-		benchCommand(),
+		benchCommand(), uiCommand(),
 	}
 }
 
