@@ -49,7 +49,8 @@
 //	job     JOB_ID               one job: fields, headers, payload preview,
 //	                             attempt history
 //	schedules                    the schedules (runtime.Runtime.ListSchedules):
-//	                             Every or Cron and its zone, step queue,
+//	                             Every or Cron and its zone, the runs'
+//	                             concurrency key, step queue,
 //	                             next tick, last run, ticks skipped
 //	limits                       queue limits (queue.Queue.Limits): per
 //	                             queue, its rate, burst and most jobs
