@@ -575,9 +575,9 @@
 // attempt whose settlement did not commit (a crash, a lost lease) has
 // none. The queue records such an attempt in its job's history ("lease
 // expired", "worker stopped without settling": constants of
-// internal/queuex, which the queue writes and History matches); the step's next
-// committed settlement, or the dead letter of its last attempt, adds a
-// lease_lost entry for it first. A run's end reserves the next number
+// internal/queuex, which the queue writes and History matches); the
+// step's next committed settlement, or the dead letter of its last
+// attempt, adds a lease_lost entry for it first. A run's end reserves the next number
 // for its hook's delivery (the notification job carries it), which the
 // notification's settlement writes without reading the run record.
 //

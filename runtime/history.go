@@ -306,10 +306,10 @@ func setOutput(h *runrec.History, b []byte) {
 // attempts before it that lost their lease since the last committed
 // settlement: the trailing attempts of the job's queue history that the
 // queue ended (queuex.LostAttempt: "lease expired", "worker stopped
-// without settling"). dead says the job is dead and its history's last attempt is
-// h's (the queue recorded it); otherwise the job is claimed for h's
-// attempt and its history ends with the attempt before. job may be nil
-// (none known).
+// without settling"). dead says the job is dead and its history's last
+// attempt is h's (the queue recorded it); otherwise the job is claimed
+// for h's attempt and its history ends with the attempt before. job may
+// be nil (none known).
 func (rt *Runtime) attemptHistory(txn *queue.Txn, next *kvrecord.Run, job *queue.Job, dead bool, h *runrec.History) {
 	if job != nil && (job.Attempt > 1 || dead) {
 		hist, last := job.History, int64(job.Attempt)-1
