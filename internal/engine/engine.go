@@ -216,6 +216,7 @@ type Engine struct {
 	durable    uint64 // highest sequence known durable
 	err        error  // terminal: set once, fails every later call
 	closing    bool
+	holds      int // Holds not yet released: the committer seals no batch
 	snapActive bool
 	walBytes   int64 // WAL bytes since the last snapshot's sequence
 	walObjects int
