@@ -34,3 +34,32 @@ func TestCommitAllSharesOneWrite(t *testing.T) {
 		}
 	}
 }
+
+// A writer turns its linger off at a member's first commit call (see
+// engine.SetLinger), and keeps it on until then.
+func TestClusterWriterLingerOff(t *testing.T) {
+	url := "file://" + t.TempDir()
+	ctx := context.Background()
+	w := openMember(t, url)
+	if err := w.Put(ctx, []byte("w"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	c := w.be.(*clustered)
+	c.mu.Lock()
+	l := c.loc
+	c.mu.Unlock()
+	if l == nil {
+		t.Fatal("the first member opened is not the writer")
+	}
+	eng := l.eng
+	if !eng.Lingers() {
+		t.Fatal("the linger is off before any member called")
+	}
+	m := openMember(t, url)
+	if err := m.Put(ctx, []byte("m"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if eng.Lingers() {
+		t.Fatal("the linger is on after a member's commit call")
+	}
+}

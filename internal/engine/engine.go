@@ -195,6 +195,7 @@ type Engine struct {
 	bgCtx    context.Context
 	bgStop   context.CancelFunc
 	kick     chan struct{} // wakes the committer; buffered 1
+	noLinger atomic.Bool   // the committer's linger is off (SetLinger)
 	bg       sync.WaitGroup
 	loopWG   sync.WaitGroup // the committer alone
 	swept    chan struct{}  // closed when the sweep at Open ends

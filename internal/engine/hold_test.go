@@ -84,6 +84,49 @@ func TestHoldReleasedDuringClose(t *testing.T) {
 	})
 }
 
+// With the linger off, the committer writes what is open at once, even
+// after a batch of lingerMinTxns or more; with it on, it waits (up to half
+// the last write) for as many as the last batch held.
+func TestSetLinger(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			b, _ := memBucket(t)
+			e := mustOpen(t, Options{Bucket: &slowPut{Bucket: b, d: 10 * time.Millisecond}})
+			defer e.Close(ctx)
+			e.SetLinger(on)
+			// A batch of 8: a hold, then 8 transactions.
+			release := e.Hold()
+			var waits []func(context.Context) error
+			for i := range 8 {
+				w, err := e.Apply(ctx, func(tx *Tx) error { tx.Put(string(rune('a'+i)), Inline([]byte("v"))); return nil })
+				if err != nil {
+					t.Fatal(err)
+				}
+				waits = append(waits, w)
+			}
+			release()
+			for _, w := range waits {
+				if err := w(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := time.Now()
+			if err := e.Update(ctx, func(tx *Tx) error { tx.Put("z", Inline([]byte("v"))); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start) // fake time: exactly the waits
+			want := 10 * time.Millisecond
+			if on {
+				want += 5 * time.Millisecond // half the last write
+			}
+			if took != want {
+				t.Errorf("linger %v: a lone commit after a batch of 8 took %v, want %v", on, took, want)
+			}
+		})
+	}
+}
+
 // slowPut makes every Put take d (fake time in a synctest bubble).
 type slowPut struct {
 	objstore.Bucket
