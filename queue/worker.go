@@ -251,26 +251,10 @@ func (q *Queue) admit(stopping bool, base context.Context, j *Job) bool {
 
 // runJob runs one job with lease renewal and settles it.
 func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
-	jctx, stop := q.claimContext(base, j)
-	defer stop()
 	lease := q.opts.config(j.Queue).Lease
-	renewDone := make(chan struct{})
-	go func() {
-		t := time.NewTicker(max(lease/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if q.renew(j) != nil {
-					return // lost: claimContext cancels the handler
-				}
-			case <-renewDone:
-				return
-			}
-		}
-	}()
+	jctx, stop := q.claimContextRenewing(base, j, max(lease/3, time.Millisecond))
+	defer stop()
 	err := callHandler(jctx, j, h)
-	close(renewDone)
 	settle := context.WithoutCancel(base)
 	cause := context.Cause(jctx)
 	var panicked *panicError
