@@ -95,11 +95,23 @@ func (l *local) release(id string, token uint64, cause error) { l.unlease(id, to
 //
 // REQUIRES: as release.
 func (l *local) unlease(id string, token uint64, cause error) (signal func()) {
+	ls := l.endLease(id, token, cause)
+	if ls == nil {
+		return func() {}
+	}
+	return func() { close(ls.lost) }
+}
+
+// endLease is unlease returning the lease ended (nil: none was held with
+// token), whose lost channel its caller closes to tell the watchers.
+//
+// REQUIRES: as release.
+func (l *local) endLease(id string, token uint64, cause error) *lease {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
 	ls := l.leases[id]
 	if ls == nil || ls.token != token {
-		return func() {}
+		return nil
 	}
 	delete(l.leases, id)
 	if cause != nil && ls.holder != "" {
@@ -112,7 +124,7 @@ func (l *local) unlease(id string, token uint64, cause error) (signal func()) {
 		cause = ErrClaimLost
 	}
 	ls.cause = cause
-	return func() { close(ls.lost) }
+	return ls
 }
 
 func (l *local) signalCancel(id string) {

@@ -99,7 +99,7 @@ func (l *local) claimedValue(tx *engine.Tx, id string, token uint64, reaping boo
 // record's), and nothing was applied.
 //
 // REQUIRES: inside an engine transaction.
-func (l *local) ackDeleteTx(tx *engine.Tx, op *txnOp, o options) (done bool, err error) {
+func (l *local) ackDeleteTx(tx *engine.Tx, op *txnOp, o *options) (done bool, err error) {
 	cfg := o.config(op.Queue)
 	if cfg.DoneRetention > 0 {
 		return false, nil
@@ -125,21 +125,20 @@ func (l *local) ackDeleteTx(tx *engine.Tx, op *txnOp, o options) (done bool, err
 	return true, nil
 }
 
-// settleTx applies Ack, Nack, DeadLetter or Release and returns the
-// function that ends the claim (run inside the transaction), which returns
-// the one that tells its watchers (run once the outcome is known).
+// settleTx applies Ack, Nack, DeadLetter or Release. The caller ends the
+// claim (endLease, inside the transaction) and tells its watchers once the
+// outcome is known.
 //
 // REQUIRES: inside an engine transaction.
-func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (func() func(), error) {
-	unlease := func() func() { return l.unlease(op.JobID, op.Token, nil) }
+func (l *local) settleTx(tx *engine.Tx, op *txnOp, o *options, now time.Time) error {
 	if op.Kind == opAck {
 		if done, err := l.ackDeleteTx(tx, op, o); done || err != nil {
-			return unlease, err
+			return err
 		}
 	}
 	rec, err := l.claimedRec(tx, op.JobID, op.Token, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg := o.config(rec.Queue)
 	switch op.Kind {
@@ -154,7 +153,7 @@ func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (fu
 		rec.Attempts = max(rec.Attempts, 1) - 1
 		tx.Put(jobSpace+op.JobID, encodeJob(rec))
 	}
-	return unlease, nil
+	return nil
 }
 
 // finishTx records a job as done: deleted, or kept without its payload for
