@@ -218,6 +218,14 @@ type Throughput struct {
 	// CPUCores is CPUSeconds / ElapsedS: how many cores were busy on
 	// average.
 	CPUCores float64 `json:"cpu_cores"`
+	// CPUPerTransitionUS is CPUSeconds per transition, in µs; the
+	// allocations are the process's heap allocations per transition
+	// (objects, bytes). They include the bench's own work (submitters,
+	// bookkeeping). In cluster mode the CPU is all the processes', and
+	// the allocations are not measured (0).
+	CPUPerTransitionUS      float64 `json:"cpu_per_transition_us,omitempty"`
+	AllocsPerTransition     float64 `json:"allocs_per_transition,omitempty"`
+	AllocBytesPerTransition float64 `json:"alloc_bytes_per_transition,omitempty"`
 }
 
 // Recovery is the result of recovery.
@@ -314,7 +322,10 @@ func (r Result) WriteTable(w io.Writer) error {
 		row("WAL", "%d batches (%d in segments), %d txns (%.1f per batch), %s, %d snapshots, write %s mean",
 			t.Engine.WALBatches, t.Engine.WALSegmentBatches, t.Engine.Transactions, t.Engine.TxnsPerWALObject,
 			fmtBytes(float64(t.Engine.WALBytes)), t.Engine.Snapshots, fmtMS(t.Engine.WALWriteMeanMS))
-		row("CPU", "%.2fs (%.2f cores busy)", t.CPUSeconds, t.CPUCores)
+		row("CPU", "%.2fs (%.2f cores busy), %.1f µs per transition", t.CPUSeconds, t.CPUCores, t.CPUPerTransitionUS)
+		if t.AllocsPerTransition > 0 {
+			row("allocations", "%.1f per transition, %s", t.AllocsPerTransition, fmtBytes(t.AllocBytesPerTransition))
+		}
 	}
 	if c := r.Cluster; c != nil {
 		c.writeRows(row)
