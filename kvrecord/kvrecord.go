@@ -241,11 +241,15 @@ type Terminal struct {
 }
 
 // RunKey returns the key of a run record.
-func RunKey(runID string) []byte { return []byte(RunPrefix + runID) }
+func RunKey(runID string) []byte {
+	return append(append(make([]byte, 0, len(RunPrefix)+len(runID)), RunPrefix...), runID...)
+}
 
 // TerminalKey returns the key of a terminal record.
 func TerminalKey(endedAt int64, runID string) []byte {
-	return []byte(fmt.Sprintf("%s%020d/%s", TerminalPrefix, endedAt, runID))
+	b := make([]byte, 0, len(TerminalPrefix)+21+len(runID))
+	b = format.AppendPadded(append(b, TerminalPrefix...), endedAt)
+	return append(append(b, '/'), runID...)
 }
 
 // ParseTerminalKey returns the ended time and run ID of a terminal key.

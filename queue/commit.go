@@ -152,9 +152,17 @@ type commitState struct {
 	// Set by applyOps (again on each application of the transaction).
 	res     TxnResult
 	unused  [][]byte   // staged payloads of dedup hits
-	after   []func()   // run once the operations are applied, under the engine's lock
-	signals []func()   // tell the watchers of settled claims, once the outcome is known
+	after   []afterOp  // done once the operations are applied, under the engine's lock
+	signals []*lease   // ended claims: close lost to tell their watchers, once the outcome is known
 	taken   limitTaken // tokens of queue limits its claims took
+}
+
+// afterOp is what an operation leaves to do once all are applied: grant
+// the lease of a job it claimed, end the claim it settled, or f.
+type afterOp struct {
+	grant   *Job
+	settled *txnOp
+	f       func()
 }
 
 // discard deletes staged large values nothing refers to.
@@ -205,8 +213,8 @@ func (l *local) stageValues(ctx context.Context, c *commitState) error {
 //
 // REQUIRES: inside the engine transaction of c (it may run more than once).
 func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
-	ops, o, now := c.ops, c.o, c.now
-	c.res, c.unused, c.after, c.signals, c.taken = TxnResult{}, nil, nil, nil, nil
+	ops, o, now := c.ops, &c.o, c.now
+	c.res, c.unused, c.after, c.signals, c.taken = TxnResult{}, nil, c.after[:0], nil, nil
 	for i := range ops {
 		op := &ops[i]
 		var err error
@@ -235,19 +243,18 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 					return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
 				}
 			}
-			r := l.enqueueTx(tx, op, c.ids[i], c.encs[i], o, now, c.slotFor[i] != nil || o.member != "" && op.Dispatch, &c.taken)
+			r := l.enqueueTx(tx, op, c.ids[i], c.encs[i], *o, now, c.slotFor[i] != nil || o.member != "" && op.Dispatch, &c.taken)
 			if r.Duplicate && len(op.Value) > l.opts.largeValue {
 				c.unused = append(c.unused, c.encs[i])
 			}
 			if j := r.claimed; j != nil {
 				j.Payload = op.Value
-				c.after = append(c.after, func() { l.grantLeases([]*Job{j}, o.config(j.Queue), now, o.member) })
+				c.after = append(c.after, afterOp{grant: j})
 			}
 			c.res.Enqueued = append(c.res.Enqueued, r)
 		case opAck, opNack, opDeadLetter, opRelease:
-			var f func() func()
-			f, err = l.settleTx(tx, op, o, now)
-			c.after = append(c.after, func() { c.signals = append(c.signals, f()) })
+			err = l.settleTx(tx, op, o, now)
+			c.after = append(c.after, afterOp{settled: op})
 		case opRequireJob:
 			v, ok := tx.Get(jobSpace + op.JobID)
 			var st State
@@ -265,7 +272,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 			co, f := l.cancelTx(tx, op.JobID, now)
 			c.res.Cancelled = append(c.res.Cancelled, co)
 			if f != nil {
-				c.after = append(c.after, f)
+				c.after = append(c.after, afterOp{f: f})
 			}
 		case opRequeueDead:
 			err = requeueDeadTx(tx, op.JobID, now)
@@ -280,8 +287,17 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 	}
 	// Claims are released (and granted) while the engine's lock is still
 	// held, so the reaper cannot also act on them.
-	for _, f := range c.after {
-		f()
+	for _, a := range c.after {
+		switch {
+		case a.grant != nil:
+			l.grantLeases([]*Job{a.grant}, o.config(a.grant.Queue), now, o.member)
+		case a.settled != nil:
+			if ls := l.endLease(a.settled.JobID, a.settled.Token, nil); ls != nil {
+				c.signals = append(c.signals, ls)
+			}
+		default:
+			a.f()
+		}
 	}
 	return nil
 }
@@ -296,8 +312,8 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 // not counted.
 func (l *local) committed(ctx context.Context, c *commitState, err error, abandoned bool) {
 	ops, slotFor, res, unused, signals, o := c.ops, c.slotFor, c.res, c.unused, c.signals, c.o
-	for _, signal := range signals {
-		signal()
+	for _, ls := range signals {
+		close(ls.lost)
 	}
 	if err != nil {
 		for _, s := range slotFor {

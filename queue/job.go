@@ -264,6 +264,7 @@ type indexRec struct {
 	runAt     int64
 	dedupKey  string
 	updatedAt int64
+	inline    bool // the payload is in the record (jobRec.Payload != nil)
 }
 
 // readIndexRec is readJob reading only what the index keeps: it checks the
@@ -290,7 +291,7 @@ func readIndexRec(rd *format.Reader, r *indexRec) {
 	rd.Int64()       // Size
 	rd.StringBytes() // DeadNotify
 	if n >= jobFieldsV2 {
-		rd.BytesZC() // Payload
+		r.inline = rd.BytesZC() != nil // Payload
 	}
 	if n >= jobFields {
 		rd.Uint64() // Claim
@@ -313,7 +314,7 @@ func decodeIndexRec(v []byte, r *indexRec) error {
 		}
 		*r = indexRec{
 			queue: []byte(j.Queue), state: j.State, priority: j.Priority, order: j.Order,
-			runAt: j.RunAt, dedupKey: j.DedupKey, updatedAt: j.UpdatedAt,
+			runAt: j.RunAt, dedupKey: j.DedupKey, updatedAt: j.UpdatedAt, inline: j.Payload != nil,
 		}
 	}
 	return checkJobState(r.state)

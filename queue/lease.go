@@ -95,11 +95,23 @@ func (l *local) release(id string, token uint64, cause error) { l.unlease(id, to
 //
 // REQUIRES: as release.
 func (l *local) unlease(id string, token uint64, cause error) (signal func()) {
+	ls := l.endLease(id, token, cause)
+	if ls == nil {
+		return func() {}
+	}
+	return func() { close(ls.lost) }
+}
+
+// endLease is unlease returning the lease ended (nil: none was held with
+// token), whose lost channel its caller closes to tell the watchers.
+//
+// REQUIRES: as release.
+func (l *local) endLease(id string, token uint64, cause error) *lease {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
 	ls := l.leases[id]
 	if ls == nil || ls.token != token {
-		return func() {}
+		return nil
 	}
 	delete(l.leases, id)
 	if cause != nil && ls.holder != "" {
@@ -112,7 +124,7 @@ func (l *local) unlease(id string, token uint64, cause error) (signal func()) {
 		cause = ErrClaimLost
 	}
 	ls.cause = cause
-	return func() { close(ls.lost) }
+	return ls
 }
 
 func (l *local) signalCancel(id string) {
@@ -192,21 +204,53 @@ func (q *Queue) renew(job *Job) error {
 // the job's claim is lost (cause: a *ClaimLostError) or the job is cancelled
 // (cause: ErrJobCancelled). Call stop when done with the job.
 func (q *Queue) claimContext(parent context.Context, job *Job) (ctx context.Context, stop func()) {
+	return q.claimContextRenewing(parent, job, 0)
+}
+
+// claimContextRenewing is claimContext that also renews the job's lease
+// every renewEvery (0: never) until stop, or until a renewal fails (the
+// claim is lost: the context is cancelled when the loss is signalled).
+// One goroutine per job watches the claim and renews its lease; once ctx
+// is cancelled (the job's cancel, a drain), it only renews.
+func (q *Queue) claimContextRenewing(parent context.Context, job *Job, renewEvery time.Duration) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	lost, cancelled, cause := q.be.watch(job.ID, job.token)
 	done := make(chan struct{})
 	go func() {
-		select {
-		case <-lost:
-			c := cause()
-			if c == nil {
-				c = &ClaimLostError{JobID: job.ID}
+		var tick <-chan time.Time
+		ctxDone := ctx.Done()
+		if renewEvery > 0 {
+			t := time.NewTicker(renewEvery)
+			defer t.Stop()
+			tick = t.C
+		}
+		for {
+			select {
+			case <-tick:
+				if q.renew(job) != nil {
+					tick = nil // lost: the loss cancels ctx when signalled
+				}
+				continue
+			case <-lost:
+				c := cause()
+				if c == nil {
+					c = &ClaimLostError{JobID: job.ID}
+				}
+				cancel(c)
+			case <-cancelled:
+				cancel(ErrJobCancelled)
+				if tick != nil { // renew until the handler returns
+					cancelled, ctxDone = nil, nil
+					continue
+				}
+			case <-done:
+			case <-ctxDone:
+				if tick != nil { // renew until the handler returns (a drain's cancel)
+					ctxDone = nil
+					continue
+				}
 			}
-			cancel(c)
-		case <-cancelled:
-			cancel(ErrJobCancelled)
-		case <-done:
-		case <-ctx.Done():
+			return
 		}
 	}()
 	return ctx, func() { close(done); cancel(context.Canceled) }

@@ -56,6 +56,25 @@ func (q *Queue) CancelJob(ctx context.Context, id string) (CancelOutcome, error)
 //
 // REQUIRES: inside an engine transaction.
 func (l *local) claimedRec(tx *engine.Tx, id string, token uint64, reaping bool) (*jobRec, error) {
+	v, err := l.claimedValue(tx, id, token, reaping)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := decodeJob(v)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != stateClaimed {
+		return nil, &ClaimLostError{JobID: id}
+	}
+	return rec, nil
+}
+
+// claimedValue is claimedRec returning the engine value of the job record,
+// not yet decoded (nor its state checked).
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) claimedValue(tx *engine.Tx, id string, token uint64, reaping bool) ([]byte, error) {
 	l.lmu.Lock()
 	ls := l.leases[id]
 	held := ls != nil && ls.token == token && token != 0
@@ -70,25 +89,56 @@ func (l *local) claimedRec(tx *engine.Tx, id string, token uint64, reaping bool)
 	if !ok {
 		return nil, &ClaimLostError{JobID: id}
 	}
-	rec, err := decodeJob(v)
-	if err != nil {
-		return nil, err
-	}
-	if rec.State != stateClaimed {
-		return nil, &ClaimLostError{JobID: id}
-	}
-	return rec, nil
+	return v, nil
 }
 
-// settleTx applies Ack, Nack, DeadLetter or Release and returns the
-// function that ends the claim (run inside the transaction), which returns
-// the one that tells its watchers (run once the outcome is known).
+// ackDeleteTx applies the Ack op of a job whose queue keeps no done jobs
+// (DoneRetention 0, the default), which deletes its record: it reads only
+// what the index keeps of the record, not its headers and history. done
+// false: the queue keeps done jobs (or op names another queue than the
+// record's), and nothing was applied.
 //
 // REQUIRES: inside an engine transaction.
-func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (func() func(), error) {
+func (l *local) ackDeleteTx(tx *engine.Tx, op *txnOp, o *options) (done bool, err error) {
+	cfg := o.config(op.Queue)
+	if cfg.DoneRetention > 0 {
+		return false, nil
+	}
+	v, err := l.claimedValue(tx, op.JobID, op.Token, false)
+	if err != nil {
+		return false, err
+	}
+	var r indexRec
+	if err := decodeIndexRec(v, &r); err != nil {
+		return false, err
+	}
+	if r.state != stateClaimed {
+		return false, &ClaimLostError{JobID: op.JobID}
+	}
+	if string(r.queue) != op.Queue {
+		return false, nil
+	}
+	if !r.inline {
+		tx.Delete(payloadSpace + op.JobID)
+	}
+	tx.Delete(jobSpace + op.JobID)
+	return true, nil
+}
+
+// settleTx applies Ack, Nack, DeadLetter or Release. The caller ends the
+// claim (endLease, inside the transaction) and tells its watchers once the
+// outcome is known.
+//
+// REQUIRES: inside an engine transaction.
+func (l *local) settleTx(tx *engine.Tx, op *txnOp, o *options, now time.Time) error {
+	if op.Kind == opAck {
+		if done, err := l.ackDeleteTx(tx, op, o); done || err != nil {
+			return err
+		}
+	}
 	rec, err := l.claimedRec(tx, op.JobID, op.Token, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg := o.config(rec.Queue)
 	switch op.Kind {
@@ -103,7 +153,7 @@ func (l *local) settleTx(tx *engine.Tx, op *txnOp, o options, now time.Time) (fu
 		rec.Attempts = max(rec.Attempts, 1) - 1
 		tx.Put(jobSpace+op.JobID, encodeJob(rec))
 	}
-	return func() func() { return l.unlease(op.JobID, op.Token, nil) }, nil
+	return nil
 }
 
 // finishTx records a job as done: deleted, or kept without its payload for

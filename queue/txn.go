@@ -56,15 +56,24 @@ type txnOp struct {
 	Dispatch    bool   // Enqueue: start it in a Work slot (queuex.API.WithDispatch)
 }
 
+// add appends op. The first one allocates room for four: a settlement
+// (Ack, Enqueue, the run record, its history entry) in one allocation.
+func (t *Txn) add(op txnOp) {
+	if t.ops == nil {
+		t.ops = make([]txnOp, 0, 4)
+	}
+	t.ops = append(t.ops, op)
+}
+
 // Put sets key to value.
 func (t *Txn) Put(key, value []byte) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opPut, Key: key, Value: value})
+	t.add(txnOp{Kind: opPut, Key: key, Value: value})
 	return t
 }
 
 // Delete removes key (a missing key is not an error).
 func (t *Txn) Delete(key []byte) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opDelete, Key: key})
+	t.add(txnOp{Kind: opDelete, Key: key})
 	return t
 }
 
@@ -72,7 +81,7 @@ func (t *Txn) Delete(key []byte) *Txn {
 // nil: the key must be absent). If the condition fails, Commit returns a
 // *ConditionFailedError and the whole transaction changes nothing.
 func (t *Txn) CompareAndPut(key, old, value []byte) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opCompareAndPut, Key: key, Value: value, Expect: old, Absent: old == nil})
+	t.add(txnOp{Kind: opCompareAndPut, Key: key, Value: value, Expect: old, Absent: old == nil})
 	return t
 }
 
@@ -80,7 +89,7 @@ func (t *Txn) CompareAndPut(key, old, value []byte) *Txn {
 // not (or the key is absent), Commit returns a *ConditionFailedError and the
 // whole transaction changes nothing.
 func (t *Txn) CompareAndDelete(key, old []byte) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opCompareAndDelete, Key: key, Expect: old})
+	t.add(txnOp{Kind: opCompareAndDelete, Key: key, Expect: old})
 	return t
 }
 
@@ -131,14 +140,14 @@ func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
 	if opts.Delay > 0 {
 		op.RunAt = -int64(opts.Delay) // resolved against the writer's clock
 	}
-	t.ops = append(t.ops, op)
+	t.add(op)
 	return t
 }
 
 // Ack settles a claimed job as done. Fails with a *ClaimLostError if the
 // claim was lost (lease expired, job cancelled and settled elsewhere).
 func (t *Txn) Ack(job *Job) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opAck, JobID: job.ID, Token: job.token, Queue: job.Queue})
+	t.add(txnOp{Kind: opAck, JobID: job.ID, Token: job.token, Queue: job.Queue})
 	return t
 }
 
@@ -150,13 +159,13 @@ func (t *Txn) Nack(job *Job, cause error, retryAfter time.Duration) *Txn {
 	if retryAfter > 0 {
 		op.RunAt = -int64(retryAfter)
 	}
-	t.ops = append(t.ops, op)
+	t.add(op)
 	return t
 }
 
 // DeadLetter settles a claimed job as dead at once, with reason.
 func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opDeadLetter, JobID: job.ID, Token: job.token, Queue: job.Queue, Error: reason})
+	t.add(txnOp{Kind: opDeadLetter, JobID: job.ID, Token: job.token, Queue: job.Queue, Error: reason})
 	return t
 }
 
@@ -171,7 +180,7 @@ func (t *Txn) DeadLetter(job *Job, reason string) *Txn {
 // lost (lease expired, or the job already settled or released). The
 // runtime's, through Queue.release (queuex.API.Release).
 func (t *Txn) release(job *Job) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opRelease, JobID: job.ID, Token: job.token, Queue: job.Queue})
+	t.add(txnOp{Kind: opRelease, JobID: job.ID, Token: job.token, Queue: job.Queue})
 	return t
 }
 
@@ -179,7 +188,7 @@ func (t *Txn) release(job *Job) *Txn {
 // job gets a durable cancel request that its worker observes. The outcome is
 // in TxnResult.Cancelled, in order.
 func (t *Txn) CancelJob(id string) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opCancelJob, JobID: id})
+	t.add(txnOp{Kind: opCancelJob, JobID: id})
 	return t
 }
 
@@ -189,7 +198,7 @@ func (t *Txn) CancelJob(id string) *Txn {
 // pending step, without racing a claim. The runtime's
 // (queuex.API.RequireJobState).
 func (t *Txn) requireJobStates(id string, in queuex.States) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opRequireJob, JobID: id, States: uint32(in)})
+	t.add(txnOp{Kind: opRequireJob, JobID: id, States: uint32(in)})
 	return t
 }
 
@@ -200,7 +209,7 @@ func (t *Txn) requireJobStates(id string, in queuex.States) *Txn {
 // runtime retries a failed run this way: its dead step is requeued in the
 // transaction that makes the run active again.
 func (t *Txn) RequeueDead(id string) *Txn {
-	t.ops = append(t.ops, txnOp{Kind: opRequeueDead, JobID: id})
+	t.add(txnOp{Kind: opRequeueDead, JobID: id})
 	return t
 }
 

@@ -85,11 +85,29 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 	n := max(opts.Concurrency, 1)
 	s := &slots{queue: queue, free: n, total: n, freed: make(chan struct{}, 1), done: ctx.Done()}
 	stopping := func() bool { return ctx.Err() != nil || s.isClosed() }
+	// A slot's goroutine, its jobs done, waits for the next job handed to
+	// the loop (an idle one takes it) until the loop returns: a job does
+	// not start a goroutine, nor grow a new one's stack again.
+	idle, quit := make(chan slotJob), make(chan struct{})
+	defer close(quit)
+	slotLoop := func(sj slotJob) {
+		for {
+			q.runSlot(stopping, jobBase, sj.j, sj.carried, h, opts.manualSettle, sj.dispatched)
+			s.put()
+			select {
+			case sj = <-idle:
+			case <-quit:
+				return
+			}
+		}
+	}
 	s.run = func(j *Job, dispatched bool, carried any) {
-		go func() {
-			defer s.put()
-			q.runSlot(stopping, jobBase, j, carried, h, opts.manualSettle, dispatched)
-		}()
+		sj := slotJob{j: j, dispatched: dispatched, carried: carried}
+		select {
+		case idle <- sj:
+		default:
+			go slotLoop(sj)
+		}
 	}
 	q.be.addSlots(s)
 	var runErr error
@@ -137,6 +155,13 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 		<-done
 	}
 	return runErr
+}
+
+// slotJob is a job handed to a slot's goroutine (slots.run).
+type slotJob struct {
+	j          *Job
+	dispatched bool
+	carried    any
 }
 
 // slots are a Work loop's job slots. The loop's claims and dispatched
@@ -251,26 +276,10 @@ func (q *Queue) admit(stopping bool, base context.Context, j *Job) bool {
 
 // runJob runs one job with lease renewal and settles it.
 func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
-	jctx, stop := q.claimContext(base, j)
-	defer stop()
 	lease := q.opts.config(j.Queue).Lease
-	renewDone := make(chan struct{})
-	go func() {
-		t := time.NewTicker(max(lease/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if q.renew(j) != nil {
-					return // lost: claimContext cancels the handler
-				}
-			case <-renewDone:
-				return
-			}
-		}
-	}()
+	jctx, stop := q.claimContextRenewing(base, j, max(lease/3, time.Millisecond))
+	defer stop()
 	err := callHandler(jctx, j, h)
-	close(renewDone)
 	settle := context.WithoutCancel(base)
 	cause := context.Cause(jctx)
 	var panicked *panicError

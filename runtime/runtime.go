@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -354,13 +355,14 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent s
 	h := make(map[string]string, len(rec.Headers)+3)
 	maps.Copy(h, rec.Headers)
 	h[HeaderRunID] = rec.RunID
-	h[HeaderStep] = fmt.Sprint(n)
+	step := strconv.FormatUint(uint64(n), 10)
+	h[HeaderStep] = step
 	if traceParent != "" {
 		h[HeaderTraceParent] = traceParent
 	}
 	return queue.EnqueueOptions{
 		Headers: h, Priority: rec.Priority, MaxAttempts: maxAttempts(rec),
-		DedupKey: fmt.Sprintf("run:%s:%d", rec.RunID, n), JobID: jobID,
+		DedupKey: "run:" + rec.RunID + ":" + step, JobID: jobID,
 		DeadLetterQueue: runrec.NoticesQueue(rt.stepQueue(rec)),
 	}
 }
@@ -643,7 +645,7 @@ func notifyOptions(runID string, ended int64, traceParent string) queue.EnqueueO
 		headers[HeaderTraceParent] = traceParent
 	}
 	o := queue.EnqueueOptions{
-		DedupKey: fmt.Sprintf("notify:%s:%d", runID, ended),
+		DedupKey: "notify:" + runID + ":" + strconv.FormatInt(ended, 10),
 		Headers:  headers,
 	}
 	o = qx.WithDispatch(o, true)

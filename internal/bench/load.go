@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -371,6 +372,7 @@ type driveOut struct {
 	submitStart, submitEnd int64
 	before, after          queue.StorageStats
 	cpu                    float64
+	allocs, allocBytes     uint64 // heap allocations over the load (this process)
 	submitted              int64
 }
 
@@ -395,6 +397,7 @@ func drive(ctx context.Context, q *queue.Queue, rt *swruntime.Runtime, tr *track
 
 	out.before = q.StorageStats()
 	cpu0 := cpuTime()
+	allocs0, allocBytes0 := heapAllocs()
 	out.submitStart = tr.now()
 	subDone := make(chan struct{})
 	go func() {
@@ -420,6 +423,8 @@ func drive(ctx context.Context, q *queue.Queue, rt *swruntime.Runtime, tr *track
 		err = werr
 	}
 	out.cpu = cpuTime() - cpu0
+	allocs1, allocBytes1 := heapAllocs()
+	out.allocs, out.allocBytes = allocs1-allocs0, allocBytes1-allocBytes0
 	out.after = q.StorageStats()
 	out.submitEnd = sub.lastEnd.Load()
 	out.submitted = sub.submitted.Load()
@@ -451,6 +456,9 @@ func (out driveOut) fill(res *Throughput, tr *tracker, cfg Config) {
 		res.RunsPerS = float64(res.RunsCompleted) / res.ElapsedS
 		res.CPUSeconds = out.cpu
 		res.CPUCores = out.cpu / res.ElapsedS
+		res.CPUPerTransitionUS = out.cpu / float64(res.Transitions) * 1e6
+		res.AllocsPerTransition = float64(out.allocs) / float64(res.Transitions)
+		res.AllocBytesPerTransition = float64(out.allocBytes) / float64(res.Transitions)
 	}
 	if out.submitEnd > out.submitStart {
 		res.SubmitElapsedS = float64(out.submitEnd-out.submitStart) / 1e9
@@ -504,4 +512,15 @@ func (res *Throughput) derive() {
 	if res.OfferedRunsPerS > 0 {
 		res.CommitFloorMS = float64(res.StepsPerRun+1) * res.Engine.WALWriteMeanMS
 	}
+}
+
+// heapAllocs returns the process's heap allocations so far: objects and
+// bytes (runtime/metrics, which does not stop the world).
+func heapAllocs() (objects, bytes uint64) {
+	m := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindUint64 || m[1].Value.Kind() != metrics.KindUint64 {
+		return 0, 0
+	}
+	return m[0].Value.Uint64(), m[1].Value.Uint64()
 }

@@ -228,6 +228,12 @@ type Throughput struct {
 	// for one WAL write of Engine.WALWriteMeanMS. RunLatency.P50MS -
 	// CommitFloorMS is the rest: CPU, goroutine and process hand-offs.
 	CommitFloorMS float64 `json:"commit_floor_ms,omitempty"`
+	// AllocsPerTransition and AllocBytesPerTransition are the process's
+	// heap allocations per transition (objects, bytes), the bench's own
+	// work (submitters, bookkeeping) included; not measured (0) in
+	// cluster mode.
+	AllocsPerTransition     float64 `json:"allocs_per_transition,omitempty"`
+	AllocBytesPerTransition float64 `json:"alloc_bytes_per_transition,omitempty"`
 }
 
 // Recovery is the result of recovery.
@@ -327,6 +333,9 @@ func (r Result) WriteTable(w io.Writer) error {
 		row("CPU", "%.2fs (%.2f cores busy, %.1fµs per transition)", t.CPUSeconds, t.CPUCores, t.CPUPerTransitionUS)
 		if t.CommitFloorMS > 0 {
 			row("commit floor", "%s per run (%d WAL writes of %s)", fmtMS(t.CommitFloorMS), t.StepsPerRun+1, fmtMS(t.Engine.WALWriteMeanMS))
+		}
+		if t.AllocsPerTransition > 0 {
+			row("allocations", "%.1f per transition, %s", t.AllocsPerTransition, fmtBytes(t.AllocBytesPerTransition))
 		}
 	}
 	if c := r.Cluster; c != nil {

@@ -133,7 +133,9 @@ func ParkedKey(runID string) []byte { return []byte(ParkedPrefix + runID) }
 
 // SubmittedKey returns the key of a run's entry in the newest-first index.
 func SubmittedKey(submittedAt int64, runID string) []byte {
-	return []byte(fmt.Sprintf("%s%020d/%s", SubmittedPrefix, math.MaxInt64-submittedAt, runID))
+	b := make([]byte, 0, len(SubmittedPrefix)+21+len(runID))
+	b = format.AppendPadded(append(b, SubmittedPrefix...), math.MaxInt64-submittedAt)
+	return append(append(b, '/'), runID...)
 }
 
 // ParseSubmittedKey returns the submit time and run ID of a SubmittedKey.
