@@ -144,7 +144,7 @@ type commitState struct {
 	o   options
 	now time.Time
 
-	encs    [][]byte       // per op: the engine value of its value (nil: in the job record)
+	encs    [][]byte       // per op: the engine value of its value (nil: in the job record, or a key's inline value)
 	ids     []string       // per enqueue op: the new job's ID
 	staged  [][]byte       // large values uploaded for the transaction
 	slotFor map[int]*slots // op index -> Work slot taken for a dispatched enqueue
@@ -202,9 +202,9 @@ func (l *local) stageValues(ctx context.Context, c *commitState) error {
 			}
 			c.staged = append(c.staged, ref)
 			c.encs[i] = ref
-		} else {
+		} else if op.Kind == opEnqueue {
 			c.encs[i] = engine.Inline(op.Value)
-		}
+		} // else nil: the value goes inline into the tree (putKV)
 	}
 	return nil
 }
@@ -220,23 +220,21 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 		var err error
 		switch op.Kind {
 		case opPut:
-			tx.Put(kvSpace+string(op.Key), c.encs[i])
+			putKV(tx, op, c.encs[i])
 		case opDelete:
-			tx.Delete(kvSpace + string(op.Key))
+			tx.DeleteKey(kvSpace, op.Key)
 		case opCompareAndPut:
-			key := kvSpace + string(op.Key)
-			cur, ok := tx.Get(key)
+			cur, ok := tx.GetKey(kvSpace, op.Key)
 			if op.Absent && ok || !op.Absent && (!ok || !valueMatches(cur, op.Expect)) {
 				return &ConditionFailedError{Key: op.Key}
 			}
-			tx.Put(key, c.encs[i])
+			putKV(tx, op, c.encs[i])
 		case opCompareAndDelete:
-			key := kvSpace + string(op.Key)
-			cur, ok := tx.Get(key)
+			cur, ok := tx.GetKey(kvSpace, op.Key)
 			if !ok || !valueMatches(cur, op.Expect) {
 				return &ConditionFailedError{Key: op.Key}
 			}
-			tx.Delete(key)
+			tx.DeleteKey(kvSpace, op.Key)
 		case opEnqueue:
 			if op.JobID != "" {
 				if _, exists := tx.Get(jobSpace + op.JobID); exists {
@@ -300,6 +298,17 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 		}
 	}
 	return nil
+}
+
+// putKV applies a Put or CompareAndPut whose staged value is enc: a blob
+// reference, or nil for a value stored inline, built into the tree's item
+// at once.
+func putKV(tx *engine.Tx, op *txnOp, enc []byte) {
+	if enc != nil {
+		tx.Put(kvSpace+string(op.Key), enc)
+	} else {
+		tx.PutInline(kvSpace, op.Key, op.Value)
+	}
 }
 
 // committed does what follows a transaction's outcome (err == nil:

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/objstore"
@@ -93,11 +95,47 @@ func (tx *Tx) Put(key string, val []byte) {
 	if val == nil {
 		panic("engine: Put with a nil encoded value")
 	}
-	it := newItem(key, val)
+	tx.put(newItem(key, val))
+}
+
+// PutInline is Put(prefix+string(key), Inline(data)) with one allocation,
+// the tree's item: neither the key nor the encoded value is built apart.
+func (tx *Tx) PutInline(prefix string, key, data []byte) {
+	n := len(prefix) + len(key)
+	if uint64(n) > math.MaxUint32 || uint64(len(data)) >= math.MaxUint32 {
+		panic("engine: key or value over 4 GiB")
+	}
+	buf := make([]byte, n+1+len(data))
+	copy(buf, prefix)
+	copy(buf[len(prefix):], key)
+	buf[n] = tagInline
+	copy(buf[n+1:], data)
+	tx.put(item{p: &buf[0], klen: uint32(n), vlen: uint32(1 + len(data))})
+}
+
+func (tx *Tx) put(it item) {
 	old, had := tx.e.tree.ReplaceOrInsert(it)
-	key, val = it.key(), it.val()
+	key, val := it.key(), it.val()
 	tx.record(key, old, had, val)
 	tx.muts = append(tx.muts, format.Mutation{Op: format.OpPut, Key: key, Value: val})
+}
+
+// GetKey is Get(prefix+string(key)) without building the key.
+func (tx *Tx) GetKey(prefix string, key []byte) ([]byte, bool) {
+	return tx.Get(tx.scratchKey(prefix, key))
+}
+
+// DeleteKey is Delete(prefix+string(key)) without building the key.
+func (tx *Tx) DeleteKey(prefix string, key []byte) bool {
+	return tx.Delete(tx.scratchKey(prefix, key))
+}
+
+// scratchKey returns prefix+key in the engine's scratch buffer: valid
+// until the next call, for lookups that keep no reference to it (Get,
+// Delete: the tree's own copy of a key is what they keep).
+func (tx *Tx) scratchKey(prefix string, key []byte) string {
+	tx.e.kbuf = append(append(tx.e.kbuf[:0], prefix...), key...)
+	return unsafe.String(unsafe.SliceData(tx.e.kbuf), len(tx.e.kbuf))
 }
 
 // Delete removes key, reporting whether it existed.

@@ -206,6 +206,8 @@ type Engine struct {
 	health *health // the committer's WAL writes
 
 	mu sync.Mutex
+	// Under mu: the scratch key of Tx.GetKey and Tx.DeleteKey.
+	kbuf []byte
 	// Guarded by mu.
 	tree     *btree.BTreeG[item]
 	open     *batch // accepting transactions

@@ -1,0 +1,44 @@
+package engine
+
+import (
+	"context"
+	"maps"
+	"testing"
+)
+
+// TestPutInlineGetKeyDeleteKey: the key-building forms do what Put, Get
+// and Delete do with the key and value built apart, and survive a reopen.
+func TestPutInlineGetKeyDeleteKey(t *testing.T) {
+	b, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	ctx := context.Background()
+	if err := e.Update(ctx, func(tx *Tx) error {
+		tx.PutInline("kv/", []byte("a"), []byte("one"))
+		tx.PutInline("kv/", []byte("b"), nil)
+		tx.PutInline("kv/", []byte("c"), []byte("three"))
+		if v, ok := tx.GetKey("kv/", []byte("a")); !ok || string(v) != string(Inline([]byte("one"))) {
+			t.Errorf("GetKey(kv/a) = %q, %v", v, ok)
+		}
+		if _, ok := tx.GetKey("kv/", []byte("x")); ok {
+			t.Error("GetKey(kv/x) found a missing key")
+		}
+		if !tx.DeleteKey("kv/", []byte("c")) || tx.DeleteKey("kv/", []byte("c")) {
+			t.Error("DeleteKey(kv/c): want true, then false")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"kv/a": "one", "kv/b": ""}
+	if got := dump(t, e); !maps.Equal(got, want) {
+		t.Fatalf("state %v, want %v", got, want)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e = mustOpen(t, Options{Bucket: reopen()})
+	defer e.Close(ctx)
+	if got := dump(t, e); !maps.Equal(got, want) {
+		t.Fatalf("reopened: state %v, want %v", got, want)
+	}
+}
