@@ -147,6 +147,46 @@ type Engine struct {
 	WALWriteMeanMS float64 `json:"wal_write_mean_ms"`
 	// KeysAtEnd is the number of keys in the state at the end.
 	KeysAtEnd int `json:"keys_at_end"`
+	// PreallocBytes are the bytes of the WAL segments staged new (zero
+	// filled, file://) and SnapshotBytes those of the snapshots written:
+	// both part of Requests.BytesWritten.
+	PreallocBytes uint64 `json:"wal_prealloc_bytes"`
+	SnapshotBytes uint64 `json:"snapshot_bytes"`
+}
+
+// Written splits the bytes written per transition (Requests.BytesWritten
+// over the transitions) by what wrote them.
+type Written struct {
+	Total float64 `json:"total"`
+	// WAL is what the WAL writes wrote: segment records (batch, record
+	// header, padding to the 4 KiB block) and WAL objects; the owner
+	// object's few writes are counted here too. WALBatches is the encoded
+	// batches alone (Engine.WALBytes), the part of WAL the records are.
+	WAL        float64 `json:"wal"`
+	WALBatches float64 `json:"wal_batches"`
+	// Prealloc is the zero-filling of new WAL segments (file://).
+	Prealloc float64 `json:"wal_prealloc"`
+	// Snapshot is the snapshots written.
+	Snapshot float64 `json:"snapshot"`
+}
+
+// perTransition fills t's per-transition figures from its Storage and
+// Engine.
+func (t *Throughput) perTransition() {
+	n := float64(t.Transitions)
+	t.PerTransition = t.Storage.per(n)
+	if n <= 0 {
+		return
+	}
+	e := t.Engine
+	t.Written = Written{
+		Total:      float64(t.Storage.BytesWritten) / n,
+		WAL:        (float64(t.Storage.BytesWritten) - float64(e.PreallocBytes) - float64(e.SnapshotBytes)) / n,
+		WALBatches: float64(e.WALBytes) / n,
+		Prealloc:   float64(e.PreallocBytes) / n,
+		Snapshot:   float64(e.SnapshotBytes) / n,
+	}
+	t.CPUPerTransitionUS = t.CPUSeconds * 1e6 / n
 }
 
 func delta(after, before queue.StorageStats) (Requests, Engine) {
@@ -160,6 +200,8 @@ func delta(after, before queue.StorageStats) (Requests, Engine) {
 		WALBatches: after.WALBatches - before.WALBatches, WALSegmentBatches: after.WALSegmentBatches - before.WALSegmentBatches, Transactions: after.Transactions - before.Transactions,
 		Mutations: after.Mutations - before.Mutations, WALBytes: after.WALBytes - before.WALBytes,
 		Snapshots: after.Snapshots - before.Snapshots, KeysAtEnd: after.Keys,
+		PreallocBytes: after.WALPreallocBytes - before.WALPreallocBytes,
+		SnapshotBytes: after.SnapshotBytes - before.SnapshotBytes,
 	}
 	if e.WALBatches > 0 {
 		e.TxnsPerWALObject = float64(e.Transactions) / float64(e.WALBatches)
@@ -212,12 +254,16 @@ type Throughput struct {
 
 	Storage       Requests     `json:"storage"`
 	PerTransition RequestRates `json:"per_transition"`
-	Engine        Engine       `json:"engine"`
+	// Written is PerTransition.BytesWritten split by what wrote it.
+	Written Written `json:"written_per_transition"`
+	Engine  Engine  `json:"engine"`
 
 	CPUSeconds float64 `json:"cpu_s"`
 	// CPUCores is CPUSeconds / ElapsedS: how many cores were busy on
 	// average.
 	CPUCores float64 `json:"cpu_cores"`
+	// CPUPerTransitionUS is CPUSeconds / Transitions, in microseconds.
+	CPUPerTransitionUS float64 `json:"cpu_per_transition_us"`
 }
 
 // Recovery is the result of recovery.
@@ -310,11 +356,14 @@ func (r Result) WriteTable(w io.Writer) error {
 		p := t.PerTransition
 		row("requests/transition", "%.3f puts  %.3f gets  %.3f lists  %.3f deletes  %s written",
 			p.Puts, p.Gets, p.Lists, p.Deletes, fmtBytes(p.BytesWritten))
+		w := t.Written
+		row("written/transition", "%s: WAL %s (batches %s), preallocation %s, snapshots %s",
+			fmtBytes(w.Total), fmtBytes(w.WAL), fmtBytes(w.WALBatches), fmtBytes(w.Prealloc), fmtBytes(w.Snapshot))
 		reqs("requests (total)", t.Storage)
 		row("WAL", "%d batches (%d in segments), %d txns (%.1f per batch), %s, %d snapshots, write %s mean",
 			t.Engine.WALBatches, t.Engine.WALSegmentBatches, t.Engine.Transactions, t.Engine.TxnsPerWALObject,
 			fmtBytes(float64(t.Engine.WALBytes)), t.Engine.Snapshots, fmtMS(t.Engine.WALWriteMeanMS))
-		row("CPU", "%.2fs (%.2f cores busy)", t.CPUSeconds, t.CPUCores)
+		row("CPU", "%.2fs (%.2f cores busy, %.1f us per transition)", t.CPUSeconds, t.CPUCores, t.CPUPerTransitionUS)
 	}
 	if c := r.Cluster; c != nil {
 		c.writeRows(row)

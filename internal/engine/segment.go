@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
@@ -72,6 +73,8 @@ type segLog struct {
 	reused    int       // guarded by mu: segments staged again (for tests)
 	orphans   []string  // guarded by mu: keys of segments whose Publish failed
 	retryAt   time.Time // guarded by mu: after a failure, no staging before
+
+	zeroed atomic.Uint64 // bytes of the segments staged new (zero-filled), counted at the call
 }
 
 // stageRetry is how long the log waits after a failure to stage a segment
@@ -142,6 +145,7 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 			}
 		}
 		if !reused {
+			s.zeroed.Add(uint64(size)) // counted at the call, as objstore.Counting does
 			sp, err = s.sg.NewSegment(ctx, size)
 		}
 		var st stagedSeg

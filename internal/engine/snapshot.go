@@ -128,6 +128,7 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 	e.mu.Lock()
 	e.lastSnap = size
 	e.stats.Snapshots++
+	e.stats.SnapshotBytes += uint64(size)
 	e.mu.Unlock()
 	e.collect(ctx, b.seq)
 	return nil
