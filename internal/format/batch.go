@@ -159,6 +159,7 @@ func Marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.UseArrayEncodedStructs(true)
+	enc.UseCompactInts(true) // as the hand codecs write them (see codec.go)
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,8 @@ package format_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -157,6 +159,51 @@ func TestStringMapSizeBounds(t *testing.T) {
 	for _, m := range []map[string]string{nil, {}, {"a": ""}, {"k": long, long: "v", "": ""}} {
 		if n, max := len(format.AppendStringMap(nil, m)), format.StringMapSize(m); n > max {
 			t.Errorf("AppendStringMap wrote %d bytes, StringMapSize said at most %d", n, max)
+		}
+	}
+}
+
+// Integers are written in their shortest form, as Marshal's compact
+// integers, at every width's edges; the fixed-width forms that records
+// written before carry still read back.
+func TestIntegersShortestAndOldFixedForms(t *testing.T) {
+	one := format.AppendArrayLen(nil, 1)
+	for _, c := range []struct {
+		v    int64
+		size int
+	}{
+		{0, 1}, {127, 1}, {128, 2}, {255, 2}, {256, 3}, {65535, 3}, {65536, 5},
+		{math.MaxUint32, 5}, {math.MaxUint32 + 1, 9}, {math.MaxInt64, 9},
+		{-1, 1}, {-32, 1}, {-33, 2}, {-128, 2}, {-129, 3}, {-32768, 3},
+		{-32769, 5}, {math.MinInt32, 5}, {math.MinInt32 - 1, 9}, {math.MinInt64, 9},
+	} {
+		b := format.AppendInt64(nil, c.v)
+		if len(b) != c.size {
+			t.Errorf("AppendInt64(%d) = %x, want %d bytes", c.v, b, c.size)
+		}
+		codectest.Same(t, append(one, b...), &struct{ V int64 }{c.v})
+		// The fixed 9-byte form, as written before.
+		old := binary.BigEndian.AppendUint64([]byte{0xd3}, uint64(c.v))
+		r := format.NewReader(old)
+		if got := r.Int64(); got != c.v || r.Finish() != nil {
+			t.Errorf("Int64 of %x = %d (%v), want %d", old, got, r.Finish(), c.v)
+		}
+		if c.v >= 0 {
+			u := uint64(c.v)
+			if b := format.AppendUint64(nil, u); len(b) != c.size {
+				t.Errorf("AppendUint64(%d) = %x, want %d bytes", u, b, c.size)
+			}
+			old := binary.BigEndian.AppendUint64([]byte{0xcf}, u)
+			r := format.NewReader(old)
+			if got := r.Uint64(); got != u || r.Finish() != nil {
+				t.Errorf("Uint64 of %x = %d (%v), want %d", old, got, r.Finish(), u)
+			}
+		}
+	}
+	for _, old := range [][]byte{{0xce, 0, 0, 0, 7}, {0xcc, 7}, {0xd2, 0, 0, 0, 7}} {
+		r := format.NewReader(old)
+		if got := r.Uint32(); got != 7 || r.Finish() != nil {
+			t.Errorf("Uint32 of old form %x = %d (%v), want 7", old, got, r.Finish())
 		}
 	}
 }
