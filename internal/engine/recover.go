@@ -270,12 +270,13 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 	for lo := base + 1; lo < upper; lo += window {
 		hi := min(lo+window, upper)
 		batches := make([]*format.Batch, hi-lo)
+		sizes := make([]int64, hi-lo)
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(16)
 		for seq := lo; seq < hi; seq++ {
 			g.Go(func() error {
-				b, err := wal.batch(gctx, seq)
-				batches[seq-lo] = b
+				b, raw, err := wal.batch(gctx, seq)
+				batches[seq-lo], sizes[seq-lo] = b, raw
 				return err
 			})
 		}
@@ -286,7 +287,7 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			for _, m := range b.Muts {
 				e.applyRecovered(m)
 			}
-			walBytes += wal.size(lo + uint64(i))
+			walBytes += sizes[i]
 		}
 	}
 	e.walBytes = walBytes
@@ -312,16 +313,19 @@ func (e *Engine) newerSnapshot(ctx context.Context, than uint64) (bool, error) {
 	return false, nil
 }
 
-func (e *Engine) readBatch(ctx context.Context, seq uint64) (*format.Batch, error) {
+// readBatch reads and decodes the WAL object of batch seq; it also returns
+// the length of its body before compression (format.BatchBodyLen).
+func (e *Engine) readBatch(ctx context.Context, seq uint64) (*format.Batch, int64, error) {
 	key := walKey(seq)
 	data, err := e.getRetry(ctx, key, deadlineFrom(e.opts.WriteRetry))
 	if errors.Is(err, objstore.ErrNotFound) {
-		return nil, errRaced
+		return nil, 0, errRaced
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return decodeBatch(key, seq, data)
+	b, err := decodeBatch(key, seq, data)
+	return b, int64(format.BatchBodyLen(data)), err
 }
 
 // decodeBatch decodes the WAL object data of batch seq, found at key, and

@@ -445,14 +445,6 @@ func (w *walSet) has(ctx context.Context, seq uint64) (bool, error) {
 	return seq >= sr.first+sr.skip && seq < sr.end(), nil
 }
 
-// size returns the bytes batch seq takes in the WAL, which has it.
-func (w *walSet) size(seq uint64) int64 {
-	if n, ok := w.singles[seq]; ok {
-		return n
-	}
-	return int64(len(w.segs[w.segFor(seq)].obj(seq)))
-}
-
 // top returns the highest sequence in the WAL (0 if none): of its objects
 // and of the records of the newest segment that has any.
 func (w *walSet) top(ctx context.Context) (uint64, error) {
@@ -472,12 +464,15 @@ func (w *walSet) top(ctx context.Context) (uint64, error) {
 	return top, nil
 }
 
-// batch returns batch seq, which has reported present. Safe for concurrent
+// batch returns batch seq, which has reported present, and the length of
+// its body before compression (format.BatchBodyLen). Safe for concurrent
 // use once has has loaded the segments.
-func (w *walSet) batch(ctx context.Context, seq uint64) (*format.Batch, error) {
+func (w *walSet) batch(ctx context.Context, seq uint64) (*format.Batch, int64, error) {
 	if _, ok := w.singles[seq]; ok {
 		return w.e.readBatch(ctx, seq)
 	}
 	sr := &w.segs[w.segFor(seq)]
-	return decodeBatch(sr.key, seq, sr.obj(seq)) // applying it copies what the state keeps
+	data := sr.obj(seq)
+	b, err := decodeBatch(sr.key, seq, data) // applying it copies what the state keeps
+	return b, int64(format.BatchBodyLen(data)), err
 }

@@ -960,3 +960,22 @@ func TestSegmentCollectKeepsAnySize(t *testing.T) {
 		t.Errorf("own %v, want the newest alone", s.own)
 	}
 }
+
+// The snapshot threshold counts the WAL's batches as decoded, not as
+// compressed: a snapshot comes after as much to replay as before
+// compression, so a recovery's work stays where it was.
+func TestSnapshotCountsBatchesUncompressed(t *testing.T) {
+	b, _ := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b, SnapshotMinBytes: 256 << 10, SnapshotMaxObjects: 1 << 30})
+	defer e.Close(context.Background())
+	v := strings.Repeat("compressible ", 800) // 10 KiB
+	for i := range 40 {
+		put(t, e, fmt.Sprintf("k%02d", i), v)
+	}
+	if st := e.Stats(); st.WALBytes >= 128<<10 {
+		t.Fatalf("WAL bytes %d for 400 KiB of puts: not compressed", st.WALBytes)
+	}
+	testenv.Eventually(t, 10*time.Second, "a snapshot after 400 KiB of batches", func() bool {
+		return e.Stats().Snapshots > 0
+	})
+}

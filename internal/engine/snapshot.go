@@ -26,7 +26,10 @@ func (e *Engine) maybeSnapshotLocked(b *batch) *btree.BTreeG[item] {
 		return nil
 	}
 	// By bytes: the WAL since the last snapshot outweighs the snapshot, so
-	// snapshot writes cost at most as much as the WAL itself. By objects:
+	// snapshot writes cost at most as much as the WAL itself. The WAL's
+	// bytes are its batches' bodies before compression (what a recovery
+	// decodes and applies), so that compression leaves recovery's work
+	// where it was. By objects:
 	// many small batches make recovery slow (one GET each); but never more
 	// often than every quarter of the snapshot's size, so that a large
 	// state is not rewritten for a trickle of tiny batches.

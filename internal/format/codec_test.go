@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -95,19 +96,32 @@ func TestFastCodecsMatchMarshal(t *testing.T) {
 	}
 }
 
-// TestEncodeBatchFraming checks that EncodeBatch frames the fast body as
-// EncodeFramed frames Marshal's.
+// TestEncodeBatchFraming checks that EncodeBatchUncompressed frames the
+// fast body as EncodeFramed frames Marshal's, and that EncodeBatch's
+// compressed batches decode to the same.
 func TestEncodeBatchFraming(t *testing.T) {
 	r := codectest.New(t)
 	for range 200 {
 		b := randBatch(r)
-		got, err := format.EncodeBatch(b)
+		got, err := format.EncodeBatchUncompressed(b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := format.Marshal(b)
 		if want := format.EncodeFramed(format.KindWAL, body); !bytes.Equal(got, want) {
-			t.Fatalf("EncodeBatch(%+v):\n%x\nwant\n%x", b, got, want)
+			t.Fatalf("EncodeBatchUncompressed(%+v):\n%x\nwant\n%x", b, got, want)
+		}
+		z, err := format.EncodeBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(z) > len(got) {
+			t.Fatalf("EncodeBatch: %d bytes, more than the %d uncompressed", len(z), len(got))
+		}
+		d1, err1 := format.DecodeBatch(z)
+		d2, err2 := format.DecodeBatch(got)
+		if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(d1, d2) { // random ops may be invalid: both fail
+			t.Fatalf("EncodeBatch decodes to %+v (%v), uncompressed to %+v (%v)", d1, err1, d2, err2)
 		}
 	}
 }
