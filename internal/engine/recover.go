@@ -370,7 +370,8 @@ func (e *Engine) applyRecovered(m format.Mutation) {
 	}
 }
 
-// loadSnapshot reads snap/<seq> into e.tree, returning its size in bytes.
+// loadSnapshot reads snap/<seq> into e.tree, returning its size in bytes
+// before compression (about: its entries' keys and values).
 func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
 	key := snapKey(seq)
 	r, err := e.bucket.NewReader(ctx, key)
@@ -388,7 +389,9 @@ func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
 	// reverse order the halves split off are fresh, tight allocations, and
 	// the tree takes about half the memory.
 	var items []item
+	var decoded int64 // about the snapshot's size before compression
 	meta, err := format.ReadSnapshot(cr, func(k string, v []byte) error {
+		decoded += int64(len(k) + len(v) + 8)
 		if _, err := Decode(v); err != nil {
 			return &CorruptionError{Key: key, Err: fmt.Errorf("%w: value of %q: %v", format.ErrCorrupt, k, err)}
 		}
@@ -417,7 +420,7 @@ func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
 	if meta.Seq != seq {
 		return 0, &CorruptionError{Key: key, Err: fmt.Errorf("%w: snapshot says sequence %d", format.ErrCorrupt, meta.Seq)}
 	}
-	return cr.n, nil
+	return max(cr.n, decoded), nil
 }
 
 type countingReader struct {

@@ -117,7 +117,7 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 		return err
 	}
 	key := snapKey(b.seq)
-	size, err := e.encodeSnapshot(ctx, key, b.seq, tree)
+	size, decoded, err := e.encodeSnapshot(ctx, key, b.seq, tree)
 	if err != nil {
 		if ctx.Err() == nil {
 			e.mu.Lock()
@@ -129,7 +129,7 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 	}
 	ok = true
 	e.mu.Lock()
-	e.lastSnap = size
+	e.lastSnap = decoded // compared with the WAL's decoded bytes
 	e.stats.Snapshots++
 	e.stats.SnapshotBytes += uint64(size)
 	e.mu.Unlock()
@@ -137,34 +137,35 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 	return nil
 }
 
-func (e *Engine) encodeSnapshot(ctx context.Context, key string, seq uint64, tree *btree.BTreeG[item]) (int64, error) {
+// encodeSnapshot writes the snapshot of tree as of seq; it returns the
+// bytes written and their size before compression.
+func (e *Engine) encodeSnapshot(ctx context.Context, key string, seq uint64, tree *btree.BTreeG[item]) (size, decoded int64, err error) {
 	w, err := e.bucket.NewWriter(ctx, key, true)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	sw, err := format.NewSnapshotWriter(w, &format.SnapshotMeta{
 		Seq: seq, Writer: e.writer, Epoch: e.epoch, UnixNano: time.Now().UnixNano(),
 	})
 	if err != nil {
 		_ = w.Abort()
-		return 0, err
+		return 0, 0, err
 	}
 	tree.Ascend(func(it item) bool {
 		err = sw.Add(it.key(), it.val())
 		return err == nil
 	})
-	var size int64
 	if err == nil {
 		size, err = sw.Finish()
 	}
 	if err != nil {
 		_ = w.Abort()
-		return 0, err
+		return 0, 0, err
 	}
 	if err := w.Close(); err != nil && !errors.Is(err, objstore.ErrExists) {
-		return 0, err
+		return 0, 0, err
 	}
-	return size, nil
+	return size, sw.DecodedBytes(), nil
 }
 
 // collect deletes WAL objects at or below seq and snapshots below seq.

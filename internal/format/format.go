@@ -26,7 +26,8 @@ const (
 	// block format (github.com/klauspost/compress/s2), and its length and
 	// CRC are those of the compressed bytes. Written since November 27,
 	// 2026; a batch that compression would not shrink is still written
-	// in Version 1.
+	// in Version 1. A snapshot in this version has every frame's body so
+	// compressed (see snapshot.go).
 	VersionCompressed byte = 2
 
 	headerLen      = 8
@@ -67,7 +68,7 @@ func checkHeader(h []byte, kind byte) error {
 	if h[4] != kind {
 		return corrupt("object kind %q, want %q", h[4], kind)
 	}
-	if h[5] != Version && (kind != KindWAL || h[5] != VersionCompressed) {
+	if h[5] != Version && (kind == KindOwner || h[5] != VersionCompressed) {
 		return corrupt("unsupported format version %d", h[5])
 	}
 	if h[6] != 0 || h[7] != 0 {

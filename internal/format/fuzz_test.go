@@ -51,6 +51,7 @@ func FuzzDecodeOwner(f *testing.F) {
 
 func FuzzReadSnapshot(f *testing.F) {
 	f.Add(encodeSnapshot(f, 3, 4))
+	f.Add(encodeSnapshotV1(3, 4))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var keys []string
 		_, err := ReadSnapshot(bytes.NewReader(data), func(k string, v []byte) error {
