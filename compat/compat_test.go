@@ -43,6 +43,7 @@ var wantFixtures = []string{
 	"v8-run-memory",
 	"v9-step-queue",
 	"v10-child-runs",
+	"v11-compressed-wal",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.
