@@ -110,9 +110,6 @@ func TestSaturateFileTempDir(t *testing.T) {
 	if w.WALBatches <= 0 || w.WAL < w.WALBatches || math.Abs(w.WAL+w.Prealloc+w.Snapshot-w.Total) > 1e-6*w.Total {
 		t.Errorf("written per transition %+v: want WAL >= its batches > 0, and the shares summing to the total", w)
 	}
-	if res.Throughput.CPUPerTransitionUS <= 0 {
-		t.Errorf("CPU per transition %v", res.Throughput.CPUPerTransitionUS)
-	}
 	if got := res.Throughput.RunLatency.P50MS; got < 2 {
 		t.Errorf("run latency p50 %vms below 2 steps x 1ms", got)
 	}

@@ -469,7 +469,7 @@ func merge(res *Throughput, cl *Cluster, cfg Config, nonce string, members []*pr
 	out.cpu = memberCPU + wl.CPU
 	out.fill(res, tr, cfg)
 	res.Storage, res.Engine = wl.Storage, wl.Engine
-	res.perTransition()
+	res.PerTransition = res.Storage.per(float64(res.Transitions))
 	if res.Transitions > 0 {
 		cl.CallsPerTransition = float64(cl.Calls) / float64(res.Transitions)
 	}

@@ -490,5 +490,5 @@ func (out driveOut) fill(res *Throughput, tr *tracker, cfg Config) {
 	res.HookLatency = summarize(hook)
 	res.RunOverheadPerStep = summarize(overhead)
 	res.Storage, res.Engine = delta(out.after, out.before)
-	res.perTransition()
+	res.PerTransition = res.Storage.per(float64(res.Transitions))
 }

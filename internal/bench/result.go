@@ -170,23 +170,20 @@ type Written struct {
 	Snapshot float64 `json:"snapshot"`
 }
 
-// perTransition fills t's per-transition figures from its Storage and
-// Engine.
-func (t *Throughput) perTransition() {
+// written returns t's Written, from its Storage and Engine.
+func (t *Throughput) written() Written {
 	n := float64(t.Transitions)
-	t.PerTransition = t.Storage.per(n)
 	if n <= 0 {
-		return
+		return Written{}
 	}
 	e := t.Engine
-	t.Written = Written{
+	return Written{
 		Total:      float64(t.Storage.BytesWritten) / n,
 		WAL:        (float64(t.Storage.BytesWritten) - float64(e.PreallocBytes) - float64(e.SnapshotBytes)) / n,
 		WALBatches: float64(e.WALBytes) / n,
 		Prealloc:   float64(e.PreallocBytes) / n,
 		Snapshot:   float64(e.SnapshotBytes) / n,
 	}
-	t.CPUPerTransitionUS = t.CPUSeconds * 1e6 / n
 }
 
 func delta(after, before queue.StorageStats) (Requests, Engine) {
@@ -262,8 +259,6 @@ type Throughput struct {
 	// CPUCores is CPUSeconds / ElapsedS: how many cores were busy on
 	// average.
 	CPUCores float64 `json:"cpu_cores"`
-	// CPUPerTransitionUS is CPUSeconds / Transitions, in microseconds.
-	CPUPerTransitionUS float64 `json:"cpu_per_transition_us"`
 }
 
 // Recovery is the result of recovery.
@@ -363,7 +358,7 @@ func (r Result) WriteTable(w io.Writer) error {
 		row("WAL", "%d batches (%d in segments), %d txns (%.1f per batch), %s, %d snapshots, write %s mean",
 			t.Engine.WALBatches, t.Engine.WALSegmentBatches, t.Engine.Transactions, t.Engine.TxnsPerWALObject,
 			fmtBytes(float64(t.Engine.WALBytes)), t.Engine.Snapshots, fmtMS(t.Engine.WALWriteMeanMS))
-		row("CPU", "%.2fs (%.2f cores busy, %.1f us per transition)", t.CPUSeconds, t.CPUCores, t.CPUPerTransitionUS)
+		row("CPU", "%.2fs (%.2f cores busy)", t.CPUSeconds, t.CPUCores)
 	}
 	if c := r.Cluster; c != nil {
 		c.writeRows(row)
