@@ -43,7 +43,8 @@ var wantFixtures = []string{
 	"v8-run-memory",
 	"v9-step-queue",
 	"v10-child-runs",
-	"v11-compressed-wal",
+	"v11-run-history",
+	"v12-compressed-wal",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.
@@ -203,6 +204,15 @@ func checkFixture(t *testing.T, src string) {
 		if st, err := rt2.Status(ctx, id); err != nil || st.State != runtime.StateSucceeded {
 			t.Errorf("run %s after reopen: %+v, %v", id, st, err)
 		}
+	}
+	// A run of the fixture that today's code finished has a history: its
+	// submission (from the record, whatever wrote it) and the attempt
+	// today's code settled.
+	h, err := rt2.History(ctx, "large")
+	if err != nil || len(h) < 2 || h[0].Kind != runtime.HistorySubmitted || !slices.ContainsFunc(h, func(e runtime.HistoryEntry) bool {
+		return e.Kind == runtime.HistorySucceed
+	}) {
+		t.Errorf("history of run large after today's Run: %+v, %v", h, err)
 	}
 }
 

@@ -107,6 +107,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			if h := testHookServe.Load(); h != nil {
 				(*h)(rpcCommit, &req)
 			}
+			l.eng.SetLinger(false) // members batch their own calls
 			o := req.Opts.apply(l.opts, req.Member)
 			if !req.Dispatch {
 				for _, ops := range req.Txns {

@@ -33,7 +33,14 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants []claimWant) ([]TxnResult, []error, []claimOutcome) {
 	res, errs := make([]TxnResult, len(txns)), make([]error, len(txns))
 	cs, waits := make([]*commitState, len(txns)), make([]func(context.Context) error, len(txns))
+	// The transactions and claims go into one WAL write (see
+	// engine.Hold), unless one uploads a blob first: the hold ends there.
+	release := l.eng.Hold()
+	defer func() { release() }()
 	for i, ops := range txns {
+		if l.stagesBlob(ops) {
+			release()
+		}
 		cs[i], waits[i], errs[i] = l.apply(ctx, ops, o)
 	}
 	claims := make([]claimOutcome, len(wants))
@@ -49,6 +56,7 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 		}
 		states[i], claims[i].err = l.claimApply(ctx, w.Queue, w.N, o, nil, &used)
 	}
+	release()
 	for i, c := range cs {
 		if errs[i] == nil {
 			res[i], errs[i] = l.await(ctx, c, waits[i])
@@ -60,6 +68,20 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 		}
 	}
 	return res, errs, claims
+}
+
+// stagesBlob reports whether committing ops uploads a value as a blob
+// first (see stageValues).
+func (l *local) stagesBlob(ops []txnOp) bool {
+	for i := range ops {
+		switch op := &ops[i]; op.Kind {
+		case opPut, opCompareAndPut, opEnqueue:
+			if len(op.Value) > l.opts.largeValue { // an inline payload is smaller
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // claimOutcome is the outcome of one claim of commitAll.

@@ -131,7 +131,9 @@
 // with a *TooLargeError and changes nothing. A job's history keeps its
 // last 16 failed attempts (Job.History), each with its error text: the
 // cause of a Nack, the reason of a DeadLetter, or the queue's own ("lease
-// expired", "worker stopped without settling"). Each text is kept up to
+// expired", "worker stopped without settling": constants of
+// internal/queuex, by which the runtime's run history tells an attempt
+// that no worker settled). Each text is kept up to
 // 64 KiB, and a dead-letter notice's reason (HeaderDeadReason) up to
 // 1 KiB: a longer one is cut at a UTF-8 character boundary and ends with
 // "... (truncated, N bytes)", N its full size.

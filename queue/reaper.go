@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/queuex"
 )
 
 // reap requeues (or dead-letters, at the attempt limit) every job whose
@@ -50,7 +51,7 @@ func (l *local) reap(ctx context.Context) error {
 				continue
 			}
 			cfg := l.opts.config(rec.Queue)
-			l.retryTx(tx, e.id, rec, cfg, "lease expired", 0, now)
+			l.retryTx(tx, e.id, rec, cfg, queuex.LeaseExpired, 0, now)
 			l.release(e.id, e.token, &ClaimLostError{JobID: e.id})
 		}
 		l.expireRetainedTx(tx, now)
@@ -118,10 +119,10 @@ func (l *local) requeueClaimed(ctx context.Context) error {
 			}
 			// A cancel request stays: the next claim sees it at once.
 			if rec.Attempts >= rec.MaxAttempts {
-				l.deadTx(tx, id, rec, "worker stopped without settling (last attempt)", now)
+				l.deadTx(tx, id, rec, queuex.WorkerStoppedLast, now)
 				continue
 			}
-			rec.addHistory(now, "worker stopped without settling")
+			rec.addHistory(now, queuex.WorkerStopped)
 			rec.State, rec.RunAt, rec.UpdatedAt = statePending, now.UnixNano(), now.UnixNano()
 			tx.Put(jobSpace+id, encodeJob(rec))
 		}

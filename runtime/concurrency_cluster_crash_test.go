@@ -28,7 +28,9 @@ import (
 // concCrashLimit) and then concCrashB runs of key B (Limit concCrashB),
 // three steps each, whose steps take a few to a hundred milliseconds and
 // log their start and end (the harness's events log, with wall-clock
-// times: the helpers share a host). Once concCrashKillAt of A's runs
+// times: the helpers share a host). A's runs are on a step queue that only
+// the writer serves (a member serves it from when it becomes the writer).
+// Once concCrashKillAt of A's runs
 // ended and while the writer runs a step, the test SIGKILLs it, checks
 // that the kill interrupted steps it had started and not settled, and a
 // member takes over; the survivor finishes. Then: every run succeeded
@@ -47,6 +49,7 @@ const (
 	concCrashB         = 5
 	concCrashLimit     = 2
 	concCrashKillAt    = 5
+	concCrashQueueA    = "conc-a" // the step queue of A's runs
 )
 
 // concClusterHelper is a helper process of TestConcurrencyCrashCluster.
@@ -114,17 +117,50 @@ func concClusterHelper(url string) int {
 		say("error New: %v", err)
 		return 4
 	}
+	// A's runs go to a step queue of their own, served only by the
+	// writer: a member starts serving it once it is the writer (after the
+	// kill). So the writer runs A's steps until the kill, which must cut
+	// one of them, and the next writer runs the rest: the limit is
+	// checked across the kill of the process that ran A. (Were A's runs
+	// on the shared queue, they would stay in whichever process started
+	// the first two: steps chain in their process, and an ending run
+	// hands its slot on in its own settlement.)
+	rtA, err := runtime.New(q, runner, nil, runtime.WithQueueName(concCrashQueueA),
+		runtime.WithPollInterval(10*time.Millisecond), runtime.WithMaxConcurrentSteps(4))
+	if err != nil {
+		say("error New: %v", err)
+		return 4
+	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	runErr := make(chan error, 1)
+	runErr := make(chan error, 2)
 	go func() { runErr <- rt.Run(runCtx) }()
+	go func() {
+		// The writer for half a second: at start, a process that opened
+		// as the writer may be fenced by another and join it.
+		since := time.Now()
+		for q.Role() != queue.RoleWriter || time.Since(since) < 500*time.Millisecond {
+			if q.Role() != queue.RoleWriter {
+				since = time.Now()
+			}
+			select {
+			case <-runCtx.Done():
+				runErr <- nil
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		runErr <- rtA.Run(runCtx)
+	}()
 	say("ready")
 	{ // Every helper submits every run, in order: the first Submit of a
-		// run commits it, and its step 0 starts in that helper (where a
-		// slot is free), so the writer runs steps too.
+		// run commits it (B's step 0 starts in that helper, where a slot
+		// is free).
 		specs := make([]runtime.RunSpec, 0, concCrashA+concCrashB)
 		for i := range concCrashA {
-			specs = append(specs, keyed("A", concCrashLimit, i))
+			spec := keyed("A", concCrashLimit, i)
+			spec.Queue = concCrashQueueA
+			specs = append(specs, spec)
 		}
 		for i := range concCrashB {
 			specs = append(specs, keyed("B", concCrashB, i))
@@ -159,15 +195,17 @@ func concClusterHelper(url string) int {
 	case <-quit:
 	}
 	stopRun()
-	select {
-	case err := <-runErr:
-		if err != nil {
-			say("error Run: %v", err)
+	for range 2 {
+		select {
+		case err := <-runErr:
+			if err != nil {
+				say("error Run: %v", err)
+				return 7
+			}
+		case <-time.After(clusterDeadline):
+			say("error Run did not return")
 			return 7
 		}
-	case <-time.After(clusterDeadline):
-		say("error Run did not return")
-		return 7
 	}
 	cctx, cancel := context.WithTimeout(ctx, clusterDeadline)
 	defer cancel()

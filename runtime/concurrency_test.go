@@ -484,14 +484,85 @@ func TestConcurrencyDeadlineInLine(t *testing.T) {
 	checkKeyGone(t, q, "D")
 }
 
-// TestConcurrencyScheduleRefused: a schedule's Spec cannot carry a
-// Concurrency (its record does not keep one): ErrInvalidSchedule.
-func TestConcurrencyScheduleRefused(t *testing.T) {
+// TestConcurrencySchedule: a schedule ticking every second with
+// AllowOverlap whose runs take longer than a tick, under
+// Concurrency{Key, Limit 1} ("at most one report at a time"): every tick
+// submits its run, one holds the key's slot and the others wait in the
+// key's line (pending, waiting for the key), then start one at a time,
+// oldest tick first, each when the one before ends.
+func TestConcurrencySchedule(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := openQueue(t, memURL())
+	g := newSlotRunner("tenant-a")
+	rt := newRuntime(t, q, g, nil)
+	spec := runtime.RunSpec{Input: []byte("tenant-a:0"), Concurrency: runtime.Concurrency{Key: "tenant-a", Limit: 1}}
+	if err := rt.SetSchedule(ctx, runtime.Schedule{Name: "report", Every: time.Second, AllowOverlap: true, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustSchedule(t, rt, "report"); st.Spec.Concurrency != spec.Concurrency {
+		t.Errorf("ListSchedules: Spec.Concurrency %+v, want %+v", st.Spec.Concurrency, spec.Concurrency)
+	}
+	startRun(t, rt)
+	var runs []runtime.RunStatus
+	testenv.Eventually(t, waitTimeout, "3 ticks submitted while the first run holds the slot", func() bool {
+		runs = scheduleRuns(t, rt, "report")
+		return len(runs) >= 3
+	})
+	for i, r := range runs[:3] {
+		if i == 0 {
+			continue
+		}
+		st, err := rt.Status(ctx, r.RunID)
+		if want := "waiting for concurrency key tenant-a: 1 of 1"; err != nil || st.State != runtime.StatePending || st.WaitingFor != want {
+			t.Fatalf("tick run %s while %s holds the slot: %v %q, %v; want pending, %q", r.RunID, runs[0].RunID,
+				st.State, st.WaitingFor, err, want)
+		}
+	}
+	for i, r := range runs[:3] {
+		testenv.Eventually(t, waitTimeout, r.RunID+" to start", func() bool { return len(g.startedOf("tenant-a")) == i+1 })
+		for _, later := range runs[i+1 : 3] {
+			if st, err := rt.Status(ctx, later.RunID); err != nil || st.State != runtime.StatePending {
+				t.Fatalf("%s started before %s ended: %v, %v", later.RunID, r.RunID, st.State, err)
+			}
+		}
+		g.open(r.RunID)
+		if st := waitTerminal(t, rt, r.RunID); st.State != runtime.StateSucceeded {
+			t.Fatalf("%s: %v %q", r.RunID, st.State, st.Error)
+		}
+	}
+	if n := g.max("tenant-a"); n != 1 {
+		t.Errorf("%d runs of the schedule held the key at once, want 1", n)
+	}
+	if err := rt.DeleteSchedule(ctx, "report"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range scheduleRuns(t, rt, "report") {
+		if !r.State.Terminal() {
+			g.open(r.RunID)
+			waitTerminal(t, rt, r.RunID)
+		}
+	}
+	checkKeyGone(t, q, "tenant-a")
+}
+
+// TestConcurrencyScheduleInvalid: a schedule's Spec.Concurrency is
+// checked as Submit checks it: ErrInvalidSchedule wrapping
+// ErrInvalidRunSpec, nothing written.
+func TestConcurrencyScheduleInvalid(t *testing.T) {
 	q := openQueue(t, memURL())
 	rt := newRuntime(t, q, nil, nil)
-	err := rt.SetSchedule(context.Background(), runtime.Schedule{Name: "s", Every: time.Hour,
-		Spec: runtime.RunSpec{Concurrency: runtime.Concurrency{Key: "k", Limit: 1}}})
-	if !errors.Is(err, runtime.ErrInvalidSchedule) {
-		t.Fatalf("SetSchedule with a Spec.Concurrency: %v, want ErrInvalidSchedule", err)
+	for _, c := range []runtime.Concurrency{
+		{Key: "k"}, {Limit: 1}, {Key: "k", Limit: -1}, {Key: "a/b", Limit: 1}, {Key: " k", Limit: 1},
+		{Key: strings.Repeat("k", runtime.MaxConcurrencyKeyLen+1), Limit: 1},
+	} {
+		err := rt.SetSchedule(context.Background(), runtime.Schedule{Name: "s", Every: time.Hour,
+			Spec: runtime.RunSpec{Concurrency: c}})
+		if !errors.Is(err, runtime.ErrInvalidSchedule) || !errors.Is(err, runtime.ErrInvalidRunSpec) {
+			t.Errorf("SetSchedule with Spec.Concurrency %+v: %v, want ErrInvalidSchedule and ErrInvalidRunSpec", c, err)
+		}
+	}
+	if all, err := rt.ListSchedules(context.Background()); err != nil || len(all) != 0 {
+		t.Errorf("ListSchedules after bad input = %+v, %v", all, err)
 	}
 }

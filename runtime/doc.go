@@ -216,7 +216,9 @@
 //	by its schedule record          ended (then Skipped+1), submit the run
 //	                                NAME@TICK (TICK: the latest tick passed;
 //	                                its record from absent, index entry and
-//	                                step 0, as Submit; not if it exists);
+//	                                step 0, as Submit, with a Concurrency
+//	                                a slot or the key's line; not if it
+//	                                exists);
 //	                                enqueue the next tick's job; schedule
 //	                                record -> last run, next tick (see
 //	                                Schedules)
@@ -326,9 +328,10 @@
 //   - Children of a Spawn do not inherit the key: they are not counted
 //     (the parent holds its slot while it waits for them).
 //   - A run's Deadline counts while it waits in line: past it, the run
-//     ends Failed there and leaves the line. A Schedule's Spec cannot
-//     carry a Concurrency yet (ErrInvalidSchedule): the schedule's record
-//     does not keep it.
+//     ends Failed there and leaves the line.
+//   - A Schedule's Spec may carry a Concurrency: each tick's run takes a
+//     slot or joins the line in the tick's transaction, as a Submit's
+//     run does (see Schedules).
 //   - A hot key is bounded by its runs' transactions: each run of the key
 //     holds its slot across at least one durable commit (the one that
 //     passes it on), so one key with Limit L ends at most about L runs
@@ -395,6 +398,22 @@
 // while the run of the schedule's last tick that submitted one has not
 // ended (pending, running, waiting, paused, cancelling), as read when the
 // tick fires; AllowOverlap submits it anyway.
+//
+// Concurrency. Spec.Concurrency bounds a schedule's runs as it bounds
+// submitted ones (see Per-key concurrency): the tick's transaction
+// submits its run with a slot of the key, or, if none is free, with a
+// place at the end of the key's line (no step yet), exactly as Submit
+// does, and the key's state is compare-and-put in that one transaction.
+// "A nightly report per tenant, at most one at a time" is one schedule
+// per tenant with Concurrency{Key: tenant, Limit: 1} and AllowOverlap:
+// a tick whose previous run still runs is not skipped but waits for it,
+// and its run starts when that one ends. Without AllowOverlap such a tick
+// is skipped before it reaches the key (a run waiting in line has not
+// ended). The key is shared with every other run that names it,
+// submitted or scheduled. The record keeps the Concurrency (an appended
+// field group: a schedule without one is written as before). Spec.Deadline
+// stays refused: it is an absolute time, which the runs of later ticks
+// would have passed.
 //
 // ListSchedules reads every schedule record (from any Runtime, client and
 // read-only ones too): the schedule, its next tick, its last run and tick,
@@ -555,9 +574,10 @@
 // number) one more, so entries are numbered in commit order and an
 // attempt whose settlement did not commit (a crash, a lost lease) has
 // none. The queue records such an attempt in its job's history ("lease
-// expired", "worker stopped without settling"); the step's next
-// committed settlement, or the dead letter of its last attempt, adds a
-// lease_lost entry for it first. A run's end reserves the next number
+// expired", "worker stopped without settling": constants of
+// internal/queuex, which the queue writes and History matches); the
+// step's next committed settlement, or the dead letter of its last
+// attempt, adds a lease_lost entry for it first. A run's end reserves the next number
 // for its hook's delivery (the notification job carries it), which the
 // notification's settlement writes without reading the run record.
 //

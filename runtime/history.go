@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/stepwell/stepwell/internal/queuex"
 	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
@@ -276,22 +276,6 @@ func dropHistory(txn *queue.Txn, runID string, seq uint64) {
 	}
 }
 
-// leaseExpired is the error the queue records for an attempt whose lease
-// ran out (its worker died or stalled): its settlement never committed.
-// workerStopped starts the one it records, at Open, for an attempt whose
-// process stopped without settling it.
-const (
-	leaseExpired  = "lease expired"
-	workerStopped = "worker stopped without settling"
-)
-
-// lostAttempt reports whether a job's attempt that failed with errText
-// (queue.Attempt.Error) never settled: the queue, not the runtime,
-// ended it.
-func lostAttempt(errText string) bool {
-	return errText == leaseExpired || strings.HasPrefix(errText, workerStopped)
-}
-
 // stepHistory returns the entry of job's attempt of step n, begun at
 // began; the settlement sets its kind and what the step returned.
 func (rt *Runtime) stepHistory(job *queue.Job, n uint32, began time.Time) *runrec.History {
@@ -320,11 +304,12 @@ func setOutput(h *runrec.History, b []byte) {
 // attemptHistory appends to the history of the run whose record next txn
 // writes the entry h of an attempt of job, after entries for the
 // attempts before it that lost their lease since the last committed
-// settlement: the trailing "lease expired" attempts of the job's queue
-// history. dead says the job is dead and its history's last attempt is
-// h's (the queue recorded it); otherwise the job is claimed for h's
-// attempt and its history ends with the attempt before. job may be nil
-// (none known).
+// settlement: the trailing attempts of the job's queue history that the
+// queue ended (queuex.LostAttempt: "lease expired", "worker stopped
+// without settling"). dead says the job is dead and its history's last
+// attempt is h's (the queue recorded it); otherwise the job is claimed
+// for h's attempt and its history ends with the attempt before. job may
+// be nil (none known).
 func (rt *Runtime) attemptHistory(txn *queue.Txn, next *kvrecord.Run, job *queue.Job, dead bool, h *runrec.History) {
 	if job != nil && (job.Attempt > 1 || dead) {
 		hist, last := job.History, int64(job.Attempt)-1
@@ -332,7 +317,7 @@ func (rt *Runtime) attemptHistory(txn *queue.Txn, next *kvrecord.Run, job *queue
 			hist = hist[:len(hist)-1]
 		}
 		c := 0
-		for c < len(hist) && c < int(last) && lostAttempt(hist[len(hist)-1-c].Error) {
+		for c < len(hist) && c < int(last) && queuex.LostAttempt(hist[len(hist)-1-c].Error) {
 			c++
 		}
 		for i := len(hist) - c; i < len(hist); i++ {

@@ -56,7 +56,9 @@ type Schedule struct {
 	// Spec is the template of each tick's run. Its RunID must be "" (each
 	// run's ID is ScheduleRunID(Name, tick)) and its StartAt and Deadline
 	// zero (a run starts at its tick; one absolute deadline cannot serve
-	// every tick); the rest is checked as Submit checks it.
+	// every tick); the rest is checked as Submit checks it. A
+	// Concurrency makes each tick's run take a slot of its key, or wait in
+	// the key's line, as a Submit's run does (see RunSpec.Concurrency).
 	Spec RunSpec
 	// AllowOverlap lets a tick submit its run while the run of the
 	// previous tick that submitted one has not ended. By default such a
@@ -290,7 +292,8 @@ func (rt *Runtime) scheduleTick(txn *queue.Txn, rec *runrec.Schedule, at time.Ti
 // still names the job, one transaction acks it, submits the run of the
 // latest tick that has passed (the job's own, unless it fires late) unless
 // the previous run has not ended (then the tick is skipped and counted) or
-// that run exists already, enqueues the next tick's job and
+// that run exists already (a run with a Concurrency takes a slot of its
+// key or joins its line, as Submit's), enqueues the next tick's job and
 // compare-and-puts the record. A job that the record no longer names (the
 // schedule was replaced or deleted) is acknowledged and dropped.
 func (rt *Runtime) handleScheduleTick(claimCtx context.Context, job *queue.Job) error {
@@ -311,54 +314,68 @@ func (rt *Runtime) handleScheduleTick(claimCtx context.Context, job *queue.Job) 
 		if err != nil {
 			return err // the lease expires and the tick fires again
 		}
-		tk, err := tickerOf(rec)
-		if err != nil {
-			return rt.q.DeadLetter(ctx, job, fmt.Sprintf("schedule %q: %v", name, err))
-		}
-		now := rt.opts.now()
-		tick := tk.latest(time.Unix(0, rec.NextAt), now)
-		next := *rec
-		next.UpdatedAt = now.UnixNano()
-		txn := new(queue.Txn).Ack(job)
-		skip, err := rt.lastRunActive(ctx, rec)
-		if err != nil {
-			return err
-		}
-		var dispatched string
-		var record []byte
-		if skip {
-			next.Skipped++
-		} else {
-			runID := ScheduleRunID(name, tick)
-			_, _, err := rt.loadRun(ctx, runID)
-			switch {
-			case errors.Is(err, ErrRunNotFound):
-				spec := scheduleSpec(rec)
-				dispatched, record, err = rt.submitOps(ctx, txn, runID, &spec, rec.Queue, runrec.HashInput(spec.Input),
-					job.Headers[HeaderTraceParent], now.UnixNano())
-				if err != nil {
-					return err // the lease expires and the tick fires again
-				}
-			case err != nil:
-				return err
-			} // else submitted already: not twice
-			next.LastRunID, next.LastAt = runID, tick.UnixNano()
-		}
-		rt.scheduleTick(txn, &next, tk.next(tick))
-		txn.CompareAndPut(runrec.ScheduleKey(name), old, runrec.EncodeSchedule(&next))
-		cctx := ctx
-		if dispatched != "" {
-			cctx = handoff.WithDispatched(ctx, dispatched, record) // step 0 starts with the record
-		}
-		_, err = rt.q.Commit(cctx, txn)
-		switch {
-		case errors.Is(err, queue.ErrConditionFailed):
+		again, err := rt.fireTick(ctx, job, rec, old)
+		if again {
 			continue // replaced meanwhile, or the run was submitted: read again
-		case queue.IsClaimLost(err):
-			return nil // the job was cancelled (replaced, deleted) or fires again
 		}
 		return err
 	}
+}
+
+// fireTick settles the tick job of rec (read as old): true if its
+// transaction lost a race on what it read (read again and retry).
+func (rt *Runtime) fireTick(ctx context.Context, job *queue.Job, rec *runrec.Schedule, old []byte) (bool, error) {
+	name := rec.Name
+	if k := rec.ConcKey; k != "" {
+		defer rt.concMu.lock(k)() // as Submit's (see concLocks)
+	}
+	tk, err := tickerOf(rec)
+	if err != nil {
+		return false, rt.q.DeadLetter(ctx, job, fmt.Sprintf("schedule %q: %v", name, err))
+	}
+	now := rt.opts.now()
+	tick := tk.latest(time.Unix(0, rec.NextAt), now)
+	next := *rec
+	next.UpdatedAt = now.UnixNano()
+	txn := new(queue.Txn).Ack(job)
+	skip, err := rt.lastRunActive(ctx, rec)
+	if err != nil {
+		return false, err
+	}
+	var dispatched string
+	var record []byte
+	if skip {
+		next.Skipped++
+	} else {
+		runID := ScheduleRunID(name, tick)
+		_, _, err := rt.loadRun(ctx, runID)
+		switch {
+		case errors.Is(err, ErrRunNotFound):
+			spec := scheduleSpec(rec)
+			dispatched, record, err = rt.submitOps(ctx, txn, runID, &spec, rec.Queue, runrec.HashInput(spec.Input),
+				job.Headers[HeaderTraceParent], now.UnixNano())
+			if err != nil {
+				return false, err // the lease expires and the tick fires again
+			}
+		case err != nil:
+			return false, err
+		} // else submitted already: not twice
+		next.LastRunID, next.LastAt = runID, tick.UnixNano()
+	}
+	rt.scheduleTick(txn, &next, tk.next(tick))
+	txn.CompareAndPut(runrec.ScheduleKey(name), old, runrec.EncodeSchedule(&next))
+	cctx := ctx
+	if dispatched != "" {
+		cctx = handoff.WithDispatched(ctx, dispatched, record) // step 0 starts with the record
+	}
+	_, err = rt.q.Commit(cctx, txn)
+	switch {
+	case errors.Is(err, queue.ErrConditionFailed):
+		return true, nil
+	case queue.IsClaimLost(err):
+		return false, nil // the job was cancelled (replaced, deleted) or fires again
+	}
+	return false, err
 }
 
 // lastRunActive reports whether a tick of rec is to be skipped: overlap is
@@ -419,8 +436,6 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 		return nil, ticker{}, bad("Spec.StartAt is set (each tick's run starts at its tick)")
 	case !spec.Deadline.IsZero():
 		return nil, ticker{}, bad("Spec.Deadline is set (an absolute time: the runs of the ticks after it could not start)")
-	case spec.Concurrency != (Concurrency{}):
-		return nil, ticker{}, bad("Spec.Concurrency is set (a schedule's record does not keep it yet)")
 	}
 	for k := range spec.Headers {
 		if strings.HasPrefix(k, ReservedPrefix) {
@@ -441,6 +456,9 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 	if err := validateSpecPolicy(spec); err != nil {
 		return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec: %w", ErrInvalidSchedule, s.Name, err)
 	}
+	if err := validateConcurrency(spec.Concurrency); err != nil {
+		return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec: %w", ErrInvalidSchedule, s.Name, err)
+	}
 	rec.Queue, rec.SpecQueue = rt.opts.queueName, spec.Queue
 	if spec.Queue != "" {
 		if err := rt.validateStepQueue(spec.Queue); err != nil {
@@ -450,6 +468,7 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 	}
 	rec.Input, rec.Headers, rec.MaxAttempts, rec.Priority = spec.Input, spec.Headers, spec.MaxAttemptsPerStep, spec.Priority
 	rec.StepTimeout = int64(spec.StepTimeout)
+	rec.ConcKey, rec.ConcLimit = spec.Concurrency.Key, uint32(spec.Concurrency.Limit)
 	if p := spec.Retry; p != nil {
 		rec.HasRetry = true
 		rec.RetryMaxAttempts, rec.RetryInitialBackoff, rec.RetryMaxBackoff = p.MaxAttempts, int64(p.InitialBackoff), int64(p.MaxBackoff)
@@ -459,7 +478,7 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 		// A RunSpec field that the record does not carry (one added to
 		// RunSpec later) is refused rather than dropped from the runs.
 		return nil, ticker{}, bad("Spec sets a field that schedules do not carry (they carry Input, Headers, " +
-			"MaxAttemptsPerStep, Priority, StepTimeout, Retry and Queue)")
+			"MaxAttemptsPerStep, Priority, StepTimeout, Retry, Queue and Concurrency)")
 	}
 	return rec, tk, nil
 }
@@ -477,7 +496,8 @@ func sameSpec(a, b RunSpec) bool {
 // scheduleSpec is the RunSpec of a schedule record's runs (without RunID).
 func scheduleSpec(rec *runrec.Schedule) RunSpec {
 	spec := RunSpec{Input: rec.Input, Headers: rec.Headers, MaxAttemptsPerStep: rec.MaxAttempts,
-		Priority: rec.Priority, StepTimeout: time.Duration(rec.StepTimeout), Queue: rec.SpecQueue}
+		Priority: rec.Priority, StepTimeout: time.Duration(rec.StepTimeout), Queue: rec.SpecQueue,
+		Concurrency: Concurrency{Key: rec.ConcKey, Limit: int(rec.ConcLimit)}}
 	if rec.HasRetry {
 		spec.Retry = &steprunner.RetryPolicy{MaxAttempts: rec.RetryMaxAttempts,
 			InitialBackoff: time.Duration(rec.RetryInitialBackoff), MaxBackoff: time.Duration(rec.RetryMaxBackoff),

@@ -37,7 +37,10 @@
 // member's UI has the writer do them. Where the store cannot be written
 // the UI is read-only and says why on every page: Options.ReadOnly, or a
 // store opened read-only (queue.RoleReadOnly: another process writes it
-// and is not in cluster mode).
+// and is not in cluster mode, or `stepwell ui` was not asked to become
+// the writer). A read-only Queue shows the store as of its last
+// queue.Queue.Refresh: the program that serves the handler refreshes it
+// (`stepwell ui` does, at most once a second, as pages are loaded).
 //
 // # Safe by default
 //

@@ -49,7 +49,8 @@
 //	job     JOB_ID               one job: fields, headers, payload preview,
 //	                             attempt history
 //	schedules                    the schedules (runtime.Runtime.ListSchedules):
-//	                             Every or Cron and its zone, step queue,
+//	                             Every or Cron and its zone, the runs'
+//	                             concurrency key, step queue,
 //	                             next tick, last run, ticks skipped
 //	limits                       queue limits (queue.Queue.Limits): per
 //	                             queue, its rate, burst and most jobs
@@ -101,15 +102,21 @@
 //
 // ui serves the web UI (package ui) until interrupted: runs, each run's
 // history as a timeline, queues and dead letters, the writer; and the
-// write commands' actions from a browser. It opens the store as the write
-// commands do (a member of a service in cluster mode, else the writer),
-// or read-only, saying why on every page, when a writer it cannot join
-// holds the store (or with --read-only). It listens on 127.0.0.1:8080;
-// another --listen needs --auth-token (or $STEPWELL_UI_AUTH_TOKEN),
-// --basic-auth USER:PASS or --insecure-no-auth.
+// write commands' actions from a browser. By default it never becomes the
+// store's writer, so it never keeps a service from opening the store:
+// while a service runs the store in cluster mode it joins it as a member
+// (its actions go to that writer); otherwise (no process writes the
+// store, or its writer is not in cluster mode or does not answer) it
+// opens the store read-only, brings it up to date as pages load, and says
+// on every page why actions are off and how to turn them on. With --write
+// and no process writing the store it becomes the writer, in cluster
+// mode (a service started later must use queue.WithCluster, and joins
+// it); --read-only opens the store read-only whatever runs. It listens on
+// 127.0.0.1:8080; another --listen needs --auth-token (or
+// $STEPWELL_UI_AUTH_TOKEN), --basic-auth USER:PASS or --insecure-no-auth.
 //
 //	ui      [--listen ADDR] [--auth-token T | --basic-auth U:P | --insecure-no-auth]
-//	        [--read-only] [--base-path P]
+//	        [--write | --read-only] [--base-path P]
 //
 // bench runs a synthetic workload through a real Runtime and reports what
 // it achieved and cost (see "stepwell help bench" and docs/BENCHMARKS.md);

@@ -85,11 +85,12 @@ Measure (a store or prefix of its own; without --store, a new mem:// store):
                                     recovery, idle)
 
 Web UI:
-  ui      [--listen ADDR] [--auth-token T | --basic-auth U:P]
+  ui      [--listen ADDR] [--auth-token T | --basic-auth U:P] [--write]
                                     serve the web UI of the store (runs, their
                                     history, queues, dead letters, the writer;
                                     cancel, retry, signal...); 127.0.0.1:8080
-                                    by default
+                                    by default; read-only unless a service in
+                                    cluster mode runs (it joins it), or --write
 
   help    [COMMAND]                 this text, or a command's flags
 

@@ -36,6 +36,10 @@ type scheduleJSON struct {
 	// Skipped counts the ticks skipped because the previous run had not
 	// ended.
 	Skipped uint64 `json:"skipped"`
+	// ConcurrencyKey and ConcurrencyLimit are the runs' per-key
+	// concurrency (RunSpec.Concurrency); "" and 0 for none.
+	ConcurrencyKey   string `json:"concurrency_key"`
+	ConcurrencyLimit int    `json:"concurrency_limit"`
 }
 
 type schedulesJSON struct {
@@ -54,8 +58,9 @@ func schedulesCommand() *command {
 		name:     "schedules",
 		synopsis: "[delete NAME [--wait D] [--takeover]]",
 		help: `Without arguments, lists the store's schedules (runtime.Runtime.ListSchedules):
-name, Every or Cron (with its time zone), step queue, next tick, last run and
-ticks skipped because the previous run had not ended. It opens the store
+name, Every or Cron (with its time zone, whether runs may overlap, and the
+runs' concurrency key and limit), step queue, next tick, last run and ticks
+skipped because the previous run had not ended. It opens the store
 read-only.
 
 "schedules delete NAME" deletes the schedule NAME and its tick job
@@ -101,7 +106,8 @@ func listSchedules(ctx context.Context, c *cli) (err error) {
 	for _, s := range all {
 		j := scheduleJSON{Name: s.Name, Cron: s.Cron, Location: "UTC", AllowOverlap: s.AllowOverlap, Queue: s.Queue,
 			Input: textOf(s.Spec.Input), InputSize: len(s.Spec.Input), Headers: headersJSON(s.Spec.Headers),
-			NextAt: jsonTime(s.NextAt), LastRunID: s.LastRunID, LastAt: jsonTime(s.LastAt), Skipped: s.Skipped}
+			NextAt: jsonTime(s.NextAt), LastRunID: s.LastRunID, LastAt: jsonTime(s.LastAt), Skipped: s.Skipped,
+			ConcurrencyKey: s.Spec.Concurrency.Key, ConcurrencyLimit: s.Spec.Concurrency.Limit}
 		if s.Every > 0 {
 			j.Every = s.Every.String()
 		}
@@ -122,6 +128,9 @@ func listSchedules(ctx context.Context, c *cli) (err error) {
 		}
 		if s.AllowOverlap {
 			ticks += " (overlap)"
+		}
+		if s.ConcurrencyKey != "" {
+			ticks += fmt.Sprintf(" (key %s, limit %d)", s.ConcurrencyKey, s.ConcurrencyLimit)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", s.Name, ticks, s.Queue, textTime(deref(s.NextAt)), orDash(s.LastRunID), s.Skipped)
 	}

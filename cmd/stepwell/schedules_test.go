@@ -31,7 +31,8 @@ func TestSchedules(t *testing.T) {
 	}
 	for _, s := range []runtime.Schedule{
 		{Name: "hourly", Every: time.Hour, Spec: runtime.RunSpec{Input: []byte("ping"), Headers: map[string]string{"k": "v"}}},
-		{Name: "nightly", Cron: "0 3 * * *", Location: paris, AllowOverlap: true, Spec: runtime.RunSpec{Queue: "batch"}},
+		{Name: "nightly", Cron: "0 3 * * *", Location: paris, AllowOverlap: true, Spec: runtime.RunSpec{Queue: "batch",
+			Concurrency: runtime.Concurrency{Key: "tenant-a", Limit: 1}}},
 	} {
 		if err := rt.SetSchedule(ctx, s); err != nil {
 			t.Fatal(err)
@@ -49,15 +50,17 @@ func TestSchedules(t *testing.T) {
 	h, n := list.Schedules[0], list.Schedules[1]
 	if h.Name != "hourly" || h.Every != "1h0m0s" || h.Cron != "" || h.Location != "UTC" || h.Queue != "workflow-steps" ||
 		h.Input == nil || *h.Input != "ping" || h.InputSize != 4 || h.Headers["k"] != "v" || h.NextAt == nil ||
-		!h.NextAt.Equal(h.NextAt.Truncate(time.Hour)) || h.LastRunID != "" || h.LastAt != nil || h.Skipped != 0 || h.AllowOverlap {
+		!h.NextAt.Equal(h.NextAt.Truncate(time.Hour)) || h.LastRunID != "" || h.LastAt != nil || h.Skipped != 0 || h.AllowOverlap ||
+		h.ConcurrencyKey != "" || h.ConcurrencyLimit != 0 {
 		t.Errorf("hourly = %+v", h)
 	}
 	if n.Name != "nightly" || n.Every != "" || n.Cron != "0 3 * * *" || n.Location != "Europe/Paris" || n.Queue != "batch" ||
-		!n.AllowOverlap || n.NextAt == nil || n.NextAt.In(paris).Format("15:04") != "03:00" {
+		!n.AllowOverlap || n.NextAt == nil || n.NextAt.In(paris).Format("15:04") != "03:00" ||
+		n.ConcurrencyKey != "tenant-a" || n.ConcurrencyLimit != 1 {
 		t.Errorf("nightly = %+v", n)
 	}
 	out := f.ok(t, "schedules")
-	for _, want := range []string{"NAME", "hourly", "every 1h0m0s", "nightly", `"0 3 * * *" Europe/Paris (overlap)`, "batch"} {
+	for _, want := range []string{"NAME", "hourly", "every 1h0m0s", "nightly", `"0 3 * * *" Europe/Paris (overlap) (key tenant-a, limit 1)`, "batch"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("schedules output lacks %q:\n%s", want, out)
 		}

@@ -9,8 +9,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/objstore"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/ui"
 )
@@ -22,23 +25,31 @@ const uiTokenEnv = "STEPWELL_UI_AUTH_TOKEN"
 func uiCommand() *command {
 	var w writeFlags
 	var listen, token, basic, basePath, title string
-	var insecure, readOnly bool
+	var insecure, readOnly, write bool
 	return &command{
 		name:     "ui",
-		synopsis: "[--listen ADDR] [--auth-token T | --basic-auth USER:PASS | --insecure-no-auth] [--read-only]",
+		synopsis: "[--listen ADDR] [--auth-token T | --basic-auth USER:PASS | --insecure-no-auth] [--write | --read-only]",
 		help: `Serves the web UI (package ui) of the store until interrupted: runs, one run
 with its history, queues with their dead letters, the store's writer, and the
 actions (cancel, retry, pause, resume, signal, requeue).
 
-The store is opened as the write commands open it: while a service runs the
-store in cluster mode, the UI joins it as a member and the service's writer
-takes its actions; with no process on the store, the UI becomes its writer
-(in cluster mode: a service started later joins it). When a writer holds the
-store that the UI cannot join (not in cluster mode, or not answering within
---wait), or with --read-only, the UI opens it read-only and says why on every
-page: it shows everything and takes no action. While the UI is the writer, a
-service that is NOT in cluster mode cannot open the store: start the UI after
-the service, or with --read-only.
+By default the UI never becomes the store's writer, so it never stands in the
+way of a service that opens the store:
+
+  - while a service runs the store in cluster mode (queue.WithCluster), the
+    UI joins it as a member and the service's writer takes its actions;
+  - otherwise (no process writes the store, or its writer is not in cluster
+    mode, or does not answer within --wait) the UI opens the store read-only:
+    it shows everything, brings it up to date as pages are loaded, takes no
+    action, and says on every page why and how to enable actions. A service
+    started later opens the store as usual (restart the UI to join it in
+    cluster mode).
+
+With --write, and no process writing the store, the UI becomes its writer, in
+cluster mode: a service started later must open the store with
+queue.WithCluster, and then joins the UI's writer as a member (a service NOT
+in cluster mode cannot open the store until the UI stops). With --read-only
+the UI opens the store read-only whatever runs.
 
 It listens on 127.0.0.1:8080 by default. An address other than loopback
 needs --auth-token (or $` + uiTokenEnv + `), --basic-auth USER:PASS, or
@@ -51,11 +62,14 @@ printed). With a token, open the URL printed at start (it carries
 			fs.StringVar(&token, "auth-token", "", "require this `TOKEN` (Authorization: Bearer, or a cookie set by ?token=)")
 			fs.StringVar(&basic, "basic-auth", "", "require HTTP basic credentials `USER:PASS`")
 			fs.BoolVar(&insecure, "insecure-no-auth", false, "serve a non-loopback --listen without authentication")
-			fs.BoolVar(&readOnly, "read-only", false, "open the store read-only: no actions")
+			fs.BoolVar(&readOnly, "read-only", false, "open the store read-only: no actions, even while a writer in cluster mode runs")
+			fs.BoolVar(&write, "write", false,
+				"become the store's writer (in cluster mode) when no process writes it, to take actions; by default the UI\n"+
+					"then opens the store read-only, so that a service can open it")
 			fs.StringVar(&basePath, "base-path", "", "serve under this `PATH` prefix (behind a proxy), e.g. /stepwell")
 			fs.StringVar(&title, "title", "", "the UI's `TITLE` (default Stepwell)")
 			fs.StringVar(&w.listen, "cluster-listen", "127.0.0.1:0",
-				"`ADDR` to serve cluster members on while the UI is the store's writer (queue.ClusterConfig.Listen)")
+				"`ADDR` to serve cluster members on while the UI is the store's writer (--write; queue.ClusterConfig.Listen)")
 			fs.DurationVar(&w.wait, "wait", defaultWait, "how long (duration `D`) to look for the writer of a store in cluster mode")
 			fs.StringVar(&w.tlsCA, "tls-ca", "", "cluster TLS: CA certificates, PEM `FILE` (see 'stepwell help cancel')")
 			fs.StringVar(&w.tlsCert, "tls-cert", "", "cluster TLS: this process's certificate, PEM `FILE`")
@@ -76,10 +90,13 @@ printed). With a token, open the URL printed at start (it carries
 			if insecure {
 				fmt.Fprintf(c.stderr, "stepwell ui: WARNING: --insecure-no-auth: anyone who reaches %s can see every run and cancel, retry or signal it\n", listen)
 			}
+			if write && readOnly {
+				return usageError("--write and --read-only are exclusive")
+			}
 			if opts.StoreURL, err = c.storeURL(); err != nil {
 				return err
 			}
-			q, why, err := c.openUI(ctx, w, readOnly)
+			q, why, err := c.openUI(ctx, w, readOnly, write)
 			if err != nil {
 				return err
 			}
@@ -95,6 +112,9 @@ printed). With a token, open the URL printed at start (it carries
 			h, err := ui.New(rt, opts)
 			if err != nil {
 				return usageError("%v", err)
+			}
+			if q.Role() == queue.RoleReadOnly {
+				h = &refreshing{h: h, q: q, every: uiRefreshEvery, log: opts.Logger}
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -169,14 +189,47 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// openUI opens the store for the UI: as a write command does (a member of
-// a writer in cluster mode, or the writer), else read-only with why.
-func (c *cli) openUI(ctx context.Context, w writeFlags, readOnly bool) (*queue.Queue, string, error) {
+// Why a UI is read-only, on every page (ui.Options.ReadOnlyReason).
+const (
+	uiNoWriter = "no writer in cluster mode runs on this store, and the UI does not become one by default " +
+		"(it would keep a service that is not in cluster mode from opening the store). " +
+		"To act on runs from here: run the service that writes the store with queue.WithCluster and restart the UI " +
+		"(it joins it as a member), or, while no process writes the store, restart the UI with --write " +
+		"(it becomes the writer, in cluster mode: a service must then use queue.WithCluster to join it)"
+	uiCannotJoin = "another process writes the store and this UI cannot join it (it is not in cluster mode, or did not answer): " +
+		"open the store with queue.WithCluster in that process, then restart the UI, to act on runs from here"
+)
+
+// openUI opens the store for the UI and says why it is read-only ("": it
+// is not). By default it joins a writer in cluster mode as a member, and
+// opens the store read-only otherwise; with write, it opens it as a write
+// command does (a member, or the writer in cluster mode), read-only if a
+// writer holds it that it cannot join.
+func (c *cli) openUI(ctx context.Context, w writeFlags, readOnly, write bool) (*queue.Queue, string, error) {
 	if readOnly {
 		q, err := c.openRead(ctx)
 		return q, "started with --read-only", err
 	}
+	if !write {
+		raw, err := c.storeURL()
+		if err != nil {
+			return nil, "", err
+		}
+		if !clusterWriterNamed(ctx, raw) {
+			q, err := c.openRead(ctx)
+			return q, uiNoWriter, err
+		}
+	}
 	q, err := c.openWrite(ctx, w)
+	if err == nil && !write && q.Role() == queue.RoleWriter {
+		// The writer the store named had stopped, and this took its
+		// place: give it up at once.
+		if err := q.Close(ctx); err != nil {
+			return nil, "", fmt.Errorf("closing the store after taking a stopped writer's place: %w", err)
+		}
+		q, err = c.openRead(ctx)
+		return q, uiNoWriter, err
+	}
 	if err == nil {
 		return q, "", nil
 	}
@@ -188,6 +241,49 @@ func (c *cli) openUI(ctx context.Context, w writeFlags, readOnly bool) (*queue.Q
 	if rerr != nil {
 		return nil, "", rerr
 	}
-	return q, "another process writes the store and this UI cannot join it (it is not in cluster mode, or did not answer): " +
-		"open the store with queue.WithCluster in that process to act on runs from here", nil
+	return q, uiCannotJoin, nil
+}
+
+// clusterWriterNamed reports whether the store at raw names a writer in
+// cluster mode that has not closed it (its owner object): one runs, or
+// ran and stopped without closing.
+func clusterWriterNamed(ctx context.Context, raw string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := objstore.Open(ctx, raw)
+	if err != nil {
+		return false
+	}
+	defer b.Close()
+	own, err := engine.ReadOwner(ctx, b)
+	return err == nil && own != nil && !own.Closed && own.Addr != ""
+}
+
+// uiRefreshEvery is how often at most a read-only UI brings the store up
+// to date (queue.Queue.Refresh), when pages are loaded.
+const uiRefreshEvery = time.Second
+
+// refreshing serves h after bringing q, opened read-only, up to date with
+// what its writer committed, at most every every: pages and their live
+// parts show new runs, and an idle UI reads nothing.
+type refreshing struct {
+	h     http.Handler
+	q     *queue.Queue
+	every time.Duration
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	last time.Time // guarded by mu
+}
+
+func (r *refreshing) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	if time.Since(r.last) >= r.every {
+		if err := r.q.Refresh(req.Context()); err != nil && req.Context().Err() == nil {
+			r.log.Warn("stepwell ui: bringing the store up to date", "err", err)
+		}
+		r.last = time.Now()
+	}
+	r.mu.Unlock()
+	r.h.ServeHTTP(w, req)
 }

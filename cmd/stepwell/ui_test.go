@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stepwell/stepwell/internal/testenv"
+	"github.com/stepwell/stepwell/queue"
+	"github.com/stepwell/stepwell/runtime"
 )
 
 func TestUIRefusesOpenListenWithoutAuth(t *testing.T) {
@@ -95,12 +98,12 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestUIServes runs `stepwell ui` with a token on a store no process has
-// open: it becomes the writer, asks for the token, and shows the runs.
-// Interrupted, it exits 0 and closes the store.
+// TestUIServes runs `stepwell ui --write` with a token on a store no
+// process has open: it becomes the writer, asks for the token, and shows
+// the runs. Interrupted, it exits 0 and closes the store.
 func TestUIServes(t *testing.T) {
 	f := newFixture(t)
-	p := startUI(t, "--store", f.url, "--auth-token", "0123456789abcdef-token")
+	p := startUI(t, "--store", f.url, "--auth-token", "0123456789abcdef-token", "--write")
 	if !strings.Contains(p.url, "?token=0123456789abcdef-token") || !strings.Contains(p.url, "127.0.0.1:") {
 		t.Fatalf("printed URL %q", p.url)
 	}
@@ -117,6 +120,9 @@ func TestUIServes(t *testing.T) {
 	if code, body := get(t, c, base+"store"); code != 200 || !strings.Contains(body, "writer") {
 		t.Errorf("store page: %d\n%.2000s", code, body)
 	}
+	if code, body := get(t, c, base+"run?id=order-3"); code != 200 || !strings.Contains(body, `id="cancel"`) {
+		t.Errorf("run page of the writer: %d, no cancel button\n%.3000s", code, body)
+	}
 	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +132,7 @@ func TestUIServes(t *testing.T) {
 }
 
 // TestUIReadOnlyWhileLocked: a writer that is not in cluster mode holds
-// the store; the UI opens it read-only and says why.
+// the store; the UI, even with --write, opens it read-only and says why.
 func TestUIReadOnlyWhileLocked(t *testing.T) {
 	f := newFixture(t)
 	exe, err := os.Executable()
@@ -154,7 +160,7 @@ func TestUIReadOnlyWhileLocked(t *testing.T) {
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("holder: %q %v", line, err)
 	}
-	p := startUI(t, "--store", f.url, "--wait", "5s")
+	p := startUI(t, "--store", f.url, "--wait", "5s", "--write")
 	code, body := get(t, http.DefaultClient, p.url+"run?id=order-3")
 	if code != 200 || !strings.Contains(body, "Read-only: another process writes the store") || strings.Contains(body, `id="cancel"`) {
 		t.Fatalf("UI on a locked store: %d\n%.3000s", code, body)
@@ -212,4 +218,71 @@ func TestUIJoinsCluster(t *testing.T) {
 	}
 	resp.Body.Close()
 	s.expect(t, "stopped slow-2")
+}
+
+// TestUIReadOnlyByDefault: on a store that no process writes, `stepwell
+// ui` opens it read-only (it does not become the writer), says on every
+// page why and how to enable actions (--write), and a service that opens
+// the store NOT in cluster mode, while the UI runs, opens it and submits
+// a run, which the UI shows (it brings the store up to date).
+func TestUIReadOnlyByDefault(t *testing.T) {
+	f := newFixture(t)
+	p := startUI(t, "--store", f.url)
+	for _, page := range []string{"runs", "run?id=order-3", "queues", "store"} {
+		code, body := get(t, http.DefaultClient, p.url+page)
+		if code != 200 || !strings.Contains(body, "Read-only: no writer in cluster mode runs on this store") ||
+			!strings.Contains(body, "--write") || strings.Contains(body, `id="cancel"`) {
+			t.Fatalf("%s: %d\n%.3000s", page, code, body)
+		}
+	}
+	if !strings.Contains(p.stderr.String(), "read-only") {
+		t.Errorf("stderr does not say read-only: %s", p.stderr)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, f.url) // a service, not in cluster mode
+	if err != nil {
+		t.Fatalf("a service opening the store while the UI runs: %v", err)
+	}
+	rt, err := runtime.New(q, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: "order-9", Input: []byte("order nine")}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the UI to show order-9", func() bool {
+		_, body := get(t, http.DefaultClient, p.url+"run?id=order-9")
+		return strings.Contains(body, `id="run-state">pending<`)
+	})
+	if err := q.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUIAfterClusterWriterKilled: the store names a writer in cluster
+// mode, SIGKILLed while it ran a step. `stepwell ui` tries to join it,
+// takes its place as a write command would, gives it up at once and
+// opens the store read-only: a service NOT in cluster mode opens the
+// store while the UI runs.
+func TestUIAfterClusterWriterKilled(t *testing.T) {
+	f := newClusterFixture(t, "file://"+t.TempDir())
+	s := startService(t, f.url, "")
+	s.expect(t, "running slow-1")
+	s.kill(t)
+	p := startUI(t, "--store", f.url, "--wait", "10s")
+	code, body := get(t, http.DefaultClient, p.url+"run?id=slow-1")
+	if code != 200 || !strings.Contains(body, "Read-only: no writer in cluster mode runs on this store") ||
+		strings.Contains(body, `id="cancel"`) {
+		t.Fatalf("UI after the cluster writer was killed: %d\n%.3000s", code, body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, f.url)
+	if err != nil {
+		t.Fatalf("a service opening the store while the UI runs: %v", err)
+	}
+	if err := q.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

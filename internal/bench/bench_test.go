@@ -127,6 +127,13 @@ func TestSteady(t *testing.T) {
 	if tp.OfferedRunsPerS != 100 {
 		t.Errorf("offered %v", tp.OfferedRunsPerS)
 	}
+	// Each run is 3 commits: its submit and 2 settlements.
+	if want := 3 * tp.Engine.WALWriteMeanMS; tp.CommitFloorMS != want || want <= 0 {
+		t.Errorf("commit floor %vms, want %vms (3 WAL writes of %vms)", tp.CommitFloorMS, want, tp.Engine.WALWriteMeanMS)
+	}
+	if tp.CPUPerTransitionUS <= 0 {
+		t.Errorf("CPU per transition %vµs", tp.CPUPerTransitionUS)
+	}
 	// 20 arrivals at 100/s span 190ms.
 	if tp.SubmitElapsedS < 0.18 {
 		t.Errorf("submitting took %vs, want about 0.19s", tp.SubmitElapsedS)

@@ -32,6 +32,11 @@ type Cluster struct {
 	// and of all members over the load, divided by the elapsed time.
 	WriterCPUCores  float64 `json:"writer_cpu_cores"`
 	MembersCPUCores float64 `json:"members_cpu_cores"`
+	// WriterCPUPerTransitionUS and MembersCPUPerTransitionUS are the
+	// same CPU times divided by the transitions, in microseconds; their
+	// sum is Throughput.CPUPerTransitionUS.
+	WriterCPUPerTransitionUS  float64 `json:"writer_cpu_us_per_transition"`
+	MembersCPUPerTransitionUS float64 `json:"members_cpu_us_per_transition"`
 	// Peak heap and RSS of the writer, and the largest of a member.
 	WriterPeakHeapBytes uint64 `json:"writer_peak_heap_bytes"`
 	WriterPeakRSSBytes  uint64 `json:"writer_peak_rss_bytes"`
@@ -68,7 +73,8 @@ type Switch struct {
 func (c *Cluster) writeRows(row func(k, format string, args ...any)) {
 	row("cluster", "1 writer (runs no steps) + %d members (each a Runtime with the configured concurrency)", c.Members)
 	row("calls to the writer", "%d (%.3f per transition)", c.Calls, c.CallsPerTransition)
-	row("CPU by role", "writer %.2f cores, members %.2f cores", c.WriterCPUCores, c.MembersCPUCores)
+	row("CPU by role", "writer %.2f cores (%.1fµs per transition), members %.2f cores (%.1fµs)",
+		c.WriterCPUCores, c.WriterCPUPerTransitionUS, c.MembersCPUCores, c.MembersCPUPerTransitionUS)
 	row("peak RSS by role", "writer %s, largest member %s", fmtBytes(float64(c.WriterPeakRSSBytes)), fmtBytes(float64(c.MemberPeakRSSBytes)))
 	sw := func(k string, s *Switch) {
 		if s == nil {
@@ -470,8 +476,11 @@ func merge(res *Throughput, cl *Cluster, cfg Config, nonce string, members []*pr
 	out.fill(res, tr, cfg)
 	res.Storage, res.Engine = wl.Storage, wl.Engine
 	res.PerTransition = res.Storage.per(float64(res.Transitions))
+	res.derive()
 	if res.Transitions > 0 {
 		cl.CallsPerTransition = float64(cl.Calls) / float64(res.Transitions)
+		cl.WriterCPUPerTransitionUS = wl.CPU / float64(res.Transitions) * 1e6
+		cl.MembersCPUPerTransitionUS = memberCPU / float64(res.Transitions) * 1e6
 	}
 	if res.ElapsedS > 0 {
 		cl.WriterCPUCores = wl.CPU / res.ElapsedS

@@ -34,7 +34,8 @@ func checkCluster(t *testing.T, res Result, members int, failover bool) {
 	if c.Calls <= 0 || c.CallsPerTransition <= 0 {
 		t.Errorf("calls to the writer: %d (%v per transition)", c.Calls, c.CallsPerTransition)
 	}
-	if c.WriterCPUCores <= 0 || c.MembersCPUCores <= 0 || c.WriterPeakRSSBytes == 0 || c.MemberPeakRSSBytes == 0 {
+	if c.WriterCPUCores <= 0 || c.MembersCPUCores <= 0 || c.WriterPeakRSSBytes == 0 || c.MemberPeakRSSBytes == 0 ||
+		c.WriterCPUPerTransitionUS <= 0 || c.MembersCPUPerTransitionUS <= 0 {
 		t.Errorf("per-role figures: %+v", c)
 	}
 	if !failover {

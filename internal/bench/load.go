@@ -491,4 +491,17 @@ func (out driveOut) fill(res *Throughput, tr *tracker, cfg Config) {
 	res.RunOverheadPerStep = summarize(overhead)
 	res.Storage, res.Engine = delta(out.after, out.before)
 	res.PerTransition = res.Storage.per(float64(res.Transitions))
+	res.derive()
+}
+
+// derive computes the figures made of others: CPU per transition and the
+// commit floor.
+func (res *Throughput) derive() {
+	res.CPUPerTransitionUS, res.CommitFloorMS = 0, 0
+	if res.Transitions > 0 {
+		res.CPUPerTransitionUS = res.CPUSeconds / float64(res.Transitions) * 1e6
+	}
+	if res.OfferedRunsPerS > 0 {
+		res.CommitFloorMS = float64(res.StepsPerRun+1) * res.Engine.WALWriteMeanMS
+	}
 }

@@ -259,6 +259,16 @@ type Throughput struct {
 	// CPUCores is CPUSeconds / ElapsedS: how many cores were busy on
 	// average.
 	CPUCores float64 `json:"cpu_cores"`
+	// CPUPerTransitionUS is CPUSeconds / Transitions, in microseconds:
+	// far less sensitive to a shared machine's load than TransitionsPerS.
+	CPUPerTransitionUS float64 `json:"cpu_us_per_transition"`
+
+	// CommitFloorMS (steady) is what a run alone cannot beat: its steps+1
+	// commits on the way from Submit to the hook (the submit, which claims
+	// step 0; each settlement, which claims what comes next), each waiting
+	// for one WAL write of Engine.WALWriteMeanMS. RunLatency.P50MS -
+	// CommitFloorMS is the rest: CPU, goroutine and process hand-offs.
+	CommitFloorMS float64 `json:"commit_floor_ms,omitempty"`
 }
 
 // Recovery is the result of recovery.
@@ -358,7 +368,10 @@ func (r Result) WriteTable(w io.Writer) error {
 		row("WAL", "%d batches (%d in segments), %d txns (%.1f per batch), %s, %d snapshots, write %s mean",
 			t.Engine.WALBatches, t.Engine.WALSegmentBatches, t.Engine.Transactions, t.Engine.TxnsPerWALObject,
 			fmtBytes(float64(t.Engine.WALBytes)), t.Engine.Snapshots, fmtMS(t.Engine.WALWriteMeanMS))
-		row("CPU", "%.2fs (%.2f cores busy)", t.CPUSeconds, t.CPUCores)
+		row("CPU", "%.2fs (%.2f cores busy, %.1fµs per transition)", t.CPUSeconds, t.CPUCores, t.CPUPerTransitionUS)
+		if t.CommitFloorMS > 0 {
+			row("commit floor", "%s per run (%d WAL writes of %s)", fmtMS(t.CommitFloorMS), t.StepsPerRun+1, fmtMS(t.Engine.WALWriteMeanMS))
+		}
 	}
 	if c := r.Cluster; c != nil {
 		c.writeRows(row)

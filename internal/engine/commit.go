@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
@@ -284,16 +285,18 @@ func (e *Engine) commitLoop() {
 			e.mu.Unlock()
 			return
 		}
-		if e.open.txns == 0 {
-			closing := e.closing
+		if e.open.txns == 0 || e.holds > 0 {
+			// Nothing to write, or a Hold is applying transactions that
+			// are to share the open batch: its release kicks.
+			done := e.closing && e.open.txns == 0
 			e.mu.Unlock()
-			if closing {
+			if done {
 				return
 			}
 			<-e.kick
 			continue
 		}
-		if want := last.txns + last.during; last.txns >= lingerMinTxns && e.open.txns < want && !e.closing {
+		if want := last.txns + last.during; last.txns >= lingerMinTxns && e.open.txns < want && !e.closing && !e.noLinger.Load() {
 			e.lingerLocked(want, last.write/lingerFraction)
 			if e.err != nil {
 				e.mu.Unlock()
@@ -396,6 +399,45 @@ func (e *Engine) prepareSegment() {
 		}()
 	})
 }
+
+// Hold keeps the committer from sealing the open batch until release is
+// called (once; later calls do nothing), so that the transactions applied
+// meanwhile share one WAL write: a cluster writer holds while it applies
+// the transactions of one member's call, which the member waits for
+// together. Without it, the first of them would start a write of its own
+// whenever the committer was idle, and the rest would wait for that write
+// and then for theirs. A hold holds back every committer's batch: release
+// it as soon as the transactions are applied, before waiting for them,
+// and never hold across I/O (a blob's upload).
+func (e *Engine) Hold() (release func()) {
+	e.mu.Lock()
+	e.holds++
+	e.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			e.holds--
+			e.mu.Unlock()
+			e.wake()
+		})
+	}
+}
+
+// SetLinger turns the committer's linger (see lingerLocked) on or off; it
+// is on after Open. A cluster writer turns it off once members call: the
+// cohort a write released is then a member's slots, which come back a
+// round trip later, never within the linger, so each linger only delayed
+// the write (measured: a third of the writer's time went to lingers that
+// ended at their timeout). Members batch their calls themselves.
+func (e *Engine) SetLinger(on bool) {
+	if e.noLinger.Load() == on {
+		e.noLinger.Store(!on)
+	}
+}
+
+// Lingers reports whether the committer's linger is on (see SetLinger).
+func (e *Engine) Lingers() bool { return !e.noLinger.Load() }
 
 // The committer waits for a batch to fill (see lingerLocked) only when the
 // previous batch held at least lingerMinTxns transactions and the open one

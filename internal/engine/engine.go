@@ -195,6 +195,7 @@ type Engine struct {
 	bgCtx    context.Context
 	bgStop   context.CancelFunc
 	kick     chan struct{} // wakes the committer; buffered 1
+	noLinger atomic.Bool   // the committer's linger is off (SetLinger)
 	bg       sync.WaitGroup
 	loopWG   sync.WaitGroup // the committer alone
 	swept    chan struct{}  // closed when the sweep at Open ends
@@ -216,6 +217,7 @@ type Engine struct {
 	durable    uint64 // highest sequence known durable
 	err        error  // terminal: set once, fails every later call
 	closing    bool
+	holds      int // Holds not yet released: the committer seals no batch
 	snapActive bool
 	walBytes   int64 // WAL bytes since the last snapshot's sequence
 	walObjects int

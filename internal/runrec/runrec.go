@@ -73,7 +73,7 @@
 // hold them to it. DO NOT reorder or remove fields.
 //
 //	Parked    shape 1: 7 fields
-//	Schedule  shape 1: 25 fields
+//	Schedule  shape 1: 25 fields; 27 with the per-key concurrency fields
 package runrec
 
 import (

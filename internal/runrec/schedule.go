@@ -27,8 +27,13 @@ const SchedulePrefix = "workflow/schedules/"
 // ScheduleKey returns the key of the schedule name's record.
 func ScheduleKey(name string) []byte { return []byte(SchedulePrefix + name) }
 
-// scheduleFields is the field count of a Schedule (shape 1).
-const scheduleFields = 25
+// Field counts of a Schedule: scheduleFields with the per-key concurrency
+// fields, scheduleFieldsV1 (shape 1) without them, as a schedule whose
+// Spec has no Concurrency is written (see EncodeSchedule).
+const (
+	scheduleFields   = 27
+	scheduleFieldsV1 = 25
+)
 
 // Schedule is a schedule's record. The Spec fields are the template of
 // each tick's run (runtime.RunSpec without RunID and StartAt); the state
@@ -76,15 +81,27 @@ type Schedule struct {
 	Skipped uint64
 	// UpdatedAt is the time of the record's last write (unix ns).
 	UpdatedAt int64
+
+	// Per-key concurrency: RunSpec.Concurrency of the ticks' runs (zero:
+	// none). Written only when set; a shape 1 record reads them zero.
+	ConcKey   string
+	ConcLimit uint32
 }
 
 // EncodeSchedule encodes a schedule record (format.Marshal's bytes,
-// written without reflection). It sets s.Version.
+// written without reflection). It sets s.Version. A schedule without a
+// concurrency key (ConcKey and ConcLimit zero) is written without those
+// fields (shape 1), as before they were added.
 func EncodeSchedule(s *Schedule) []byte {
 	s.Version = kvrecord.Version
-	size := 200 + len(s.Name) + len(s.Cron) + len(s.Location) + len(s.Queue) + len(s.SpecQueue) + len(s.Input) +
-		format.StringMapSize(s.Headers) + len(s.NextJob) + len(s.LastRunID)
-	b := format.AppendArrayLen(make([]byte, 0, size), scheduleFields)
+	size := 210 + len(s.Name) + len(s.Cron) + len(s.Location) + len(s.Queue) + len(s.SpecQueue) + len(s.Input) +
+		format.StringMapSize(s.Headers) + len(s.NextJob) + len(s.LastRunID) + len(s.ConcKey)
+	noConc := s.ConcKey == "" && s.ConcLimit == 0
+	n := scheduleFields
+	if noConc {
+		n = scheduleFieldsV1
+	}
+	b := format.AppendArrayLen(make([]byte, 0, size), n)
 	b = format.AppendUint8(b, s.Version)
 	b = format.AppendString(b, s.Name)
 	b = format.AppendInt64(b, s.Every)
@@ -109,13 +126,28 @@ func EncodeSchedule(s *Schedule) []byte {
 	b = format.AppendString(b, s.LastRunID)
 	b = format.AppendInt64(b, s.LastAt)
 	b = format.AppendUint64(b, s.Skipped)
-	return format.AppendInt64(b, s.UpdatedAt)
+	b = format.AppendInt64(b, s.UpdatedAt)
+	if noConc {
+		return b
+	}
+	// Per-key concurrency.
+	b = format.AppendString(b, s.ConcKey)
+	return format.AppendUint32(b, s.ConcLimit)
 }
 
-// DecodeSchedule decodes a schedule record. Its errors wrap
+// noConcBytes are the concurrency fields of a Schedule, zero, as
+// EncodeSchedule would write them: "" and a uint32.
+var noConcBytes = format.AppendUint32(format.AppendString(nil, ""), 0)
+
+// DecodeSchedule decodes a schedule record, of either shape. Its errors wrap
 // kvrecord.ErrCorrupt.
 func DecodeSchedule(b []byte) (*Schedule, error) {
 	var s Schedule
+	if len(b) > 3 && b[0] == 0xdc && b[1] == 0 && b[2] == scheduleFieldsV1 {
+		// Shape 1: read as the newest shape with the concurrency fields
+		// zero (the decoder wants every field of the struct).
+		b = append(append([]byte{0xdc, 0, scheduleFields}, b[3:]...), noConcBytes...)
+	}
 	if err := format.UnmarshalExact(b, &s); err != nil {
 		return nil, fmt.Errorf("%w: schedule: %v", kvrecord.ErrCorrupt, err)
 	}
