@@ -44,6 +44,7 @@ var wantFixtures = []string{
 	"v9-step-queue",
 	"v10-child-runs",
 	"v11-run-history",
+	"v12-compressed-wal",
 }
 
 // largeInput is run "large"'s input, as testdata/gen/main.go writes it.

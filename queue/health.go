@@ -44,6 +44,11 @@ type StorageStats struct {
 	// to its durability: WALWriteTime / (WALBatches - 1, the open marker)
 	// is the mean commit latency.
 	WALWriteTime time.Duration
+	// WALPreallocBytes counts the bytes of the WAL segments staged new
+	// (file://: zero-filled files the WAL is then written into), and
+	// SnapshotBytes the bytes of the snapshots written: both are part of
+	// BytesWritten, beside the WAL's own records.
+	WALPreallocBytes, SnapshotBytes uint64
 	// Health is the store's health, as Queue.Health reports it.
 	Health Health
 	// ClusterCalls counts the calls this process made to the cluster's
@@ -63,6 +68,7 @@ func (l *local) storageStats() StorageStats {
 		BytesWritten: c.BytesWritten, BytesRead: c.BytesRead,
 		WALBatches: s.Batches, WALSegmentBatches: s.SegmentBatches, Transactions: s.Txns, Mutations: s.Mutations,
 		WALBytes: s.WALBytes, Snapshots: s.Snapshots, Keys: s.Keys, WALWriteTime: s.WALWriteTime, Health: l.health(),
+		WALPreallocBytes: s.SegmentBytes, SnapshotBytes: s.SnapshotBytes,
 	}
 }
 

@@ -364,6 +364,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		i, err = runIdle(ctx, cfg, st.url, nonce, pr)
 		res.Idle = &i
 	}
+	if t := res.Throughput; t != nil {
+		t.Written = t.written()
+	}
 	pr.stop()
 	res.PeakHeapBytes = mem.stop()
 	res.PeakRSSBytes = peakRSS()

@@ -106,6 +106,10 @@ func TestSaturateFileTempDir(t *testing.T) {
 		t.Errorf("store %q, want a temp dir", res.Store)
 	}
 	checkThroughput(t, res, 50, 2)
+	w := res.Throughput.Written
+	if w.WALBatches <= 0 || w.WAL < w.WALBatches || math.Abs(w.WAL+w.Prealloc+w.Snapshot-w.Total) > 1e-6*w.Total {
+		t.Errorf("written per transition %+v: want WAL >= its batches > 0, and the shares summing to the total", w)
+	}
 	if got := res.Throughput.RunLatency.P50MS; got < 2 {
 		t.Errorf("run latency p50 %vms below 2 steps x 1ms", got)
 	}

@@ -147,6 +147,43 @@ type Engine struct {
 	WALWriteMeanMS float64 `json:"wal_write_mean_ms"`
 	// KeysAtEnd is the number of keys in the state at the end.
 	KeysAtEnd int `json:"keys_at_end"`
+	// PreallocBytes are the bytes of the WAL segments staged new (zero
+	// filled, file://) and SnapshotBytes those of the snapshots written:
+	// both part of Requests.BytesWritten.
+	PreallocBytes uint64 `json:"wal_prealloc_bytes"`
+	SnapshotBytes uint64 `json:"snapshot_bytes"`
+}
+
+// Written splits the bytes written per transition (Requests.BytesWritten
+// over the transitions) by what wrote them.
+type Written struct {
+	Total float64 `json:"total"`
+	// WAL is what the WAL writes wrote: segment records (batch, record
+	// header, padding to the 4 KiB block) and WAL objects; the owner
+	// object's few writes are counted here too. WALBatches is the encoded
+	// batches alone (Engine.WALBytes), the part of WAL the records are.
+	WAL        float64 `json:"wal"`
+	WALBatches float64 `json:"wal_batches"`
+	// Prealloc is the zero-filling of new WAL segments (file://).
+	Prealloc float64 `json:"wal_prealloc"`
+	// Snapshot is the snapshots written.
+	Snapshot float64 `json:"snapshot"`
+}
+
+// written returns t's Written, from its Storage and Engine.
+func (t *Throughput) written() Written {
+	n := float64(t.Transitions)
+	if n <= 0 {
+		return Written{}
+	}
+	e := t.Engine
+	return Written{
+		Total:      float64(t.Storage.BytesWritten) / n,
+		WAL:        (float64(t.Storage.BytesWritten) - float64(e.PreallocBytes) - float64(e.SnapshotBytes)) / n,
+		WALBatches: float64(e.WALBytes) / n,
+		Prealloc:   float64(e.PreallocBytes) / n,
+		Snapshot:   float64(e.SnapshotBytes) / n,
+	}
 }
 
 func delta(after, before queue.StorageStats) (Requests, Engine) {
@@ -160,6 +197,8 @@ func delta(after, before queue.StorageStats) (Requests, Engine) {
 		WALBatches: after.WALBatches - before.WALBatches, WALSegmentBatches: after.WALSegmentBatches - before.WALSegmentBatches, Transactions: after.Transactions - before.Transactions,
 		Mutations: after.Mutations - before.Mutations, WALBytes: after.WALBytes - before.WALBytes,
 		Snapshots: after.Snapshots - before.Snapshots, KeysAtEnd: after.Keys,
+		PreallocBytes: after.WALPreallocBytes - before.WALPreallocBytes,
+		SnapshotBytes: after.SnapshotBytes - before.SnapshotBytes,
 	}
 	if e.WALBatches > 0 {
 		e.TxnsPerWALObject = float64(e.Transactions) / float64(e.WALBatches)
@@ -212,7 +251,9 @@ type Throughput struct {
 
 	Storage       Requests     `json:"storage"`
 	PerTransition RequestRates `json:"per_transition"`
-	Engine        Engine       `json:"engine"`
+	// Written is PerTransition.BytesWritten split by what wrote it.
+	Written Written `json:"written_per_transition"`
+	Engine  Engine  `json:"engine"`
 
 	CPUSeconds float64 `json:"cpu_s"`
 	// CPUCores is CPUSeconds / ElapsedS: how many cores were busy on
@@ -326,6 +367,9 @@ func (r Result) WriteTable(w io.Writer) error {
 		p := t.PerTransition
 		row("requests/transition", "%.3f puts  %.3f gets  %.3f lists  %.3f deletes  %s written",
 			p.Puts, p.Gets, p.Lists, p.Deletes, fmtBytes(p.BytesWritten))
+		w := t.Written
+		row("written/transition", "%s: WAL %s (batches %s), preallocation %s, snapshots %s",
+			fmtBytes(w.Total), fmtBytes(w.WAL), fmtBytes(w.WALBatches), fmtBytes(w.Prealloc), fmtBytes(w.Snapshot))
 		reqs("requests (total)", t.Storage)
 		row("WAL", "%d batches (%d in segments), %d txns (%.1f per batch), %s, %d snapshots, write %s mean",
 			t.Engine.WALBatches, t.Engine.WALSegmentBatches, t.Engine.Transactions, t.Engine.TxnsPerWALObject,

@@ -381,7 +381,7 @@ func (e *Engine) commitLoop() {
 			}
 		}
 		e.stats.WALWriteTime += last.write
-		e.walBytes += int64(len(data))
+		e.walBytes += int64(format.BatchBodyLen(data)) // what a replay decodes: see maybeSnapshotLocked
 		e.walObjects++
 		e.stats.Batches++
 		e.stats.Txns += uint64(b.txns)

@@ -262,6 +262,13 @@ type Stats struct {
 	// from the start of each write to its durability (retries included):
 	// divided by the batches written since Open, the mean commit latency.
 	WALWriteTime time.Duration
+	// SegmentBytes counts the bytes of the WAL segments this engine staged
+	// new (zero-filled: the preallocation); a collected segment staged
+	// again writes none. SnapshotBytes counts the bytes of the snapshots it
+	// wrote. Both are part of the bucket's bytes written, beside the WAL
+	// batches (WALBytes).
+	SegmentBytes  uint64
+	SnapshotBytes uint64
 }
 
 // newEngine validates opts and returns an engine with empty state.
@@ -449,6 +456,9 @@ func (e *Engine) Stats() Stats {
 	s.Keys = e.tree.Len()
 	s.DurableSeq = e.durable
 	s.Epoch = e.epoch
+	if e.seg != nil {
+		s.SegmentBytes = e.seg.zeroed.Load()
+	}
 	return s
 }
 

@@ -73,7 +73,7 @@ func (e *Engine) Refresh(ctx context.Context) error {
 			}
 			break
 		}
-		b, err := wal.batch(ctx, seq)
+		b, _, err := wal.batch(ctx, seq)
 		if errors.Is(err, errRaced) {
 			break
 		}

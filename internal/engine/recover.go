@@ -270,12 +270,13 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 	for lo := base + 1; lo < upper; lo += window {
 		hi := min(lo+window, upper)
 		batches := make([]*format.Batch, hi-lo)
+		sizes := make([]int64, hi-lo)
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(16)
 		for seq := lo; seq < hi; seq++ {
 			g.Go(func() error {
-				b, err := wal.batch(gctx, seq)
-				batches[seq-lo] = b
+				b, raw, err := wal.batch(gctx, seq)
+				batches[seq-lo], sizes[seq-lo] = b, raw
 				return err
 			})
 		}
@@ -286,7 +287,7 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			for _, m := range b.Muts {
 				e.applyRecovered(m)
 			}
-			walBytes += wal.size(lo + uint64(i))
+			walBytes += sizes[i]
 		}
 	}
 	e.walBytes = walBytes
@@ -312,16 +313,19 @@ func (e *Engine) newerSnapshot(ctx context.Context, than uint64) (bool, error) {
 	return false, nil
 }
 
-func (e *Engine) readBatch(ctx context.Context, seq uint64) (*format.Batch, error) {
+// readBatch reads and decodes the WAL object of batch seq; it also returns
+// the length of its body before compression (format.BatchBodyLen).
+func (e *Engine) readBatch(ctx context.Context, seq uint64) (*format.Batch, int64, error) {
 	key := walKey(seq)
 	data, err := e.getRetry(ctx, key, deadlineFrom(e.opts.WriteRetry))
 	if errors.Is(err, objstore.ErrNotFound) {
-		return nil, errRaced
+		return nil, 0, errRaced
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return decodeBatch(key, seq, data)
+	b, err := decodeBatch(key, seq, data)
+	return b, int64(format.BatchBodyLen(data)), err
 }
 
 // decodeBatch decodes the WAL object data of batch seq, found at key, and
@@ -366,7 +370,8 @@ func (e *Engine) applyRecovered(m format.Mutation) {
 	}
 }
 
-// loadSnapshot reads snap/<seq> into e.tree, returning its size in bytes.
+// loadSnapshot reads snap/<seq> into e.tree, returning its size in bytes
+// before compression (about: its entries' keys and values).
 func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
 	key := snapKey(seq)
 	r, err := e.bucket.NewReader(ctx, key)
@@ -384,7 +389,9 @@ func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
 	// reverse order the halves split off are fresh, tight allocations, and
 	// the tree takes about half the memory.
 	var items []item
+	var decoded int64 // about the snapshot's size before compression
 	meta, err := format.ReadSnapshot(cr, func(k string, v []byte) error {
+		decoded += int64(len(k) + len(v) + 8)
 		if _, err := Decode(v); err != nil {
 			return &CorruptionError{Key: key, Err: fmt.Errorf("%w: value of %q: %v", format.ErrCorrupt, k, err)}
 		}
@@ -413,7 +420,7 @@ func (e *Engine) loadSnapshot(ctx context.Context, seq uint64) (int64, error) {
 	if meta.Seq != seq {
 		return 0, &CorruptionError{Key: key, Err: fmt.Errorf("%w: snapshot says sequence %d", format.ErrCorrupt, meta.Seq)}
 	}
-	return cr.n, nil
+	return max(cr.n, decoded), nil
 }
 
 type countingReader struct {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/format"
@@ -32,10 +33,31 @@ import (
 // object as on other buckets. So is the open marker. A segment becomes
 // garbage like WAL objects do, once a snapshot covers its last record.
 
-// segmentSizes are the sizes of successive segments of one writer: small
-// first, so that a short-lived writer (a CLI command, a test) zero-fills
-// little, then doubling.
+// segmentSizes bound the sizes of the segments a writer stages new: the
+// first is the smallest, so that a short-lived writer (a CLI command, a
+// test) zero-fills little; later ones fit the write rate (see fitSize),
+// in powers of two times the first, up to max.
 var segmentSizes = struct{ first, max int64 }{first: 1 << 20, max: 64 << 20}
+
+// segmentSpan is how long a new segment should last at the rate at which
+// the last full one filled. Every byte staged is written twice (zeros,
+// then records), and the part of the newest segment that no record
+// reaches, and the spare staged one ahead, are written once for nothing:
+// a short span keeps that waste small (at most about two spans of WAL
+// writes), and leaves the spare a whole span to be staged. A segment
+// costs its publication (a rename made durable) on the commit path: four
+// a second are nothing beside the thousands of fdatasyncs.
+const segmentSpan = 250 * time.Millisecond
+
+// fitSize returns the size of a segment that lasts about segmentSpan when
+// used bytes filled the last one in d.
+func fitSize(used int64, d time.Duration) int64 {
+	size := segmentSizes.first
+	for size < segmentSizes.max && (d <= 0 || float64(size) < float64(used)*float64(segmentSpan)/float64(d)) {
+		size *= 2
+	}
+	return min(size, segmentSizes.max)
+}
 
 const segSuffix = ".log"
 
@@ -59,6 +81,7 @@ type segLog struct {
 	// Committer only.
 	cur      stagedSeg // cur.seg nil: no segment; batches go to objects
 	curFirst uint64
+	curAt    time.Time // when cur took its first record
 	off      int64
 	buf      []byte
 
@@ -68,10 +91,12 @@ type segLog struct {
 	closed    bool      // guarded by mu
 	nextSize  int64     // guarded by mu
 	own       []ownSeg  // guarded by mu: our published segments, in order
-	reusable  []string  // guarded by mu: collected segments to stage again
+	reusable  []ownSeg  // guarded by mu: collected segments to stage again
 	reused    int       // guarded by mu: segments staged again (for tests)
 	orphans   []string  // guarded by mu: keys of segments whose Publish failed
 	retryAt   time.Time // guarded by mu: after a failure, no staging before
+
+	zeroed atomic.Uint64 // bytes of the segments staged new (zero-filled), counted at the call
 }
 
 // stageRetry is how long the log waits after a failure to stage a segment
@@ -104,9 +129,11 @@ type ownSeg struct {
 	size  int64
 }
 
-// keepReusable bounds the collected segments kept for reuse; the rest are
-// deleted.
-const keepReusable = 2
+// keepReusable bounds the bytes of the collected segments kept for reuse;
+// the rest are deleted. In a steady state, the WAL between two snapshots
+// (at least Options.SnapshotMinBytes) goes into reused segments: nothing
+// is zero-filled.
+func keepReusable() int64 { return 2 * segmentSizes.max }
 
 func newSegLog(sg objstore.Segmenter, log *slog.Logger) *segLog {
 	return &segLog{sg: sg, log: log, nextSize: segmentSizes.first}
@@ -125,7 +152,7 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 	size := s.nextSize
 	var reuse string
 	if n := len(s.reusable); n > 0 {
-		reuse = s.reusable[n-1]
+		reuse = segKey(s.reusable[n-1].first)
 		s.reusable = s.reusable[:n-1]
 	}
 	s.mu.Unlock()
@@ -142,6 +169,7 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 			}
 		}
 		if !reused {
+			s.zeroed.Add(uint64(size)) // counted at the call, as objstore.Counting does
 			sp, err = s.sg.NewSegment(ctx, size)
 		}
 		var st stagedSeg
@@ -167,8 +195,6 @@ func (s *segLog) prepare(ctx context.Context, start func(func())) {
 		s.spare = st
 		if reused {
 			s.reused++
-		} else {
-			s.nextSize = min(size*2, segmentSizes.max)
 		}
 	})
 }
@@ -198,6 +224,11 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 	if s.cur.seg != nil && s.off+need > s.cur.seg.Size() {
 		_ = s.cur.seg.Close() // every record in it is synced
 		s.cur = stagedSeg{}
+		// The next segment staged new lasts about segmentSpan at this rate.
+		size := fitSize(s.off, time.Since(s.curAt))
+		s.mu.Lock()
+		s.nextSize = size
+		s.mu.Unlock()
 	}
 	if s.cur.seg == nil {
 		sp, ok := s.takeSpare(need)
@@ -219,6 +250,7 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 			return false, nil
 		}
 		s.cur, s.curFirst, s.off = sp, seq, format.SegmentAlign // records follow the header
+		s.curAt = time.Now()
 		s.mu.Lock()
 		s.own = append(s.own, ownSeg{first: seq, size: sp.seg.Size()})
 		s.mu.Unlock()
@@ -248,8 +280,8 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 
 // collect takes this writer's segments whose records are all at or below
 // seq (every one but the newest, still being written, up to the first that
-// reaches past seq): full-sized ones are kept to be staged again, up to
-// keepReusable; it returns the keys of the others, to delete.
+// reaches past seq): they are kept to be staged again, up to
+// keepReusable bytes; it returns the keys of the others, to delete.
 func (s *segLog) collect(seq uint64) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -259,9 +291,14 @@ func (s *segLog) collect(seq uint64) []string {
 	}
 	doomed := s.orphans
 	s.orphans = nil
+	var kept int64
+	for _, o := range s.reusable {
+		kept += o.size
+	}
 	for _, o := range s.own[:n] {
-		if o.size == segmentSizes.max && len(s.reusable) < keepReusable && !s.closed {
-			s.reusable = append(s.reusable, segKey(o.first))
+		if o.size > 0 && kept+o.size <= keepReusable() && !s.closed {
+			s.reusable = append(s.reusable, o)
+			kept += o.size
 		} else {
 			doomed = append(doomed, segKey(o.first))
 		}
@@ -408,14 +445,6 @@ func (w *walSet) has(ctx context.Context, seq uint64) (bool, error) {
 	return seq >= sr.first+sr.skip && seq < sr.end(), nil
 }
 
-// size returns the bytes batch seq takes in the WAL, which has it.
-func (w *walSet) size(seq uint64) int64 {
-	if n, ok := w.singles[seq]; ok {
-		return n
-	}
-	return int64(len(w.segs[w.segFor(seq)].obj(seq)))
-}
-
 // top returns the highest sequence in the WAL (0 if none): of its objects
 // and of the records of the newest segment that has any.
 func (w *walSet) top(ctx context.Context) (uint64, error) {
@@ -435,12 +464,15 @@ func (w *walSet) top(ctx context.Context) (uint64, error) {
 	return top, nil
 }
 
-// batch returns batch seq, which has reported present. Safe for concurrent
+// batch returns batch seq, which has reported present, and the length of
+// its body before compression (format.BatchBodyLen). Safe for concurrent
 // use once has has loaded the segments.
-func (w *walSet) batch(ctx context.Context, seq uint64) (*format.Batch, error) {
+func (w *walSet) batch(ctx context.Context, seq uint64) (*format.Batch, int64, error) {
 	if _, ok := w.singles[seq]; ok {
 		return w.e.readBatch(ctx, seq)
 	}
 	sr := &w.segs[w.segFor(seq)]
-	return decodeBatch(sr.key, seq, sr.obj(seq)) // applying it copies what the state keeps
+	data := sr.obj(seq)
+	b, err := decodeBatch(sr.key, seq, data) // applying it copies what the state keeps
+	return b, int64(format.BatchBodyLen(data)), err
 }

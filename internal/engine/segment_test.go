@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -97,7 +98,7 @@ func TestSegmentsRollCollectAndRecover(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// A collected full-sized segment is staged again once a collection
+	// A collected segment is staged again once a collection
 	// ran before the next staging, which is timing: keep committing, a
 	// batch at a time, until one was.
 	testenv.Eventually(t, 10*time.Second, "a collected segment staged again", func() bool {
@@ -137,11 +138,11 @@ func TestSegmentsRollCollectAndRecover(t *testing.T) {
 	if len(segs) == 0 {
 		t.Fatal("no WAL segment in the bucket")
 	}
-	// The segments are staged at 4, 8, then 16 blocks; 480 batches of a
-	// block or more fill dozens. Collection keeps only those the newest
-	// snapshot does not cover (how many is timing: how many batches came
-	// after it), and up to keepReusable covered full-sized ones, to stage
-	// again. A segment is covered when the next one starts at or below
+	// The segments are staged at 4 to 16 blocks (by the write rate); 480
+	// batches of a block or more fill dozens. Collection keeps only those
+	// the newest snapshot does not cover (how many is timing: how many
+	// batches came after it), and covered ones up to keepReusable bytes,
+	// to stage again. A segment is covered when the next one starts at or below
 	// the snapshot's sequence + 1; the newest never is.
 	snaps, err := probe.List(ctx, "snap/")
 	if err != nil || len(snaps) == 0 {
@@ -151,13 +152,25 @@ func TestSegmentsRollCollectAndRecover(t *testing.T) {
 	if !ok {
 		t.Fatalf("unexpected snapshot key %s", snaps[len(snaps)-1].Key)
 	}
+	sizes := map[uint64]int64{}
+	objs, err := probe.List(ctx, "wal/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if s, ok := parseSegKey(o.Key); ok {
+			sizes[s] = o.Size
+		}
+	}
 	var covered []uint64
+	var coveredBytes int64
 	for i := 0; i+1 < len(segs); i++ {
 		if segs[i+1]-1 <= snapSeq {
 			covered = append(covered, segs[i])
+			coveredBytes += sizes[segs[i]]
 		}
 	}
-	if len(covered) > keepReusable {
+	if coveredBytes > keepReusable() {
 		t.Errorf("%d segments (%v) left that snapshot %d covers, of %v: collection is not deleting covered ones", len(covered), covered, snapSeq, segs)
 	}
 	e2 := mustOpen(t, Options{Bucket: probe})
@@ -896,4 +909,73 @@ func TestCollectionBoundsFailedDeletes(t *testing.T) {
 	if len(before) < maxUndeleted || len(after) > 3 {
 		t.Fatalf("WAL objects: %d while deletes failed, %d after a collection that could delete, want >= %d then <= 3", len(before), len(after), maxUndeleted)
 	}
+}
+
+// A new segment is sized to last about segmentSpan at the rate the last
+// full one filled: a fast writer gets large ones, a slow one the
+// smallest, in powers of two of the first.
+func TestSegmentFitsWriteRate(t *testing.T) {
+	segmentBlocks(t, 4, 64)
+	first, max := segmentSizes.first, segmentSizes.max
+	for _, c := range []struct {
+		used int64
+		d    time.Duration
+		want int64
+	}{
+		{first, 0, max},                         // no time at all: the largest
+		{max, segmentSpan / 100, max},           // far faster than a span: capped
+		{first, 100 * segmentSpan, first},       // slow: the smallest
+		{4 * first, segmentSpan, 4 * first},     // filled in one span: the same
+		{3 * first, segmentSpan, 4 * first},     // rounded up to a power of two
+		{4 * first, 2 * segmentSpan, 2 * first}, // half the rate: half the size
+	} {
+		if got := fitSize(c.used, c.d); got != c.want {
+			t.Errorf("fitSize(%d, %v) = %d, want %d", c.used, c.d, got, c.want)
+		}
+	}
+}
+
+// Collection keeps covered segments of any size for reuse, up to
+// keepReusable bytes, and never one abandoned after a failed write.
+func TestSegmentCollectKeepsAnySize(t *testing.T) {
+	segmentBlocks(t, 4, 16)
+	b := int64(format.SegmentAlign)
+	s := newSegLog(nil, nil)
+	s.own = []ownSeg{{1, 4 * b}, {10, 8 * b}, {20, 0}, {30, 16 * b}, {40, 16 * b}, {50, 4 * b}}
+	doomed := s.collect(49) // all but the newest are covered
+	var kept int64
+	var keys []string
+	for _, o := range s.reusable {
+		kept += o.size
+		keys = append(keys, segKey(o.first))
+	}
+	// 4+8 blocks, then 16 (28 of 32), not the other 16 nor the abandoned one.
+	if want := []string{segKey(1), segKey(10), segKey(30)}; !slices.Equal(keys, want) {
+		t.Errorf("kept %v (%d bytes), want %v", keys, kept, want)
+	}
+	if want := []string{segKey(20), segKey(40)}; !slices.Equal(doomed, want) {
+		t.Errorf("deleted %v, want %v", doomed, want)
+	}
+	if len(s.own) != 1 || s.own[0].first != 50 {
+		t.Errorf("own %v, want the newest alone", s.own)
+	}
+}
+
+// The snapshot threshold counts the WAL's batches as decoded, not as
+// compressed: a snapshot comes after as much to replay as before
+// compression, so a recovery's work stays where it was.
+func TestSnapshotCountsBatchesUncompressed(t *testing.T) {
+	b, _ := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b, SnapshotMinBytes: 256 << 10, SnapshotMaxObjects: 1 << 30})
+	defer e.Close(context.Background())
+	v := strings.Repeat("compressible ", 800) // 10 KiB
+	for i := range 40 {
+		put(t, e, fmt.Sprintf("k%02d", i), v)
+	}
+	if st := e.Stats(); st.WALBytes >= 128<<10 {
+		t.Fatalf("WAL bytes %d for 400 KiB of puts: not compressed", st.WALBytes)
+	}
+	testenv.Eventually(t, 10*time.Second, "a snapshot after 400 KiB of batches", func() bool {
+		return e.Stats().Snapshots > 0
+	})
 }

@@ -26,7 +26,10 @@ func (e *Engine) maybeSnapshotLocked(b *batch) *btree.BTreeG[item] {
 		return nil
 	}
 	// By bytes: the WAL since the last snapshot outweighs the snapshot, so
-	// snapshot writes cost at most as much as the WAL itself. By objects:
+	// snapshot writes cost at most as much as the WAL itself. The WAL's
+	// bytes are its batches' bodies before compression (what a recovery
+	// decodes and applies), so that compression leaves recovery's work
+	// where it was. By objects:
 	// many small batches make recovery slow (one GET each); but never more
 	// often than every quarter of the snapshot's size, so that a large
 	// state is not rewritten for a trickle of tiny batches.
@@ -114,7 +117,7 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 		return err
 	}
 	key := snapKey(b.seq)
-	size, err := e.encodeSnapshot(ctx, key, b.seq, tree)
+	size, decoded, err := e.encodeSnapshot(ctx, key, b.seq, tree)
 	if err != nil {
 		if ctx.Err() == nil {
 			e.mu.Lock()
@@ -126,41 +129,43 @@ func (e *Engine) writeSnapshot(b *batch, tree *btree.BTreeG[item]) (err error) {
 	}
 	ok = true
 	e.mu.Lock()
-	e.lastSnap = size
+	e.lastSnap = decoded // compared with the WAL's decoded bytes
 	e.stats.Snapshots++
+	e.stats.SnapshotBytes += uint64(size)
 	e.mu.Unlock()
 	e.collect(ctx, b.seq)
 	return nil
 }
 
-func (e *Engine) encodeSnapshot(ctx context.Context, key string, seq uint64, tree *btree.BTreeG[item]) (int64, error) {
+// encodeSnapshot writes the snapshot of tree as of seq; it returns the
+// bytes written and their size before compression.
+func (e *Engine) encodeSnapshot(ctx context.Context, key string, seq uint64, tree *btree.BTreeG[item]) (size, decoded int64, err error) {
 	w, err := e.bucket.NewWriter(ctx, key, true)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	sw, err := format.NewSnapshotWriter(w, &format.SnapshotMeta{
 		Seq: seq, Writer: e.writer, Epoch: e.epoch, UnixNano: time.Now().UnixNano(),
 	})
 	if err != nil {
 		_ = w.Abort()
-		return 0, err
+		return 0, 0, err
 	}
 	tree.Ascend(func(it item) bool {
 		err = sw.Add(it.key(), it.val())
 		return err == nil
 	})
-	var size int64
 	if err == nil {
 		size, err = sw.Finish()
 	}
 	if err != nil {
 		_ = w.Abort()
-		return 0, err
+		return 0, 0, err
 	}
 	if err := w.Close(); err != nil && !errors.Is(err, objstore.ErrExists) {
-		return 0, err
+		return 0, 0, err
 	}
-	return size, nil
+	return size, sw.DecodedBytes(), nil
 }
 
 // collect deletes WAL objects at or below seq and snapshots below seq.

@@ -3,7 +3,9 @@ package format
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/tinylib/msgp/msgp"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -44,21 +46,59 @@ type Batch struct {
 	Muts []Mutation
 }
 
-// EncodeBatch returns the WAL object bytes for b.
-func EncodeBatch(b *Batch) ([]byte, error) { return encodeBatch(b, MaxFrame) }
+// EncodeBatch returns the WAL object bytes for b: its body compressed
+// (VersionCompressed), or as is (Version) if compression would not make
+// it smaller.
+func EncodeBatch(b *Batch) ([]byte, error) { return encodeBatch(b, MaxFrame, true) }
 
-// encodeBatch is EncodeBatch with a frame limit of max bytes.
-func encodeBatch(b *Batch, max int) ([]byte, error) {
+// EncodeBatchUncompressed returns the WAL object bytes for b in Version 1,
+// as written before VersionCompressed (for tests of old stores).
+func EncodeBatchUncompressed(b *Batch) ([]byte, error) { return encodeBatch(b, MaxFrame, false) }
+
+// bodyPool holds the buffers batch bodies are built in before they are
+// compressed.
+var bodyPool sync.Pool
+
+// encodeBatch is EncodeBatch with a frame limit of max bytes (on the
+// body before compression).
+func encodeBatch(b *Batch, max int, compress bool) ([]byte, error) {
 	size := FramedHeaderLen + 64 + len(b.Writer)
 	for i := range b.Muts {
 		size += 16 + len(b.Muts[i].Key) + len(b.Muts[i].Value)
 	}
-	out := appendBatch(make([]byte, FramedHeaderLen, size), b)
-	if n := len(out) - FramedHeaderLen; n > max {
+	if !compress {
+		out := appendBatch(make([]byte, FramedHeaderLen, size), b)
+		if n := len(out) - FramedHeaderLen; n > max {
+			return nil, &BatchTooLargeError{Size: n, Max: max}
+		}
+		putHeader(out, KindWAL)
+		putFrameHeader(out[headerLen:], out[FramedHeaderLen:])
+		return out, nil
+	}
+	var body []byte
+	if p, ok := bodyPool.Get().(*[]byte); ok && cap(*p) >= size {
+		body = (*p)[:0]
+	} else {
+		body = make([]byte, 0, size)
+	}
+	body = appendBatch(body, b)
+	defer func() {
+		if cap(body) <= 4<<20 { // do not keep a rare huge batch's buffer
+			bodyPool.Put(&body)
+		}
+	}()
+	if n := len(body); n > max {
 		return nil, &BatchTooLargeError{Size: n, Max: max}
 	}
-	putHeader(out, KindWAL)
-	putFrameHeader(out[headerLen:], out[FramedHeaderLen:])
+	out := make([]byte, FramedHeaderLen+s2.MaxEncodedLen(len(body)))
+	z := s2.Encode(out[FramedHeaderLen:], body)
+	version := VersionCompressed
+	if len(z) >= len(body) {
+		z, version = out[FramedHeaderLen:FramedHeaderLen+copy(out[FramedHeaderLen:], body)], Version
+	}
+	out = out[:FramedHeaderLen+len(z)]
+	putHeaderVersion(out, KindWAL, version)
+	putFrameHeader(out[headerLen:], z)
 	return out, nil
 }
 
@@ -73,12 +113,36 @@ func (e *BatchTooLargeError) Error() string {
 	return fmt.Sprintf("format: WAL batch of %d bytes exceeds the %d-byte frame limit", e.Size, e.Max)
 }
 
-// DecodeBatch parses a WAL object. The mutations' values alias data (the
+// BatchBodyLen returns the length of the body of WAL object data, as
+// encoded before any compression: what replaying it decodes. data must
+// have decoded (DecodeBatch).
+func BatchBodyLen(data []byte) int {
+	if len(data) > 5 && data[5] == VersionCompressed {
+		n, _ := s2.DecodedLen(data[FramedHeaderLen:])
+		return n
+	}
+	return len(data) - FramedHeaderLen
+}
+
+// DecodeBatch parses a WAL object of either version. The mutations'
+// values alias data, or the buffer its body was decompressed into (the
 // engine copies what it keeps); everything else is copied.
 func DecodeBatch(data []byte) (*Batch, error) {
 	body, err := DecodeFramed(KindWAL, data)
 	if err != nil {
 		return nil, err
+	}
+	if data[5] == VersionCompressed {
+		n, err := s2.DecodedLen(body)
+		if err != nil {
+			return nil, corrupt("compressed batch: %v", err)
+		}
+		if n > MaxFrame {
+			return nil, corrupt("compressed batch of %d bytes exceeds the %d-byte frame limit", n, MaxFrame)
+		}
+		if body, err = s2.Decode(make([]byte, n), body); err != nil {
+			return nil, corrupt("compressed batch: %v", err)
+		}
 	}
 	var b Batch
 	r := NewReader(body)
@@ -159,6 +223,7 @@ func Marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.UseArrayEncodedStructs(true)
+	enc.UseCompactInts(true) // as the hand codecs write them (see codec.go)
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}

@@ -11,10 +11,12 @@ import (
 // Marshal (the reflective msgpack encoder) is the reference encoding of
 // every record. Hot records also have hand-listed codecs built from the
 // functions below, which produce the same bytes field for field: structs as
-// arrays of their fields in declaration order, fixed-width integers (uint8
-// as 0xcc xx, int32 as 0xd2, uint32 as 0xce, uint64 as 0xcf, int64 as 0xd3,
-// whatever the value), the shortest string, binary and container headers,
-// and nil for a nil map, slice or byte slice. Tests compare each fast
+// arrays of their fields in declaration order, integers in their shortest
+// form (as Marshal writes them with compact integers: a non-negative one as
+// a positive fixint or the smallest of uint8, uint16, uint32 and uint64, a
+// negative one as a negative fixint or the smallest of int8 to int64,
+// whatever the field's type), the shortest string, binary and container
+// headers, and nil for a nil map, slice or byte slice. Tests compare each fast
 // encoder with Marshal on generated values, so the two cannot drift apart.
 //
 // A fast decoder reads the shape its encoder writes: the exact field count
@@ -26,9 +28,16 @@ import (
 // never what decodes. Fuzz targets check that whatever a fast decoder
 // accepts, the reflective one accepts with the same value.
 //
+// Records written before November 27, 2026 have fixed-width integers
+// (uint8 as 0xcc xx, int32 as 0xd2, uint32 as 0xce, uint64 as 0xcf, int64
+// as 0xd3, whatever the value): every decoder reads integers in any width,
+// so they read as before, and so does a record of either kind read by the
+// other's code. A zero took 5 or 9 bytes; a run record has a dozen of them.
+//
 // The append and read primitives come from github.com/tinylib/msgp (slice
-// based, no interfaces or readers); only the fixed-width integers, which
-// msgp always writes in their shortest form, are written here.
+// based, no interfaces or readers); only the integers, which msgp writes
+// in another shortest form (positive numbers as signed types), are
+// written here.
 //
 // The same Reader reads the field-numbered messages of cluster calls
 // (fields.go), which are never stored.
@@ -81,33 +90,63 @@ func StringMapSize(m map[string]string) int {
 // msgpack type codes of the fixed-width integers.
 const (
 	codeUint8  = 0xcc
+	codeUint16 = 0xcd
 	codeUint32 = 0xce
 	codeUint64 = 0xcf
+	codeInt8   = 0xd0
+	codeInt16  = 0xd1
 	codeInt32  = 0xd2
 	codeInt64  = 0xd3
 	codeNil    = 0xc0
 )
 
-// AppendUint8 appends a uint8 in its fixed 2-byte form.
-func AppendUint8(b []byte, v uint8) []byte { return append(b, codeUint8, v) }
+// AppendUint8 appends a uint8 in its shortest form.
+func AppendUint8(b []byte, v uint8) []byte { return appendUint(b, uint64(v)) }
 
-// AppendInt32 appends an int32 in its fixed 5-byte form.
-func AppendInt32(b []byte, v int32) []byte {
-	return binary.BigEndian.AppendUint32(append(b, codeInt32), uint32(v))
-}
+// AppendInt32 appends an int32 in its shortest form.
+func AppendInt32(b []byte, v int32) []byte { return appendInt(b, int64(v)) }
 
-// AppendUint32 appends a uint32 in its fixed 5-byte form.
-func AppendUint32(b []byte, v uint32) []byte {
-	return binary.BigEndian.AppendUint32(append(b, codeUint32), v)
-}
+// AppendUint32 appends a uint32 in its shortest form.
+func AppendUint32(b []byte, v uint32) []byte { return appendUint(b, uint64(v)) }
 
-// AppendUint64 appends a uint64 in its fixed 9-byte form.
-func AppendUint64(b []byte, v uint64) []byte {
+// AppendUint64 appends a uint64 in its shortest form.
+func AppendUint64(b []byte, v uint64) []byte { return appendUint(b, v) }
+
+// AppendInt64 appends an int64 in its shortest form.
+func AppendInt64(b []byte, v int64) []byte { return appendInt(b, v) }
+
+// appendUint appends v as Marshal's compact integers do: a positive
+// fixint, or the smallest unsigned type that holds it.
+func appendUint(b []byte, v uint64) []byte {
+	switch {
+	case v <= 0x7f:
+		return append(b, byte(v))
+	case v <= 0xff:
+		return append(b, codeUint8, byte(v))
+	case v <= 0xffff:
+		return binary.BigEndian.AppendUint16(append(b, codeUint16), uint16(v))
+	case v <= 0xffffffff:
+		return binary.BigEndian.AppendUint32(append(b, codeUint32), uint32(v))
+	}
 	return binary.BigEndian.AppendUint64(append(b, codeUint64), v)
 }
 
-// AppendInt64 appends an int64 in its fixed 9-byte form.
-func AppendInt64(b []byte, v int64) []byte {
+// appendInt appends v as Marshal's compact integers do: a non-negative one
+// as appendUint, a negative one as a negative fixint or the smallest
+// signed type that holds it.
+func appendInt(b []byte, v int64) []byte {
+	switch {
+	case v >= 0:
+		return appendUint(b, uint64(v))
+	case v >= -32:
+		return append(b, byte(v))
+	case v >= -1<<7:
+		return append(b, codeInt8, byte(v))
+	case v >= -1<<15:
+		return binary.BigEndian.AppendUint16(append(b, codeInt16), uint16(v))
+	case v >= -1<<31:
+		return binary.BigEndian.AppendUint32(append(b, codeInt32), uint32(v))
+	}
 	return binary.BigEndian.AppendUint64(append(b, codeInt64), uint64(v))
 }
 

@@ -2,7 +2,10 @@ package format_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -93,19 +96,32 @@ func TestFastCodecsMatchMarshal(t *testing.T) {
 	}
 }
 
-// TestEncodeBatchFraming checks that EncodeBatch frames the fast body as
-// EncodeFramed frames Marshal's.
+// TestEncodeBatchFraming checks that EncodeBatchUncompressed frames the
+// fast body as EncodeFramed frames Marshal's, and that EncodeBatch's
+// compressed batches decode to the same.
 func TestEncodeBatchFraming(t *testing.T) {
 	r := codectest.New(t)
 	for range 200 {
 		b := randBatch(r)
-		got, err := format.EncodeBatch(b)
+		got, err := format.EncodeBatchUncompressed(b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := format.Marshal(b)
 		if want := format.EncodeFramed(format.KindWAL, body); !bytes.Equal(got, want) {
-			t.Fatalf("EncodeBatch(%+v):\n%x\nwant\n%x", b, got, want)
+			t.Fatalf("EncodeBatchUncompressed(%+v):\n%x\nwant\n%x", b, got, want)
+		}
+		z, err := format.EncodeBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(z) > len(got) {
+			t.Fatalf("EncodeBatch: %d bytes, more than the %d uncompressed", len(z), len(got))
+		}
+		d1, err1 := format.DecodeBatch(z)
+		d2, err2 := format.DecodeBatch(got)
+		if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(d1, d2) { // random ops may be invalid: both fail
+			t.Fatalf("EncodeBatch decodes to %+v (%v), uncompressed to %+v (%v)", d1, err1, d2, err2)
 		}
 	}
 }
@@ -157,6 +173,51 @@ func TestStringMapSizeBounds(t *testing.T) {
 	for _, m := range []map[string]string{nil, {}, {"a": ""}, {"k": long, long: "v", "": ""}} {
 		if n, max := len(format.AppendStringMap(nil, m)), format.StringMapSize(m); n > max {
 			t.Errorf("AppendStringMap wrote %d bytes, StringMapSize said at most %d", n, max)
+		}
+	}
+}
+
+// Integers are written in their shortest form, as Marshal's compact
+// integers, at every width's edges; the fixed-width forms that records
+// written before carry still read back.
+func TestIntegersShortestAndOldFixedForms(t *testing.T) {
+	one := format.AppendArrayLen(nil, 1)
+	for _, c := range []struct {
+		v    int64
+		size int
+	}{
+		{0, 1}, {127, 1}, {128, 2}, {255, 2}, {256, 3}, {65535, 3}, {65536, 5},
+		{math.MaxUint32, 5}, {math.MaxUint32 + 1, 9}, {math.MaxInt64, 9},
+		{-1, 1}, {-32, 1}, {-33, 2}, {-128, 2}, {-129, 3}, {-32768, 3},
+		{-32769, 5}, {math.MinInt32, 5}, {math.MinInt32 - 1, 9}, {math.MinInt64, 9},
+	} {
+		b := format.AppendInt64(nil, c.v)
+		if len(b) != c.size {
+			t.Errorf("AppendInt64(%d) = %x, want %d bytes", c.v, b, c.size)
+		}
+		codectest.Same(t, append(one, b...), &struct{ V int64 }{c.v})
+		// The fixed 9-byte form, as written before.
+		old := binary.BigEndian.AppendUint64([]byte{0xd3}, uint64(c.v))
+		r := format.NewReader(old)
+		if got := r.Int64(); got != c.v || r.Finish() != nil {
+			t.Errorf("Int64 of %x = %d (%v), want %d", old, got, r.Finish(), c.v)
+		}
+		if c.v >= 0 {
+			u := uint64(c.v)
+			if b := format.AppendUint64(nil, u); len(b) != c.size {
+				t.Errorf("AppendUint64(%d) = %x, want %d bytes", u, b, c.size)
+			}
+			old := binary.BigEndian.AppendUint64([]byte{0xcf}, u)
+			r := format.NewReader(old)
+			if got := r.Uint64(); got != u || r.Finish() != nil {
+				t.Errorf("Uint64 of %x = %d (%v), want %d", old, got, r.Finish(), u)
+			}
+		}
+	}
+	for _, old := range [][]byte{{0xce, 0, 0, 0, 7}, {0xcc, 7}, {0xd2, 0, 0, 0, 7}} {
+		r := format.NewReader(old)
+		if got := r.Uint32(); got != 7 || r.Finish() != nil {
+			t.Errorf("Uint32 of old form %x = %d (%v), want 7", old, got, r.Finish())
 		}
 	}
 }

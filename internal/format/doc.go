@@ -51,7 +51,9 @@
 // # Record encoding
 //
 // Bodies and records are msgpack with every struct as an array of its
-// fields in declaration order, as Marshal writes them. The hot ones (WAL
+// fields in declaration order, as Marshal writes them, integers in their
+// shortest form (since November 27, 2026: before, each in its type's
+// fixed width, which every decoder still reads; see codec.go). The hot ones (WAL
 // batches, snapshot frames, and the queue's and runtime's records) are
 // written and read without reflection by hand-listed codecs built on
 // codec.go, which produce the same bytes; tests compare them with Marshal,

@@ -18,8 +18,17 @@ const (
 	// KindOwner marks the owner (heartbeat) object.
 	KindOwner byte = 'O'
 
-	// Version is the current version of every object kind.
+	// Version is the current version of every object kind, and of WAL
+	// batches whose body is stored as is.
 	Version byte = 1
+	// VersionCompressed is the version of a WAL batch whose body is
+	// compressed: the frame holds the msgpack body compressed in the S2
+	// block format (github.com/klauspost/compress/s2), and its length and
+	// CRC are those of the compressed bytes. Written since November 27,
+	// 2026; a batch that compression would not shrink is still written
+	// in Version 1. A snapshot in this version has every frame's body so
+	// compressed (see snapshot.go).
+	VersionCompressed byte = 2
 
 	headerLen      = 8
 	frameHeaderLen = 8
@@ -40,10 +49,12 @@ func corrupt(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
 }
 
-func putHeader(dst []byte, kind byte) {
+func putHeader(dst []byte, kind byte) { putHeaderVersion(dst, kind, Version) }
+
+func putHeaderVersion(dst []byte, kind, version byte) {
 	copy(dst, magic)
 	dst[4] = kind
-	dst[5] = Version
+	dst[5] = version
 	dst[6], dst[7] = 0, 0
 }
 
@@ -57,7 +68,7 @@ func checkHeader(h []byte, kind byte) error {
 	if h[4] != kind {
 		return corrupt("object kind %q, want %q", h[4], kind)
 	}
-	if h[5] != Version {
+	if h[5] != Version && (kind == KindOwner || h[5] != VersionCompressed) {
 		return corrupt("unsupported format version %d", h[5])
 	}
 	if h[6] != 0 || h[7] != 0 {

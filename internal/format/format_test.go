@@ -2,12 +2,16 @@ package format
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/s2"
 )
 
 func sampleBatch() *Batch {
@@ -235,12 +239,127 @@ func TestHugeDeclaredLengths(t *testing.T) {
 // no reader would accept it) instead of being written unreadable.
 func TestEncodeBatchRefusesOversizedFrames(t *testing.T) {
 	b := &Batch{Seq: 1, Writer: "w", Muts: []Mutation{{Op: OpPut, Key: "k", Value: make([]byte, 600)}}}
-	_, err := encodeBatch(b, 512)
-	var tl *BatchTooLargeError
-	if !errors.As(err, &tl) || tl.Max != 512 || tl.Size <= 600 {
-		t.Fatalf("encodeBatch over the limit = %v, want a BatchTooLargeError", err)
+	for _, compress := range []bool{false, true} {
+		_, err := encodeBatch(b, 512, compress)
+		var tl *BatchTooLargeError
+		if !errors.As(err, &tl) || tl.Max != 512 || tl.Size <= 600 {
+			t.Fatalf("encodeBatch over the limit (compress %v) = %v, want a BatchTooLargeError", compress, err)
+		}
+		if _, err := encodeBatch(b, 1024, compress); err != nil {
+			t.Fatalf("encodeBatch under the limit (compress %v): %v", compress, err)
+		}
 	}
-	if _, err := encodeBatch(b, 1024); err != nil {
-		t.Fatalf("encodeBatch under the limit: %v", err)
+}
+
+// A batch is written compressed when that makes it smaller, as is
+// otherwise; both versions decode to the same batch, and so do batches
+// written before compression (Version 1).
+func TestBatchCompression(t *testing.T) {
+	repetitive := &Batch{Seq: 7, Writer: "w", Epoch: 2, UnixNano: 3, Txns: 20}
+	for i := range 20 {
+		repetitive.Muts = append(repetitive.Muts,
+			Mutation{Op: OpPut, Key: fmt.Sprintf("k/workflow/runs/run-%03d", i), Value: []byte(strings.Repeat("queue-name/", 8))},
+			Mutation{Op: OpDelete, Key: fmt.Sprintf("j/job-%03d", i)})
+	}
+	random := &Batch{Seq: 8, Writer: "w", Txns: 1, Muts: []Mutation{{Op: OpPut, Key: "k", Value: make([]byte, 300)}}}
+	_, _ = rand.Read(random.Muts[0].Value)
+	for _, c := range []struct {
+		name    string
+		b       *Batch
+		version byte
+	}{{"repetitive", repetitive, VersionCompressed}, {"random", random, Version}} {
+		plain, err := EncodeBatchUncompressed(c.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := EncodeBatch(c.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data[5] != c.version || plain[5] != Version {
+			t.Errorf("%s: versions %d (compressed) and %d (plain), want %d and %d", c.name, data[5], plain[5], c.version, Version)
+		}
+		if c.version == VersionCompressed && len(data)*3 > len(plain) {
+			t.Errorf("%s: compressed %d bytes, plain %d: want a third or less", c.name, len(data), len(plain))
+		}
+		for _, d := range [][]byte{data, plain} {
+			got, err := DecodeBatch(d)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if !reflect.DeepEqual(got, c.b) {
+				t.Fatalf("%s: decoded %+v, want %+v", c.name, got, c.b)
+			}
+		}
+	}
+	// A compressed body that is not S2, or decompresses to a bad batch,
+	// behind a valid frame: corrupt.
+	data, _ := EncodeBatch(repetitive)
+	for _, body := range [][]byte{{0xff, 0xff, 0xff}, s2.Encode(nil, []byte{0x93, 0x01})} {
+		bad := append([]byte(nil), data[:FramedHeaderLen]...)
+		putFrameHeader(bad[headerLen:], body)
+		if _, err := DecodeBatch(append(bad, body...)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("compressed body %x: err = %v, want ErrCorrupt", body, err)
+		}
+	}
+}
+
+// encodeSnapshotV1 writes the snapshot encodeSnapshot writes as version 1
+// wrote it: the same frames, uncompressed.
+func encodeSnapshotV1(n int, valSize int) []byte {
+	h := make([]byte, headerLen)
+	putHeader(h, KindSnapshot)
+	out := h
+	frame := func(body []byte) {
+		var fh [frameHeaderLen]byte
+		putFrameHeader(fh[:], body)
+		out = append(append(out, fh[:]...), body...)
+	}
+	frame(appendSnapshotMeta(nil, &SnapshotMeta{Seq: 9, Writer: "w", Epoch: 3}))
+	var entries []Entry
+	for i := 0; i < n; i++ {
+		entries = append(entries, Entry{Key: fmt.Sprintf("key%08d", i), Value: bytes.Repeat([]byte{byte(i)}, valSize)})
+	}
+	frame(appendEntries(nil, entries))
+	frame(appendSnapshotEnd(nil, &SnapshotEnd{End: true, Count: uint64(n)}))
+	return out
+}
+
+// Snapshots are written compressed (version 2); those written before
+// (version 1) read as they did, to the same entries.
+func TestSnapshotCompression(t *testing.T) {
+	read := func(data []byte) (*SnapshotMeta, map[string]string) {
+		t.Helper()
+		got := map[string]string{}
+		meta, err := ReadSnapshot(bytes.NewReader(data), func(k string, v []byte) error {
+			got[k] = string(v)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return meta, got
+	}
+	z, plain := encodeSnapshot(t, 300, 100), encodeSnapshotV1(300, 100)
+	if z[5] != VersionCompressed || plain[5] != Version {
+		t.Fatalf("versions %d and %d, want %d and %d", z[5], plain[5], VersionCompressed, Version)
+	}
+	if len(z)*5 > len(plain) {
+		t.Errorf("compressed snapshot %d bytes, plain %d: want a fifth or less", len(z), len(plain))
+	}
+	m1, e1 := read(z)
+	m2, e2 := read(plain)
+	if *m1 != *m2 || len(e1) != 300 || !reflect.DeepEqual(e1, e2) {
+		t.Fatalf("compressed: %+v, %d entries; plain: %+v, %d entries", m1, len(e1), m2, len(e2))
+	}
+	// A frame of a compressed snapshot that is not S2 behind a valid
+	// frame header: corrupt.
+	bad := append([]byte(nil), z[:headerLen]...)
+	body := []byte{0xff, 0xff, 0xff}
+	var fh [frameHeaderLen]byte
+	putFrameHeader(fh[:], body)
+	bad = append(append(bad, fh[:]...), body...)
+	if _, err := ReadSnapshot(bytes.NewReader(bad), func(string, []byte) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("bad compressed frame: err = %v, want ErrCorrupt", err)
 	}
 }

@@ -13,6 +13,14 @@ import (
 func FuzzDecodeBatch(f *testing.F) {
 	data, _ := EncodeBatch(sampleBatch())
 	f.Add(data)
+	plain, _ := EncodeBatchUncompressed(sampleBatch())
+	f.Add(plain)
+	long := sampleBatch()
+	for range 4 {
+		long.Muts = append(long.Muts, long.Muts...)
+	}
+	compressed, _ := EncodeBatch(long)
+	f.Add(compressed) // VersionCompressed
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b, err := DecodeBatch(data)
 		if err != nil {
@@ -43,6 +51,7 @@ func FuzzDecodeOwner(f *testing.F) {
 
 func FuzzReadSnapshot(f *testing.F) {
 	f.Add(encodeSnapshot(f, 3, 4))
+	f.Add(encodeSnapshotV1(3, 4))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var keys []string
 		_, err := ReadSnapshot(bytes.NewReader(data), func(k string, v []byte) error {

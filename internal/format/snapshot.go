@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"io"
 	"sync"
+
+	"github.com/klauspost/compress/s2"
 )
 
 // SnapshotMeta is the first frame of a snapshot.
@@ -50,14 +52,17 @@ type SnapshotWriter struct {
 	err     error
 	buf     []byte  // frame encoding buffer, reused
 	pooled  *[]byte // buf's holder in frameBufs; nil once returned
+	zbuf    []byte  // compressed frame buffer, reused
+	decoded int64   // bytes of the header and frames before compression
 }
 
-// NewSnapshotWriter writes the header and meta frame.
+// NewSnapshotWriter writes the header and meta frame. The snapshot is
+// written in VersionCompressed: each frame's body compressed with S2.
 func NewSnapshotWriter(w io.Writer, meta *SnapshotMeta) (*SnapshotWriter, error) {
 	sw := &SnapshotWriter{w: w, pooled: frameBufs.Get().(*[]byte)}
 	sw.buf = (*sw.pooled)[:0]
 	var h [headerLen]byte
-	putHeader(h[:], KindSnapshot)
+	putHeaderVersion(h[:], KindSnapshot, VersionCompressed)
 	if err := sw.write(h[:]); err != nil {
 		return nil, err
 	}
@@ -77,15 +82,21 @@ func (sw *SnapshotWriter) write(p []byte) error {
 	return err
 }
 
-// frame writes body as one frame; body may be sw.buf (kept for reuse).
+// frame writes body, compressed, as one frame; body may be sw.buf (kept
+// for reuse).
 func (sw *SnapshotWriter) frame(body []byte) error {
 	sw.buf = body
+	sw.decoded += frameHeaderLen + int64(len(body))
+	if n := s2.MaxEncodedLen(len(body)); cap(sw.zbuf) < n {
+		sw.zbuf = make([]byte, n)
+	}
+	z := s2.Encode(sw.zbuf[:cap(sw.zbuf)], body)
 	var fh [frameHeaderLen]byte
-	putFrameHeader(fh[:], body)
+	putFrameHeader(fh[:], z)
 	if err := sw.write(fh[:]); err != nil {
 		return err
 	}
-	return sw.write(body)
+	return sw.write(z)
 }
 
 // Frame bodies, the bytes Marshal returns for each (see codec.go).
@@ -150,6 +161,10 @@ func readSnapshotEnd(r *Reader, e *SnapshotEnd) {
 	e.Count = r.Uint64()
 }
 
+// DecodedBytes returns the snapshot's size so far as it would be without
+// compression: what reading it decodes.
+func (sw *SnapshotWriter) DecodedBytes() int64 { return headerLen + sw.decoded }
+
 // Add appends one entry. The value is referenced until the next flush.
 func (sw *SnapshotWriter) Add(key string, value []byte) error {
 	sw.chunk = append(sw.chunk, Entry{Key: key, Value: value})
@@ -200,6 +215,7 @@ func ReadSnapshot(r io.Reader, fn func(key string, value []byte) error) (*Snapsh
 	if err := checkHeader(h[:], KindSnapshot); err != nil {
 		return nil, err
 	}
+	readFrame := func(br *bufio.Reader) ([]byte, error) { return readFrameVersion(br, h[5]) }
 	body, err := readFrame(br)
 	if err != nil {
 		return nil, err
@@ -257,6 +273,26 @@ func ReadSnapshot(r io.Reader, fn func(key string, value []byte) error) (*Snapsh
 func isEndFrame(body []byte) bool {
 	// fixarray of 2 followed by msgpack true (0xc3) or false (0xc2).
 	return len(body) >= 2 && body[0] == 0x92 && (body[1] == 0xc3 || body[1] == 0xc2)
+}
+
+// readFrameVersion reads a frame of a snapshot of the given version and
+// returns its body, decompressed if the version says so.
+func readFrameVersion(br *bufio.Reader, version byte) ([]byte, error) {
+	body, err := readFrame(br)
+	if err != nil || version != VersionCompressed {
+		return body, err
+	}
+	n, err := s2.DecodedLen(body)
+	if err != nil {
+		return nil, corrupt("compressed snapshot frame: %v", err)
+	}
+	if n > MaxFrame {
+		return nil, corrupt("compressed snapshot frame of %d bytes exceeds %d", n, MaxFrame)
+	}
+	if body, err = s2.Decode(make([]byte, n), body); err != nil {
+		return nil, corrupt("compressed snapshot frame: %v", err)
+	}
+	return body, nil
 }
 
 func readFrame(br *bufio.Reader) ([]byte, error) {

@@ -64,11 +64,11 @@ func TestEncodersMatchMarshal(t *testing.T) {
 			codectest.RoundTrip(t, b, run)
 		} else {
 			// format.Marshal's bytes without the trailing groups of
-			// fields that are all zero, each cut with its zeros' bytes:
-			// the concurrency fields ("" one byte, a uint32 five, a uint64
-			// nine: 44 fields left), history (a uint64, 43), the deadline
-			// (an int64 nine, "" one: 41), shape 6 ("" and false one byte
-			// each, six uint32 five: 33).
+			// fields that are all zero, each cut with its zeros' bytes
+			// (a zero of any kind is one byte: "", false, and integers in
+			// their shortest form): the concurrency fields (3: 44 fields
+			// left), history (1: 43), the deadline (2: 41), shape 6 (8:
+			// 33).
 			want, err := format.Marshal(run)
 			if err != nil {
 				t.Fatal(err)
@@ -78,10 +78,10 @@ func TestEncodersMatchMarshal(t *testing.T) {
 				bytes  int
 				fields byte
 			}{
-				{noConcFields(run), 15, runFieldsH},
-				{run.HistorySeq == 0, 9, runFieldsDL},
-				{noDeadlineFields(run), 10, runFieldsV6},
-				{noChildFields(run), 32, runFieldsV5},
+				{noConcFields(run), runFields - runFieldsH, runFieldsH},
+				{run.HistorySeq == 0, runFieldsH - runFieldsDL, runFieldsDL},
+				{noDeadlineFields(run), runFieldsDL - runFieldsV6, runFieldsV6},
+				{noChildFields(run), runFieldsV6 - runFieldsV5, runFieldsV5},
 			}
 			for _, g := range groups {
 				if !g.zero {
