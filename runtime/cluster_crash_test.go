@@ -441,6 +441,33 @@ type crashCluster struct {
 	detail  string // what a waitFor's cond last saw, for its failure
 }
 
+// startCrashCluster starts n helper processes (with env added to their
+// environment) on url, kills any left alive when t ends, and waits until
+// all are ready and one of them is the writer.
+func startCrashCluster(t *testing.T, store, url string, n int, env ...string) *crashCluster {
+	c := &crashCluster{t: t, url: url, dir: t.TempDir(), prefix: store[:1], env: env}
+	t.Cleanup(func() {
+		for _, h := range c.helpers {
+			if h.alive() {
+				_ = h.cmd.Process.Signal(syscall.SIGKILL)
+				<-h.exited
+			}
+		}
+	})
+	for range n {
+		c.start()
+	}
+	c.waitFor("the helpers to be ready and one of them the writer", func() bool {
+		for _, h := range c.live() {
+			if _, _, ready, _ := h.state(); !ready {
+				return false
+			}
+		}
+		return len(c.writers()) == 1
+	})
+	return c
+}
+
 func (c *crashCluster) start() *crashHelper {
 	t := c.t
 	h := &crashHelper{name: fmt.Sprintf("%sh%02d", c.prefix, c.started), exited: make(chan struct{})}
@@ -714,26 +741,7 @@ func clusterCrash(t *testing.T, store, url string, rounds int) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("%s: %d kill rounds, seed %d, heartbeat %v, lease %v", store, rounds, seed, clusterHeartbeat, clusterLease)
 	began := time.Now()
-	c := &crashCluster{t: t, url: url, dir: t.TempDir(), prefix: store[:1]}
-	t.Cleanup(func() {
-		for _, h := range c.helpers {
-			if h.alive() {
-				_ = h.cmd.Process.Signal(syscall.SIGKILL)
-				<-h.exited
-			}
-		}
-	})
-	for range clusterHelpers {
-		c.start()
-	}
-	c.waitFor("the helpers to be ready and one of them the writer", func() bool {
-		for _, h := range c.live() {
-			if _, _, ready, _ := h.state(); !ready {
-				return false
-			}
-		}
-		return len(c.writers()) == 1
-	})
+	c := startCrashCluster(t, store, url, clusterHelpers)
 
 	var log []crashRound
 	var kills []time.Time // every kill, redone rounds' too

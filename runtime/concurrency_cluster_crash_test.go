@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -283,26 +282,7 @@ func maxOverlap(spans []concRunSpan) (int, []string) {
 
 func concClusterCrash(t *testing.T, store, url string) {
 	began := time.Now()
-	c := &crashCluster{t: t, url: url, dir: t.TempDir(), prefix: store[:1], env: []string{concClusterEnv + "=1"}}
-	t.Cleanup(func() {
-		for _, h := range c.helpers {
-			if h.alive() {
-				_ = h.cmd.Process.Signal(syscall.SIGKILL)
-				<-h.exited
-			}
-		}
-	})
-	for range concClusterHelpers {
-		c.start()
-	}
-	c.waitFor("the helpers to be ready and one of them the writer", func() bool {
-		for _, h := range c.live() {
-			if _, _, ready, _ := h.state(); !ready {
-				return false
-			}
-		}
-		return len(c.writers()) == 1
-	})
+	c := startCrashCluster(t, store, url, concClusterHelpers, concClusterEnv+"=1")
 	aEnded := func(ev *crashEvents) int {
 		n := 0
 		for _, e := range ev.execs {

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -249,26 +248,7 @@ func TestSpawnCrashCluster(t *testing.T) {
 
 func spawnClusterCrash(t *testing.T, store, url string) {
 	began := time.Now()
-	c := &crashCluster{t: t, url: url, dir: t.TempDir(), prefix: store[:1], env: []string{spawnClusterEnv + "=1"}}
-	t.Cleanup(func() {
-		for _, h := range c.helpers {
-			if h.alive() {
-				_ = h.cmd.Process.Signal(syscall.SIGKILL)
-				<-h.exited
-			}
-		}
-	})
-	for range spawnClusterHelpers {
-		c.start()
-	}
-	c.waitFor("the helpers to be ready and one of them the writer", func() bool {
-		for _, h := range c.live() {
-			if _, _, ready, _ := h.state(); !ready {
-				return false
-			}
-		}
-		return len(c.writers()) == 1
-	})
+	c := startCrashCluster(t, store, url, spawnClusterHelpers, spawnClusterEnv+"=1")
 	childrenEnded := func(ev *crashEvents) int {
 		n := 0
 		for _, e := range ev.execs {
