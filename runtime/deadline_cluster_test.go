@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -104,21 +103,7 @@ func TestDeadlineStepInMemberProcess(t *testing.T) {
 	}), hook, runtime.WithQueueName("a"))
 	startRun(t, rt)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), deadlineMemberEnv+"="+url)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &testenv.Buffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := startPipedHelper(t, deadlineMemberEnv+"="+url)
 	lines := make(chan string, 16)
 	exited := make(chan error, 1)
 	go func() {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -373,4 +375,27 @@ func claimOne(ctx context.Context, q *queue.Queue, name string) (*queue.Job, err
 		return nil, err
 	}
 	return jobs[0], nil
+}
+
+// startPipedHelper starts the test binary again as a helper process, with
+// env added to its environment (which helper it runs), and returns it with
+// pipes to its stdin and stdout and a buffer of its stderr.
+func startPipedHelper(t testing.TB, env ...string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, *testenv.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &testenv.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdin, stdout, stderr
 }

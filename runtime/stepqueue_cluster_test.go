@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
-	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -80,21 +78,7 @@ func TestOnQueueOtherProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { m.Close(ctx) })
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), queueHelperEnv+"="+url)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &testenv.Buffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := startPipedHelper(t, queueHelperEnv+"="+url)
 	exited := make(chan error, 1)
 	ready := awaitLine(stdout, queueHelperReady, func() { exited <- cmd.Wait() })
 	t.Cleanup(func() {
