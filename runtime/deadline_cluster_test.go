@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"sync"
@@ -60,23 +59,7 @@ func deadlineMemberChild(url string) int {
 		fmt.Fprintln(os.Stderr, "deadline member: New:", err)
 		return 4
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	say("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	stop()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "deadline member: Run:", err)
-		return 5
-	}
-	cctx, cancel := context.WithTimeout(ctx, waitTimeout)
-	defer cancel()
-	if err := q.Close(cctx); err != nil {
-		fmt.Fprintln(os.Stderr, "deadline member: close:", err)
-		return 6
-	}
-	return 0
+	return serveUntilStdinEnds(q, rt, "deadline member", func() { say("ready") }, waitTimeout, 5)
 }
 
 // Cluster mode across processes: this process is the store's writer and

@@ -399,3 +399,27 @@ func startPipedHelper(t testing.TB, env ...string) (*exec.Cmd, io.WriteCloser, i
 	}
 	return cmd, stdin, stdout, stderr
 }
+
+// serveUntilStdinEnds is a helper process's last part: it runs rt, calls
+// ready, and when the process's stdin ends stops rt and closes q (within
+// closeWithin). It returns the exit code: 0, or runCode if Run failed,
+// runCode+1 if Close did, with the error on stderr after name.
+func serveUntilStdinEnds(q *queue.Queue, rt *runtime.Runtime, name string, ready func(), closeWithin time.Duration, runCode int) int {
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(runCtx) }()
+	ready()
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	stop()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, name+": Run:", err)
+		return runCode
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeWithin)
+	defer cancel()
+	if err := q.Close(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, name+": close:", err)
+		return runCode + 1
+	}
+	return 0
+}

@@ -3,7 +3,6 @@ package runtime_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"testing"
 	"time"
@@ -45,23 +44,7 @@ func queueHelperChild(url string) int {
 		fmt.Fprintln(os.Stderr, "queue-helper: New:", err)
 		return 4
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	fmt.Println(queueHelperReady)
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	stop()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "queue-helper: Run:", err)
-		return 5
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := q.Close(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "queue-helper: close:", err)
-		return 6
-	}
-	return 0
+	return serveUntilStdinEnds(q, rt, "queue-helper", func() { fmt.Println(queueHelperReady) }, 10*time.Second, 5)
 }
 
 // TestOnQueueOtherProcess (cluster mode): a step sent with OnQueue to a
