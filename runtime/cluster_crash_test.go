@@ -172,45 +172,16 @@ func clusterHelper(url string) int {
 	name := os.Getenv(clusterNameEnv)
 	peers, _ := strconv.Atoi(os.Getenv(clusterPeersEnv))
 	prefix := os.Getenv(clusterPrefixEnv)
-	var omu sync.Mutex
-	say := func(format string, args ...any) {
-		omu.Lock()
-		defer omu.Unlock()
-		fmt.Fprintf(os.Stdout, format+"\n", args...)
-	}
-	events, err := os.OpenFile(filepath.Join(os.Getenv(clusterDirEnv), "events"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		say("error events log: %v", err)
-		return 2
-	}
-	record := func(format string, args ...any) {
-		if _, err := events.WriteString(fmt.Sprintf(format, args...) + "\n"); err != nil {
-			say("error events log: %v", err)
-			os.Exit(2)
-		}
-	}
 	ctx := context.Background()
 	opts := clusterQueueOpts()
 	if os.Getenv(clusterDebugEnv) != "" {
 		opts = append(opts, queue.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, opts...)
-	cancel()
-	if err != nil {
-		say("error open: %v", err)
-		return 3
+	p, code := openClusterProc(url, os.Getenv(clusterDirEnv), opts)
+	if code != 0 {
+		return code
 	}
-	go func() {
-		var last queue.Role
-		for {
-			if r := q.Role(); r != last {
-				say("role %v %d", r, time.Now().UnixNano())
-				last = r
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	say, record, q := p.say, p.record, p.q
 	var long atomic.Int64
 	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		n, payload := int(s.Number), string(s.Payload)
@@ -347,30 +318,104 @@ func clusterHelper(url string) int {
 		say("drained")
 	}()
 
+	return p.stopAndClose(quit, stopRun, runErr, 1)
+}
+
+// clusterProc is a crash-cluster helper process's reporting and queue.
+type clusterProc struct {
+	mu     sync.Mutex // orders the lines on stdout
+	events *os.File
+	q      *queue.Queue
+}
+
+// openClusterProc opens the events log in dir and the queue at url with
+// opts, and reports the queue's role on stdout at each change. It
+// returns a non-zero exit code if it could not.
+func openClusterProc(url, dir string, opts []queue.Option) (*clusterProc, int) {
+	p := &clusterProc{}
+	var err error
+	p.events, err = os.OpenFile(filepath.Join(dir, "events"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.say("error events log: %v", err)
+		return nil, 2
+	}
+	octx, cancel := context.WithTimeout(context.Background(), clusterDeadline)
+	p.q, err = queue.Open(octx, url, opts...)
+	cancel()
+	if err != nil {
+		p.say("error open: %v", err)
+		return nil, 3
+	}
+	go func() {
+		var last queue.Role
+		for {
+			if r := p.q.Role(); r != last {
+				p.say("role %v %d", r, time.Now().UnixNano())
+				last = r
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return p, 0
+}
+
+// say writes a line on stdout.
+func (p *clusterProc) say(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(os.Stdout, format+"\n", args...)
+}
+
+// record appends a line to the events log; the process exits 2 if it
+// cannot.
+func (p *clusterProc) record(format string, args ...any) {
+	if _, err := p.events.WriteString(fmt.Sprintf(format, args...) + "\n"); err != nil {
+		p.say("error events log: %v", err)
+		os.Exit(2)
+	}
+}
+
+// stdinEnded returns a channel closed at the end of stdin.
+func stdinEnded() <-chan struct{} {
+	quit := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(quit)
+	}()
+	return quit
+}
+
+// stopAndClose waits for quit (exit code 5 if a Run returns before it),
+// then stops the runtimes, waits for their Run calls to return (7 if
+// one fails or does not), closes the queue (8 if that fails) and says
+// "closed": it returns the helper's exit code.
+func (p *clusterProc) stopAndClose(quit <-chan struct{}, stopRun func(), runErr <-chan error, runs int) int {
 	select {
 	case err := <-runErr:
-		say("error Run returned: %v", err)
+		p.say("error Run returned: %v", err)
 		return 5
 	case <-quit:
 	}
 	stopRun()
-	select {
-	case err := <-runErr:
-		if err != nil {
-			say("error Run: %v", err)
+	for range runs {
+		select {
+		case err := <-runErr:
+			if err != nil {
+				p.say("error Run: %v", err)
+				return 7
+			}
+		case <-time.After(clusterDeadline):
+			p.say("error Run did not return")
 			return 7
 		}
-	case <-time.After(clusterDeadline):
-		say("error Run did not return")
-		return 7
 	}
-	cctx, cancel := context.WithTimeout(ctx, clusterDeadline)
+	cctx, cancel := context.WithTimeout(context.Background(), clusterDeadline)
 	defer cancel()
-	if err := q.Close(cctx); err != nil {
-		say("error Close: %v", err)
+	if err := p.q.Close(cctx); err != nil {
+		p.say("error Close: %v", err)
 		return 8
 	}
-	say("closed")
+	p.say("closed")
 	return 0
 }
 

@@ -3,14 +3,12 @@ package runtime_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,41 +55,11 @@ const (
 // 0 at the end of stdin.
 func concClusterHelper(url string) int {
 	name, dir := os.Getenv(clusterNameEnv), os.Getenv(clusterDirEnv)
-	var omu sync.Mutex
-	say := func(format string, args ...any) {
-		omu.Lock()
-		defer omu.Unlock()
-		fmt.Fprintf(os.Stdout, format+"\n", args...)
+	p, code := openClusterProc(url, dir, clusterQueueOpts())
+	if code != 0 {
+		return code
 	}
-	events, err := os.OpenFile(filepath.Join(dir, "events"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		say("error events log: %v", err)
-		return 2
-	}
-	record := func(format string, args ...any) {
-		if _, err := events.WriteString(fmt.Sprintf(format, args...) + "\n"); err != nil {
-			say("error events log: %v", err)
-			os.Exit(2)
-		}
-	}
-	ctx := context.Background()
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, clusterQueueOpts()...)
-	cancel()
-	if err != nil {
-		say("error open: %v", err)
-		return 3
-	}
-	go func() {
-		var last queue.Role
-		for {
-			if r := q.Role(); r != last {
-				say("role %v %d", r, time.Now().UnixNano())
-				last = r
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	say, record, q, ctx := p.say, p.record, p.q, context.Background()
 	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		record("start %s %s %d %d %s %d", name, s.RunID, s.Number, s.Attempt, s.Payload, time.Now().UnixNano())
 		d := time.Duration(5+rand.IntN(20)) * time.Millisecond
@@ -182,38 +150,7 @@ func concClusterHelper(url string) int {
 			}
 		}
 	}
-	quit := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(quit)
-	}()
-	select {
-	case err := <-runErr:
-		say("error Run returned: %v", err)
-		return 5
-	case <-quit:
-	}
-	stopRun()
-	for range 2 {
-		select {
-		case err := <-runErr:
-			if err != nil {
-				say("error Run: %v", err)
-				return 7
-			}
-		case <-time.After(clusterDeadline):
-			say("error Run did not return")
-			return 7
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	defer cancel()
-	if err := q.Close(cctx); err != nil {
-		say("error Close: %v", err)
-		return 8
-	}
-	say("closed")
-	return 0
+	return p.stopAndClose(stdinEnded(), stopRun, runErr, 2)
 }
 
 func TestConcurrencyCrashCluster(t *testing.T) {
