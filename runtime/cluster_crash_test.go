@@ -419,6 +419,48 @@ func (p *clusterProc) stopAndClose(quit <-chan struct{}, stopRun func(), runErr 
 	return 0
 }
 
+// submit submits spec on rt, again and again for clusterDeadline: Submit
+// is safe to repeat, and a call that a change of writer interrupted may
+// have committed. It says the error and returns false if none succeeded.
+func (p *clusterProc) submit(rt *runtime.Runtime, spec runtime.RunSpec) bool {
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		sctx, cancel := context.WithTimeout(context.Background(), clusterDeadline)
+		_, err := rt.Submit(sctx, spec)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if time.Since(start) > clusterDeadline {
+			p.say("error submit: %v", err)
+			return false
+		}
+	}
+}
+
+// runCrashOnStores runs crash (in parallel with other tests) on a file://
+// and an S3 store, one after the other, unless -short or the suite's
+// STEPWELL_RUNTIME_STORE pass.
+func runCrashOnStores(t *testing.T, crash func(t *testing.T, store, url string)) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	if m := os.Getenv("STEPWELL_RUNTIME_STORE"); m != "" {
+		t.Skipf("runs in the suite's default pass, not again with STEPWELL_RUNTIME_STORE=%s", m)
+	}
+	t.Parallel()
+	for _, store := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"file", func(t *testing.T) string { return "file://" + t.TempDir() }},
+		{"s3", func(t *testing.T) string { return testenv.S3(t) }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			crash(t, store.name, store.url(t))
+		})
+	}
+}
+
 // crashHelper is the parent's view of a helper process.
 type crashHelper struct {
 	name   string

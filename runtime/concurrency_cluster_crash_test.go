@@ -134,19 +134,8 @@ func concClusterHelper(url string) int {
 		}
 		for _, spec := range specs {
 			spec.MaxAttemptsPerStep = 1000
-			// Submit is safe to repeat: a call that a change of writer
-			// interrupted may have committed.
-			for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-				sctx, cancel := context.WithTimeout(ctx, clusterDeadline)
-				_, err := rt.Submit(sctx, spec)
-				cancel()
-				if err == nil {
-					break
-				}
-				if time.Since(start) > clusterDeadline {
-					say("error submit: %v", err)
-					return 6
-				}
+			if !p.submit(rt, spec) {
+				return 6
 			}
 		}
 	}
@@ -154,24 +143,7 @@ func concClusterHelper(url string) int {
 }
 
 func TestConcurrencyCrashCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test skipped in -short mode")
-	}
-	if m := os.Getenv("STEPWELL_RUNTIME_STORE"); m != "" {
-		t.Skipf("runs in the suite's default pass, not again with STEPWELL_RUNTIME_STORE=%s", m)
-	}
-	t.Parallel()
-	for _, store := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"file", func(t *testing.T) string { return "file://" + t.TempDir() }},
-		{"s3", func(t *testing.T) string { return testenv.S3(t) }},
-	} {
-		t.Run(store.name, func(t *testing.T) {
-			concClusterCrash(t, store.name, store.url(t))
-		})
-	}
+	runCrashOnStores(t, concClusterCrash)
 }
 
 // concRunSpan is when a run was active, as its steps saw it.

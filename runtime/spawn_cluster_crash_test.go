@@ -146,43 +146,15 @@ func spawnClusterHelper(url string) int {
 	go func() { runErr <- rt.Run(runCtx) }()
 	say("ready")
 	if name == os.Getenv(clusterPrefixEnv)+"h00" {
-		// Submit is safe to repeat: a call that a change of writer
-		// interrupted may have committed.
-		for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-			sctx, cancel := context.WithTimeout(ctx, clusterDeadline)
-			_, err := rt.Submit(sctx, runtime.RunSpec{RunID: "sp", MaxAttemptsPerStep: 1000})
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Since(start) > clusterDeadline {
-				say("error submit: %v", err)
-				return 6
-			}
+		if !p.submit(rt, runtime.RunSpec{RunID: "sp", MaxAttemptsPerStep: 1000}) {
+			return 6
 		}
 	}
 	return p.stopAndClose(stdinEnded(), stopRun, runErr, 1)
 }
 
 func TestSpawnCrashCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test skipped in -short mode")
-	}
-	if m := os.Getenv("STEPWELL_RUNTIME_STORE"); m != "" {
-		t.Skipf("runs in the suite's default pass, not again with STEPWELL_RUNTIME_STORE=%s", m)
-	}
-	t.Parallel()
-	for _, store := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"file", func(t *testing.T) string { return "file://" + t.TempDir() }},
-		{"s3", func(t *testing.T) string { return testenv.S3(t) }},
-	} {
-		t.Run(store.name, func(t *testing.T) {
-			spawnClusterCrash(t, store.name, store.url(t))
-		})
-	}
+	runCrashOnStores(t, spawnClusterCrash)
 }
 
 func spawnClusterCrash(t *testing.T, store, url string) {
