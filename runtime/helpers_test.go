@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -422,4 +423,28 @@ func serveUntilStdinEnds(q *queue.Queue, rt *runtime.Runtime, name string, ready
 		return runCode + 1
 	}
 	return 0
+}
+
+// killWhenReady waits for the started child cmd to send on ready (fails
+// if it exits first, "before <readyDone>", or takes over 2*waitTimeout:
+// "did not <readyDo>"), then SIGKILLs it and waits for it to exit. It
+// returns what ready sent.
+func killWhenReady[T any](t *testing.T, cmd *exec.Cmd, stderr *testenv.Buffer, ready <-chan T, readyDone, readyDo string) T {
+	t.Helper()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var v T
+	select {
+	case v = <-ready:
+	case err := <-exited:
+		t.Fatalf("child exited before %s: %v\n%s", readyDone, err, stderr)
+	case <-time.After(2 * waitTimeout):
+		cmd.Process.Kill()
+		t.Fatalf("child did not %s\n%s", readyDo, stderr)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	return v
 }
