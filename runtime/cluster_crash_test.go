@@ -461,6 +461,61 @@ func runCrashOnStores(t *testing.T, crash func(t *testing.T, store, url string))
 	}
 }
 
+// joinAsMember opens the cluster's store in this process (a member while
+// a helper is the writer) and a runtime on it with no runner, to watch.
+func (c *crashCluster) joinAsMember() (*queue.Queue, *runtime.Runtime) {
+	t := c.t
+	t.Helper()
+	octx, cancel := context.WithTimeout(context.Background(), clusterDeadline)
+	q, err := queue.Open(octx, c.url, clusterQueueOpts()...)
+	cancel()
+	if err != nil {
+		t.Fatalf("the parent joining the cluster: %v", err)
+	}
+	t.Cleanup(func() { q.Close(context.Background()) })
+	rt, err := runtime.New(q, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, rt
+}
+
+// closeHelpers ends the live helpers' stdin and waits for them to close;
+// the test fails if a helper reported errors or one not killed exited
+// with an error. Then it waits for q, this process's, to be the writer.
+func (c *crashCluster) closeHelpers(q *queue.Queue) {
+	t := c.t
+	t.Helper()
+	for _, h := range c.live() {
+		_ = h.stdin.Close()
+	}
+	c.waitFor("the helpers to close", func() bool {
+		for _, h := range c.helpers {
+			h.mu.Lock()
+			wasKilled := h.killed
+			h.mu.Unlock()
+			if !wasKilled && h.alive() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, h := range c.helpers {
+		h.mu.Lock()
+		wasKilled, errs := h.killed, h.errors
+		h.mu.Unlock()
+		if len(errs) > 0 {
+			t.Errorf("helper %s reported errors: %q", h.name, errs)
+		}
+		if !wasKilled && h.err != nil {
+			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
+		}
+	}
+	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
+		return q.Role() == queue.RoleWriter
+	})
+}
+
 // crashHelper is the parent's view of a helper process.
 type crashHelper struct {
 	name   string
@@ -958,17 +1013,7 @@ func clusterCrash(t *testing.T, store, url string, rounds int) {
 		}
 	}
 	ctx := context.Background()
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, clusterQueueOpts()...)
-	cancel()
-	if err != nil {
-		t.Fatalf("the parent joining the cluster: %v", err)
-	}
-	t.Cleanup(func() { q.Close(context.Background()) })
-	rt, err := runtime.New(q, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, rt := c.joinAsMember()
 	c.waitFor("every helper to stop submitting", func() bool {
 		for _, h := range c.live() {
 			h.mu.Lock()
@@ -1004,34 +1049,7 @@ func clusterCrash(t *testing.T, store, url string, rounds int) {
 		return true
 	})
 	settled := time.Since(began) - killed
-	for _, h := range c.live() {
-		_ = h.stdin.Close()
-	}
-	c.waitFor("the helpers to close", func() bool {
-		for _, h := range c.helpers {
-			h.mu.Lock()
-			wasKilled := h.killed
-			h.mu.Unlock()
-			if !wasKilled && h.alive() {
-				return false
-			}
-		}
-		return true
-	})
-	for _, h := range c.helpers {
-		h.mu.Lock()
-		wasKilled, errs := h.killed, h.errors
-		h.mu.Unlock()
-		if len(errs) > 0 {
-			t.Errorf("helper %s reported errors: %q", h.name, errs)
-		}
-		if !wasKilled && h.err != nil {
-			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
-		}
-	}
-	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
-		return q.Role() == queue.RoleWriter
-	})
+	c.closeHelpers(q)
 
 	ev := readCrashEvents(t, c.dir)
 	settledAt := checkClusterCrash(t, q, rt, ev)

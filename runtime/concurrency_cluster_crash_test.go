@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -248,17 +247,7 @@ func concClusterCrash(t *testing.T, store, url string) {
 
 	// This process joins as a member to watch the end.
 	ctx := context.Background()
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, clusterQueueOpts()...)
-	cancel()
-	if err != nil {
-		t.Fatalf("the parent joining the cluster: %v", err)
-	}
-	t.Cleanup(func() { q.Close(context.Background()) })
-	rt, err := runtime.New(q, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, rt := c.joinAsMember()
 	ids := make([]string, 0, concCrashA+concCrashB)
 	for i := range concCrashA {
 		ids = append(ids, fmt.Sprintf("A-%02d", i))
@@ -279,31 +268,7 @@ func concClusterCrash(t *testing.T, store, url string) {
 		return true
 	})
 	finished := time.Since(killAt)
-	for _, h := range c.live() {
-		_ = h.stdin.Close()
-	}
-	c.waitFor("the helpers to close", func() bool {
-		for _, h := range c.helpers {
-			if h != w && h.alive() {
-				return false
-			}
-		}
-		return true
-	})
-	for _, h := range c.helpers {
-		h.mu.Lock()
-		errs := h.errors
-		h.mu.Unlock()
-		if len(errs) > 0 {
-			t.Errorf("helper %s reported errors: %q", h.name, errs)
-		}
-		if h != w && h.err != nil {
-			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
-		}
-	}
-	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
-		return q.Role() == queue.RoleWriter
-	})
+	c.closeHelpers(q)
 
 	// The checks.
 	for _, id := range ids {

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stepwell/stepwell/internal/testenv"
-	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
 	"github.com/stepwell/stepwell/terminal"
@@ -220,17 +218,7 @@ func spawnClusterCrash(t *testing.T, store, url string) {
 
 	// This process joins as a member to watch the end.
 	ctx := context.Background()
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, clusterQueueOpts()...)
-	cancel()
-	if err != nil {
-		t.Fatalf("the parent joining the cluster: %v", err)
-	}
-	t.Cleanup(func() { q.Close(context.Background()) })
-	rt, err := runtime.New(q, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, rt := c.joinAsMember()
 	c.waitFor("the parent run to end and every notification to be delivered", func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -249,31 +237,7 @@ func spawnClusterCrash(t *testing.T, store, url string) {
 		return true
 	})
 	finished := time.Since(killAt)
-	for _, h := range c.live() {
-		_ = h.stdin.Close()
-	}
-	c.waitFor("the helpers to close", func() bool {
-		for _, h := range c.helpers {
-			if h != w && h.alive() {
-				return false
-			}
-		}
-		return true
-	})
-	for _, h := range c.helpers {
-		h.mu.Lock()
-		errs := h.errors
-		h.mu.Unlock()
-		if len(errs) > 0 {
-			t.Errorf("helper %s reported errors: %q", h.name, errs)
-		}
-		if h != w && h.err != nil {
-			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
-		}
-	}
-	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
-		return q.Role() == queue.RoleWriter
-	})
+	c.closeHelpers(q)
 
 	// The checks.
 	ev = readCrashEvents(t, c.dir)
