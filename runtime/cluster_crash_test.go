@@ -516,6 +516,37 @@ func (c *crashCluster) closeHelpers(q *queue.Queue) {
 	})
 }
 
+// waitForWriter waits until one helper is the writer, the events log has
+// lines and cond holds of the writer, and returns the writer.
+func (c *crashCluster) waitForWriter(what string, cond func(w *crashHelper) bool) *crashHelper {
+	c.t.Helper()
+	var w *crashHelper
+	c.waitFor(what, func() bool {
+		ws := c.writers()
+		if len(ws) != 1 {
+			return false
+		}
+		w = ws[0]
+		if fi, err := os.Stat(filepath.Join(c.dir, "events")); err != nil || fi.Size() == 0 {
+			return false // readCrashEvents wants lines
+		}
+		return cond(w)
+	})
+	return w
+}
+
+// endedOK returns how many executions of step of runs whose ID starts
+// with prefix ended ok.
+func (ev *crashEvents) endedOK(prefix string, step int) int {
+	n := 0
+	for _, e := range ev.execs {
+		if strings.HasPrefix(e.run, prefix) && e.step == step && e.how == "ok" {
+			n++
+		}
+	}
+	return n
+}
+
 // crashHelper is the parent's view of a helper process.
 type crashHelper struct {
 	name   string

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -191,29 +190,11 @@ func maxOverlap(spans []concRunSpan) (int, []string) {
 func concClusterCrash(t *testing.T, store, url string) {
 	began := time.Now()
 	c := startCrashCluster(t, store, url, concClusterHelpers, concClusterEnv+"=1")
-	aEnded := func(ev *crashEvents) int {
-		n := 0
-		for _, e := range ev.execs {
-			if strings.HasPrefix(e.run, "A-") && e.step == 2 && e.how == "ok" {
-				n++
-			}
-		}
-		return n
-	}
 	// The kill: once enough of A's runs ended, while the writer runs a
 	// step of one of them.
-	var w *crashHelper
-	c.waitFor("A's runs to end while the writer runs one of their steps", func() bool {
-		ws := c.writers()
-		if len(ws) != 1 {
-			return false
-		}
-		w = ws[0]
-		if fi, err := os.Stat(filepath.Join(c.dir, "events")); err != nil || fi.Size() == 0 {
-			return false // readCrashEvents wants lines
-		}
+	w := c.waitForWriter("A's runs to end while the writer runs one of their steps", func(w *crashHelper) bool {
 		ev := readCrashEvents(t, c.dir)
-		n, running := aEnded(ev), 0
+		n, running := ev.endedOK("A-", 2), 0
 		for _, e := range ev.interrupted(w.name) {
 			if strings.HasPrefix(e.run, "A-") {
 				running++
@@ -234,7 +215,7 @@ func concClusterCrash(t *testing.T, store, url string) {
 	if len(cut) == 0 {
 		t.Fatalf("the kill of writer %s interrupted no step of A's runs\n%s", w.name, w.output())
 	}
-	endedAtKill := aEnded(ev)
+	endedAtKill := ev.endedOK("A-", 2)
 	var takeover time.Time
 	c.waitFor(fmt.Sprintf("a writer after the kill of %s", w.name), func() bool {
 		ws := c.writers()

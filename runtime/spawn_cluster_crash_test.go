@@ -158,28 +158,10 @@ func TestSpawnCrashCluster(t *testing.T) {
 func spawnClusterCrash(t *testing.T, store, url string) {
 	began := time.Now()
 	c := startCrashCluster(t, store, url, spawnClusterHelpers, spawnClusterEnv+"=1")
-	childrenEnded := func(ev *crashEvents) int {
-		n := 0
-		for _, e := range ev.execs {
-			if strings.HasPrefix(e.run, "sp.s0.") && e.step == 1 && e.how == "ok" {
-				n++
-			}
-		}
-		return n
-	}
 	// The kill: once enough children ended, while the writer runs a long
 	// child step.
-	var w *crashHelper
-	c.waitFor("children to end while the writer runs a long child step", func() bool {
-		ws := c.writers()
-		if len(ws) != 1 {
-			return false
-		}
-		w = ws[0]
-		if fi, err := os.Stat(filepath.Join(c.dir, "events")); err != nil || fi.Size() == 0 {
-			return false // readCrashEvents wants lines
-		}
-		n := childrenEnded(readCrashEvents(t, c.dir))
+	w := c.waitForWriter("children to end while the writer runs a long child step", func(w *crashHelper) bool {
+		n := readCrashEvents(t, c.dir).endedOK("sp.s0.", 1)
 		_, _, _, long := w.state()
 		c.detail = fmt.Sprintf("%d children ended; writer %s runs %d long steps", n, w.name, long)
 		return n >= spawnCrashEndedAtKill && long > 0
@@ -200,7 +182,7 @@ func spawnClusterCrash(t *testing.T, store, url string) {
 	if len(cut) == 0 {
 		t.Fatalf("the kill of writer %s interrupted no child step\n%s", w.name, w.output())
 	}
-	endedAtKill := childrenEnded(ev)
+	endedAtKill := ev.endedOK("sp.s0.", 1)
 	if lines := readLines(t, filepath.Join(c.dir, "joins")); len(lines) != 0 {
 		t.Fatalf("the parent joined before the kill: %v", lines)
 	}
