@@ -547,6 +547,34 @@ func (ev *crashEvents) endedOK(prefix string, step int) int {
 	return n
 }
 
+// waitForTakeover waits for a writer after the kill of w and returns
+// when it reported that it became the writer.
+func (c *crashCluster) waitForTakeover(w *crashHelper) time.Time {
+	c.t.Helper()
+	var takeover time.Time
+	c.waitFor(fmt.Sprintf("a writer after the kill of %s", w.name), func() bool {
+		ws := c.writers()
+		if len(ws) == 0 {
+			return false
+		}
+		_, takeover, _, _ = ws[0].state()
+		return true
+	})
+	return takeover
+}
+
+// interruptedOf returns the executions of helper that the kill
+// interrupted, of runs whose ID starts with prefix.
+func (ev *crashEvents) interruptedOf(helper, prefix string) []*crashExec {
+	var cut []*crashExec
+	for _, e := range ev.interrupted(helper) {
+		if strings.HasPrefix(e.run, prefix) {
+			cut = append(cut, e)
+		}
+	}
+	return cut
+}
+
 // crashHelper is the parent's view of a helper process.
 type crashHelper struct {
 	name   string

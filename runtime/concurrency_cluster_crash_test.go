@@ -194,37 +194,19 @@ func concClusterCrash(t *testing.T, store, url string) {
 	// step of one of them.
 	w := c.waitForWriter("A's runs to end while the writer runs one of their steps", func(w *crashHelper) bool {
 		ev := readCrashEvents(t, c.dir)
-		n, running := ev.endedOK("A-", 2), 0
-		for _, e := range ev.interrupted(w.name) {
-			if strings.HasPrefix(e.run, "A-") {
-				running++
-			}
-		}
+		n, running := ev.endedOK("A-", 2), len(ev.interruptedOf(w.name, "A-"))
 		c.detail = fmt.Sprintf("%d of A's runs ended; writer %s runs %d of their steps", n, w.name, running)
 		return n >= concCrashKillAt && n < concCrashA-concCrashLimit && running > 0
 	})
 	killAt := time.Now()
 	c.kill(w)
 	ev := readCrashEvents(t, c.dir)
-	var cut []*crashExec
-	for _, e := range ev.interrupted(w.name) {
-		if strings.HasPrefix(e.run, "A-") {
-			cut = append(cut, e)
-		}
-	}
+	cut := ev.interruptedOf(w.name, "A-")
 	if len(cut) == 0 {
 		t.Fatalf("the kill of writer %s interrupted no step of A's runs\n%s", w.name, w.output())
 	}
 	endedAtKill := ev.endedOK("A-", 2)
-	var takeover time.Time
-	c.waitFor(fmt.Sprintf("a writer after the kill of %s", w.name), func() bool {
-		ws := c.writers()
-		if len(ws) == 0 {
-			return false
-		}
-		_, takeover, _, _ = ws[0].state()
-		return true
-	})
+	takeover := c.waitForTakeover(w)
 
 	// This process joins as a member to watch the end.
 	ctx := context.Background()

@@ -173,12 +173,7 @@ func spawnClusterCrash(t *testing.T, store, url string) {
 		t.Fatal(err)
 	}
 	ev := readCrashEvents(t, c.dir)
-	var cut []*crashExec
-	for _, e := range ev.interrupted(w.name) {
-		if strings.HasPrefix(e.run, "sp.s0.") {
-			cut = append(cut, e)
-		}
-	}
+	cut := ev.interruptedOf(w.name, "sp.s0.")
 	if len(cut) == 0 {
 		t.Fatalf("the kill of writer %s interrupted no child step\n%s", w.name, w.output())
 	}
@@ -187,15 +182,7 @@ func spawnClusterCrash(t *testing.T, store, url string) {
 		t.Fatalf("the parent joined before the kill: %v", lines)
 	}
 	// A member takes over.
-	var takeover time.Time
-	c.waitFor(fmt.Sprintf("a writer after the kill of %s", w.name), func() bool {
-		ws := c.writers()
-		if len(ws) == 0 {
-			return false
-		}
-		_, takeover, _, _ = ws[0].state()
-		return true
-	})
+	takeover := c.waitForTakeover(w)
 	failover := takeover.Sub(killAt)
 
 	// This process joins as a member to watch the end.
