@@ -123,6 +123,37 @@ func randRun(r *rand.Rand, multi bool) *Run {
 	return run
 }
 
+// randCurrentRun returns a random active run of the current version.
+func randCurrentRun(r *rand.Rand) *Run {
+	run := randRun(r, false)
+	run.State, run.Version = StateActive, Version
+	if run.RunID == "" {
+		run.RunID = "r"
+	}
+	return run
+}
+
+// checkOldShape holds the run decoders to records of an older shape:
+// recOf(run) written as a record decodes as run with zero applied, on
+// both paths, for 500 random runs; and records of each of corrupt field
+// counts are ErrCorrupt.
+func checkOldShape(t *testing.T, shape string, zero func(*Run), recOf func(*Run) any, corrupt ...int) {
+	t.Helper()
+	r := codectest.New(t)
+	for range 500 {
+		run := randCurrentRun(r)
+		old := *run
+		zero(&old)
+		checkOldRun(t, shape, recOf(run), &old)
+	}
+	for _, n := range corrupt {
+		bad, _ := format.Marshal(make([]int, n))
+		if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("DecodeRun(%d fields) = %v, want ErrCorrupt", n, err)
+		}
+	}
+}
+
 func runV2Of(r *Run) *runV2 {
 	return &runV2{runV1: *runV1Of(r), Retries: r.Retries, UpdatedAt: r.UpdatedAt}
 }
@@ -132,23 +163,7 @@ func runV2Of(r *Run) *runV2 {
 // with those fields zero on both paths. Fails if a decoder insists on 30
 // fields.
 func TestDecodeShape2(t *testing.T) {
-	r := codectest.New(t)
-	for range 500 {
-		run := randRun(r, false)
-		run.State, run.Version = StateActive, Version
-		if run.RunID == "" {
-			run.RunID = "r"
-		}
-		old := *run
-		zeroShape3(&old)
-		checkOldRun(t, "shape 2", runV2Of(run), &old)
-	}
-	for _, n := range []int{15, 17, 22, 24} {
-		bad, _ := format.Marshal(make([]int, n))
-		if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("DecodeRun(%d fields) = %v, want ErrCorrupt", n, err)
-		}
-	}
+	checkOldShape(t, "shape 2", zeroShape3, func(run *Run) any { return runV2Of(run) }, 15, 17, 22, 24)
 }
 
 func randTerminal(r *rand.Rand) *Terminal {
@@ -260,23 +275,9 @@ func dlOf(run *Run) runDL {
 // before the per-key concurrency fields were appended (44 fields): they
 // decode with no key on both paths. Fails if a decoder insists on 47.
 func TestDecodeHistoryShape(t *testing.T) {
-	r := codectest.New(t)
-	for range 500 {
-		run := randRun(r, false)
-		run.State, run.Version = StateActive, Version
-		if run.RunID == "" {
-			run.RunID = "r"
-		}
-		old := *run
-		zeroConc(&old)
-		checkOldRun(t, "44 fields", &runH{runDL: dlOf(run), HistorySeq: run.HistorySeq}, &old)
-	}
-	for _, n := range []int{45, 46} {
-		bad, _ := format.Marshal(make([]int, n))
-		if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("DecodeRun(%d fields) = %v, want ErrCorrupt", n, err)
-		}
-	}
+	checkOldShape(t, "44 fields", zeroConc, func(run *Run) any {
+		return &runH{runDL: dlOf(run), HistorySeq: run.HistorySeq}
+	}, 45, 46)
 }
 
 // TestDecodeWithoutHistory holds the run decoders to records written
@@ -284,62 +285,29 @@ func TestDecodeHistoryShape(t *testing.T) {
 // they decode with HistorySeq 0 on both paths. Fails if a decoder
 // insists on 44 fields.
 func TestDecodeWithoutHistory(t *testing.T) {
-	r := codectest.New(t)
-	for range 500 {
-		run := randRun(r, false)
-		run.State, run.Version = StateActive, Version
-		if run.RunID == "" {
-			run.RunID = "r"
-		}
-		old := *run
-		zeroHistory(&old)
+	checkOldShape(t, "deadlines, no history", zeroHistory, func(run *Run) any {
 		dl := dlOf(run)
-		checkOldRun(t, "deadlines, no history", &dl, &old)
-	}
+		return &dl
+	})
 }
 
 // TestDecodeShape6 holds the run decoders to records written before run
 // deadlines were appended (41 fields): they decode with no deadline on
 // both paths. Fails if a decoder insists on 43 fields.
 func TestDecodeShape6(t *testing.T) {
-	r := codectest.New(t)
-	for range 500 {
-		run := randRun(r, false)
-		run.State, run.Version = StateActive, Version
-		if run.RunID == "" {
-			run.RunID = "r"
-		}
-		old := *run
-		zeroDeadline(&old)
-		checkOldRun(t, "shape 6", &runV6{runV5: runV5{runV4: *runV4Of(run), Queue: run.Queue},
-			Parent: run.Parent, ParentStep: run.ParentStep, ChildIndex: run.ChildIndex, Depth: run.Depth,
-			JoinReported: run.JoinReported, Spawned: run.Spawned, SpawnStep: run.SpawnStep, Pending: run.Pending}, &old)
-	}
-	bad, _ := format.Marshal(make([]int, 42))
-	if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("DecodeRun(42 fields) = %v, want ErrCorrupt", err)
-	}
+	checkOldShape(t, "shape 6", zeroDeadline, func(run *Run) any {
+		dl := dlOf(run)
+		return &dl.runV6
+	}, 42)
 }
 
 // TestDecodeShape5 holds the run decoders to records written before child
 // runs (shape 6) were appended: they decode with no parent and no
 // children on both paths. Fails if a decoder insists on 41 fields.
 func TestDecodeShape5(t *testing.T) {
-	r := codectest.New(t)
-	for range 500 {
-		run := randRun(r, false)
-		run.State, run.Version = StateActive, Version
-		if run.RunID == "" {
-			run.RunID = "r"
-		}
-		old := *run
-		zeroShape6(&old)
-		checkOldRun(t, "shape 5", &runV5{runV4: *runV4Of(run), Queue: run.Queue}, &old)
-	}
-	bad, _ := format.Marshal(make([]int, 35))
-	if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("DecodeRun(35 fields) = %v, want ErrCorrupt", err)
-	}
+	checkOldShape(t, "shape 5", zeroShape6, func(run *Run) any {
+		return &runV5{runV4: *runV4Of(run), Queue: run.Queue}
+	}, 35)
 }
 
 func runV4Of(r *Run) *runV4 {
@@ -350,21 +318,7 @@ func runV4Of(r *Run) *runV4 {
 // step queue (shape 5) was appended: they decode with Queue "" on both
 // paths. Fails if a decoder insists on 33 fields.
 func TestDecodeShape4(t *testing.T) {
-	r := codectest.New(t)
-	for range 500 {
-		run := randRun(r, false)
-		run.State, run.Version = StateActive, Version
-		if run.RunID == "" {
-			run.RunID = "r"
-		}
-		old := *run
-		zeroShape5(&old)
-		checkOldRun(t, "shape 4", runV4Of(run), &old)
-	}
-	bad, _ := format.Marshal(make([]int, 34))
-	if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("DecodeRun(34 fields) = %v, want ErrCorrupt", err)
-	}
+	checkOldShape(t, "shape 4", zeroShape5, func(run *Run) any { return runV4Of(run) }, 34)
 }
 
 func runV3Of(r *Run) *runV3 {
@@ -379,23 +333,7 @@ func runV3Of(r *Run) *runV3 {
 // memory counts (shape 4) were appended: they decode with MemoKeys and
 // MemoBytes zero on both paths. Fails if a decoder insists on 32 fields.
 func TestDecodeShape3(t *testing.T) {
-	r := codectest.New(t)
-	for range 500 {
-		run := randRun(r, false)
-		run.State, run.Version = StateActive, Version
-		if run.RunID == "" {
-			run.RunID = "r"
-		}
-		old := *run
-		zeroShape4(&old)
-		checkOldRun(t, "shape 3", runV3Of(run), &old)
-	}
-	for _, n := range []int{31, 34} {
-		bad, _ := format.Marshal(make([]int, n))
-		if _, err := DecodeRun(bad); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("DecodeRun(%d fields) = %v, want ErrCorrupt", n, err)
-		}
-	}
+	checkOldShape(t, "shape 3", zeroShape4, func(run *Run) any { return runV3Of(run) }, 31, 34)
 }
 
 func runV1Of(r *Run) *runV1 {
@@ -417,11 +355,7 @@ func terminalV1Of(t *Terminal) *terminalV1 {
 func TestDecodeShape1(t *testing.T) {
 	r := codectest.New(t)
 	for range 500 {
-		run := randRun(r, false)
-		run.State, run.Version = StateActive, Version
-		if run.RunID == "" {
-			run.RunID = "r"
-		}
+		run := randCurrentRun(r)
 		old := *run
 		old.Retries, old.UpdatedAt = 0, 0
 		zeroShape3(&old)

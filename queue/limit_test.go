@@ -230,12 +230,20 @@ func TestLimitSurvivesReopen(t *testing.T) {
 	if m, err := q2.Limits(ctx); err != nil || m["q"] != want {
 		t.Fatalf("Limits after reopen = %v, %v", m, err)
 	}
-	if got := claimN(t, q2, "q", 5); len(got) != 0 {
-		t.Fatalf("claimed %d right after reopen: the bucket must start empty", len(got))
+	checkBucketStartsEmpty(t, q2, clock, "reopen")
+}
+
+// checkBucketStartsEmpty checks that q, just after when, claims nothing
+// from queue "q" (at PerSecond 1, with free MaxRunning slots): its token
+// bucket starts empty; and one a second later.
+func checkBucketStartsEmpty(t *testing.T, q *Queue, clock *fakeClock, when string) {
+	t.Helper()
+	if got := claimN(t, q, "q", 5); len(got) != 0 {
+		t.Fatalf("claimed %d right after %s: the bucket must start empty", len(got), when)
 	}
 	clock.Advance(time.Second)
-	if got := claimN(t, q2, "q", 5); len(got) != 1 {
-		t.Fatalf("claimed %d a second after reopen at 1/s", len(got))
+	if got := claimN(t, q, "q", 5); len(got) != 1 {
+		t.Fatalf("claimed %d a second after %s at 1/s, want 1", len(got), when)
 	}
 }
 
@@ -282,13 +290,7 @@ func TestLimitClusterFailover(t *testing.T) {
 	if err := m.Ack(ctx, held[0]); err != nil {
 		t.Fatal(err)
 	}
-	if got := claimN(t, m, "q", 5); len(got) != 0 {
-		t.Fatalf("the next writer claimed %d at once: its bucket must start empty", len(got))
-	}
-	clock.Advance(time.Second)
-	if got := claimN(t, m, "q", 5); len(got) != 1 {
-		t.Fatalf("claimed %d a second after the takeover at 1/s, want 1", len(got))
-	}
+	checkBucketStartsEmpty(t, m, clock, "the takeover")
 }
 
 // TestLimitWakesWaitingClaim: a claim that waits (Work, Claim with Wait)

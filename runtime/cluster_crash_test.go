@@ -172,45 +172,16 @@ func clusterHelper(url string) int {
 	name := os.Getenv(clusterNameEnv)
 	peers, _ := strconv.Atoi(os.Getenv(clusterPeersEnv))
 	prefix := os.Getenv(clusterPrefixEnv)
-	var omu sync.Mutex
-	say := func(format string, args ...any) {
-		omu.Lock()
-		defer omu.Unlock()
-		fmt.Fprintf(os.Stdout, format+"\n", args...)
-	}
-	events, err := os.OpenFile(filepath.Join(os.Getenv(clusterDirEnv), "events"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		say("error events log: %v", err)
-		return 2
-	}
-	record := func(format string, args ...any) {
-		if _, err := events.WriteString(fmt.Sprintf(format, args...) + "\n"); err != nil {
-			say("error events log: %v", err)
-			os.Exit(2)
-		}
-	}
 	ctx := context.Background()
 	opts := clusterQueueOpts()
 	if os.Getenv(clusterDebugEnv) != "" {
 		opts = append(opts, queue.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, opts...)
-	cancel()
-	if err != nil {
-		say("error open: %v", err)
-		return 3
+	p, code := openClusterProc(url, os.Getenv(clusterDirEnv), opts)
+	if code != 0 {
+		return code
 	}
-	go func() {
-		var last queue.Role
-		for {
-			if r := q.Role(); r != last {
-				say("role %v %d", r, time.Now().UnixNano())
-				last = r
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	say, record, q := p.say, p.record, p.q
 	var long atomic.Int64
 	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		n, payload := int(s.Number), string(s.Payload)
@@ -347,31 +318,261 @@ func clusterHelper(url string) int {
 		say("drained")
 	}()
 
+	return p.stopAndClose(quit, stopRun, runErr, 1)
+}
+
+// clusterProc is a crash-cluster helper process's reporting and queue.
+type clusterProc struct {
+	mu     sync.Mutex // orders the lines on stdout
+	events *os.File
+	q      *queue.Queue
+}
+
+// openClusterProc opens the events log in dir and the queue at url with
+// opts, and reports the queue's role on stdout at each change. It
+// returns a non-zero exit code if it could not.
+func openClusterProc(url, dir string, opts []queue.Option) (*clusterProc, int) {
+	p := &clusterProc{}
+	var err error
+	p.events, err = os.OpenFile(filepath.Join(dir, "events"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.say("error events log: %v", err)
+		return nil, 2
+	}
+	octx, cancel := context.WithTimeout(context.Background(), clusterDeadline)
+	p.q, err = queue.Open(octx, url, opts...)
+	cancel()
+	if err != nil {
+		p.say("error open: %v", err)
+		return nil, 3
+	}
+	go func() {
+		var last queue.Role
+		for {
+			if r := p.q.Role(); r != last {
+				p.say("role %v %d", r, time.Now().UnixNano())
+				last = r
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return p, 0
+}
+
+// say writes a line on stdout.
+func (p *clusterProc) say(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(os.Stdout, format+"\n", args...)
+}
+
+// record appends a line to the events log; the process exits 2 if it
+// cannot.
+func (p *clusterProc) record(format string, args ...any) {
+	if _, err := p.events.WriteString(fmt.Sprintf(format, args...) + "\n"); err != nil {
+		p.say("error events log: %v", err)
+		os.Exit(2)
+	}
+}
+
+// stdinEnded returns a channel closed at the end of stdin.
+func stdinEnded() <-chan struct{} {
+	quit := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(quit)
+	}()
+	return quit
+}
+
+// stopAndClose waits for quit (exit code 5 if a Run returns before it),
+// then stops the runtimes, waits for their Run calls to return (7 if
+// one fails or does not), closes the queue (8 if that fails) and says
+// "closed": it returns the helper's exit code.
+func (p *clusterProc) stopAndClose(quit <-chan struct{}, stopRun func(), runErr <-chan error, runs int) int {
 	select {
 	case err := <-runErr:
-		say("error Run returned: %v", err)
+		p.say("error Run returned: %v", err)
 		return 5
 	case <-quit:
 	}
 	stopRun()
-	select {
-	case err := <-runErr:
-		if err != nil {
-			say("error Run: %v", err)
+	for range runs {
+		select {
+		case err := <-runErr:
+			if err != nil {
+				p.say("error Run: %v", err)
+				return 7
+			}
+		case <-time.After(clusterDeadline):
+			p.say("error Run did not return")
 			return 7
 		}
-	case <-time.After(clusterDeadline):
-		say("error Run did not return")
-		return 7
 	}
-	cctx, cancel := context.WithTimeout(ctx, clusterDeadline)
+	cctx, cancel := context.WithTimeout(context.Background(), clusterDeadline)
 	defer cancel()
-	if err := q.Close(cctx); err != nil {
-		say("error Close: %v", err)
+	if err := p.q.Close(cctx); err != nil {
+		p.say("error Close: %v", err)
 		return 8
 	}
-	say("closed")
+	p.say("closed")
 	return 0
+}
+
+// submit submits spec on rt, again and again for clusterDeadline: Submit
+// is safe to repeat, and a call that a change of writer interrupted may
+// have committed. It says the error and returns false if none succeeded.
+func (p *clusterProc) submit(rt *runtime.Runtime, spec runtime.RunSpec) bool {
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		sctx, cancel := context.WithTimeout(context.Background(), clusterDeadline)
+		_, err := rt.Submit(sctx, spec)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if time.Since(start) > clusterDeadline {
+			p.say("error submit: %v", err)
+			return false
+		}
+	}
+}
+
+// runCrashOnStores runs crash (in parallel with other tests) on a file://
+// and an S3 store, one after the other, unless -short or the suite's
+// STEPWELL_RUNTIME_STORE pass.
+func runCrashOnStores(t *testing.T, crash func(t *testing.T, store, url string)) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	if m := os.Getenv("STEPWELL_RUNTIME_STORE"); m != "" {
+		t.Skipf("runs in the suite's default pass, not again with STEPWELL_RUNTIME_STORE=%s", m)
+	}
+	t.Parallel()
+	for _, store := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"file", func(t *testing.T) string { return "file://" + t.TempDir() }},
+		{"s3", func(t *testing.T) string { return testenv.S3(t) }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			crash(t, store.name, store.url(t))
+		})
+	}
+}
+
+// joinAsMember opens the cluster's store in this process (a member while
+// a helper is the writer) and a runtime on it with no runner, to watch.
+func (c *crashCluster) joinAsMember() (*queue.Queue, *runtime.Runtime) {
+	t := c.t
+	t.Helper()
+	octx, cancel := context.WithTimeout(context.Background(), clusterDeadline)
+	q, err := queue.Open(octx, c.url, clusterQueueOpts()...)
+	cancel()
+	if err != nil {
+		t.Fatalf("the parent joining the cluster: %v", err)
+	}
+	t.Cleanup(func() { q.Close(context.Background()) })
+	rt, err := runtime.New(q, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, rt
+}
+
+// closeHelpers ends the live helpers' stdin and waits for them to close;
+// the test fails if a helper reported errors or one not killed exited
+// with an error. Then it waits for q, this process's, to be the writer.
+func (c *crashCluster) closeHelpers(q *queue.Queue) {
+	t := c.t
+	t.Helper()
+	for _, h := range c.live() {
+		_ = h.stdin.Close()
+	}
+	c.waitFor("the helpers to close", func() bool {
+		for _, h := range c.helpers {
+			h.mu.Lock()
+			wasKilled := h.killed
+			h.mu.Unlock()
+			if !wasKilled && h.alive() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, h := range c.helpers {
+		h.mu.Lock()
+		wasKilled, errs := h.killed, h.errors
+		h.mu.Unlock()
+		if len(errs) > 0 {
+			t.Errorf("helper %s reported errors: %q", h.name, errs)
+		}
+		if !wasKilled && h.err != nil {
+			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
+		}
+	}
+	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
+		return q.Role() == queue.RoleWriter
+	})
+}
+
+// waitForWriter waits until one helper is the writer, the events log has
+// lines and cond holds of the writer, and returns the writer.
+func (c *crashCluster) waitForWriter(what string, cond func(w *crashHelper) bool) *crashHelper {
+	c.t.Helper()
+	var w *crashHelper
+	c.waitFor(what, func() bool {
+		ws := c.writers()
+		if len(ws) != 1 {
+			return false
+		}
+		w = ws[0]
+		if fi, err := os.Stat(filepath.Join(c.dir, "events")); err != nil || fi.Size() == 0 {
+			return false // readCrashEvents wants lines
+		}
+		return cond(w)
+	})
+	return w
+}
+
+// endedOK returns how many executions of step of runs whose ID starts
+// with prefix ended ok.
+func (ev *crashEvents) endedOK(prefix string, step int) int {
+	n := 0
+	for _, e := range ev.execs {
+		if strings.HasPrefix(e.run, prefix) && e.step == step && e.how == "ok" {
+			n++
+		}
+	}
+	return n
+}
+
+// waitForTakeover waits for a writer after the kill of w and returns
+// when it reported that it became the writer.
+func (c *crashCluster) waitForTakeover(w *crashHelper) time.Time {
+	c.t.Helper()
+	var takeover time.Time
+	c.waitFor(fmt.Sprintf("a writer after the kill of %s", w.name), func() bool {
+		ws := c.writers()
+		if len(ws) == 0 {
+			return false
+		}
+		_, takeover, _, _ = ws[0].state()
+		return true
+	})
+	return takeover
+}
+
+// interruptedOf returns the executions of helper that the kill
+// interrupted, of runs whose ID starts with prefix.
+func (ev *crashEvents) interruptedOf(helper, prefix string) []*crashExec {
+	var cut []*crashExec
+	for _, e := range ev.interrupted(helper) {
+		if strings.HasPrefix(e.run, prefix) {
+			cut = append(cut, e)
+		}
+	}
+	return cut
 }
 
 // crashHelper is the parent's view of a helper process.
@@ -439,6 +640,33 @@ type crashCluster struct {
 	helpers []*crashHelper
 	started int
 	detail  string // what a waitFor's cond last saw, for its failure
+}
+
+// startCrashCluster starts n helper processes (with env added to their
+// environment) on url, kills any left alive when t ends, and waits until
+// all are ready and one of them is the writer.
+func startCrashCluster(t *testing.T, store, url string, n int, env ...string) *crashCluster {
+	c := &crashCluster{t: t, url: url, dir: t.TempDir(), prefix: store[:1], env: env}
+	t.Cleanup(func() {
+		for _, h := range c.helpers {
+			if h.alive() {
+				_ = h.cmd.Process.Signal(syscall.SIGKILL)
+				<-h.exited
+			}
+		}
+	})
+	for range n {
+		c.start()
+	}
+	c.waitFor("the helpers to be ready and one of them the writer", func() bool {
+		for _, h := range c.live() {
+			if _, _, ready, _ := h.state(); !ready {
+				return false
+			}
+		}
+		return len(c.writers()) == 1
+	})
+	return c
 }
 
 func (c *crashCluster) start() *crashHelper {
@@ -714,26 +942,7 @@ func clusterCrash(t *testing.T, store, url string, rounds int) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("%s: %d kill rounds, seed %d, heartbeat %v, lease %v", store, rounds, seed, clusterHeartbeat, clusterLease)
 	began := time.Now()
-	c := &crashCluster{t: t, url: url, dir: t.TempDir(), prefix: store[:1]}
-	t.Cleanup(func() {
-		for _, h := range c.helpers {
-			if h.alive() {
-				_ = h.cmd.Process.Signal(syscall.SIGKILL)
-				<-h.exited
-			}
-		}
-	})
-	for range clusterHelpers {
-		c.start()
-	}
-	c.waitFor("the helpers to be ready and one of them the writer", func() bool {
-		for _, h := range c.live() {
-			if _, _, ready, _ := h.state(); !ready {
-				return false
-			}
-		}
-		return len(c.writers()) == 1
-	})
+	c := startCrashCluster(t, store, url, clusterHelpers)
 
 	var log []crashRound
 	var kills []time.Time // every kill, redone rounds' too
@@ -863,17 +1072,7 @@ func clusterCrash(t *testing.T, store, url string, rounds int) {
 		}
 	}
 	ctx := context.Background()
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, clusterQueueOpts()...)
-	cancel()
-	if err != nil {
-		t.Fatalf("the parent joining the cluster: %v", err)
-	}
-	t.Cleanup(func() { q.Close(context.Background()) })
-	rt, err := runtime.New(q, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, rt := c.joinAsMember()
 	c.waitFor("every helper to stop submitting", func() bool {
 		for _, h := range c.live() {
 			h.mu.Lock()
@@ -909,34 +1108,7 @@ func clusterCrash(t *testing.T, store, url string, rounds int) {
 		return true
 	})
 	settled := time.Since(began) - killed
-	for _, h := range c.live() {
-		_ = h.stdin.Close()
-	}
-	c.waitFor("the helpers to close", func() bool {
-		for _, h := range c.helpers {
-			h.mu.Lock()
-			wasKilled := h.killed
-			h.mu.Unlock()
-			if !wasKilled && h.alive() {
-				return false
-			}
-		}
-		return true
-	})
-	for _, h := range c.helpers {
-		h.mu.Lock()
-		wasKilled, errs := h.killed, h.errors
-		h.mu.Unlock()
-		if len(errs) > 0 {
-			t.Errorf("helper %s reported errors: %q", h.name, errs)
-		}
-		if !wasKilled && h.err != nil {
-			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
-		}
-	}
-	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
-		return q.Role() == queue.RoleWriter
-	})
+	c.closeHelpers(q)
 
 	ev := readCrashEvents(t, c.dir)
 	settledAt := checkClusterCrash(t, q, rt, ev)

@@ -3,19 +3,14 @@ package runtime_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -58,41 +53,11 @@ const (
 // 0 at the end of stdin.
 func concClusterHelper(url string) int {
 	name, dir := os.Getenv(clusterNameEnv), os.Getenv(clusterDirEnv)
-	var omu sync.Mutex
-	say := func(format string, args ...any) {
-		omu.Lock()
-		defer omu.Unlock()
-		fmt.Fprintf(os.Stdout, format+"\n", args...)
+	p, code := openClusterProc(url, dir, clusterQueueOpts())
+	if code != 0 {
+		return code
 	}
-	events, err := os.OpenFile(filepath.Join(dir, "events"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		say("error events log: %v", err)
-		return 2
-	}
-	record := func(format string, args ...any) {
-		if _, err := events.WriteString(fmt.Sprintf(format, args...) + "\n"); err != nil {
-			say("error events log: %v", err)
-			os.Exit(2)
-		}
-	}
-	ctx := context.Background()
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, clusterQueueOpts()...)
-	cancel()
-	if err != nil {
-		say("error open: %v", err)
-		return 3
-	}
-	go func() {
-		var last queue.Role
-		for {
-			if r := q.Role(); r != last {
-				say("role %v %d", r, time.Now().UnixNano())
-				last = r
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	say, record, q, ctx := p.say, p.record, p.q, context.Background()
 	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		record("start %s %s %d %d %s %d", name, s.RunID, s.Number, s.Attempt, s.Payload, time.Now().UnixNano())
 		d := time.Duration(5+rand.IntN(20)) * time.Millisecond
@@ -167,75 +132,16 @@ func concClusterHelper(url string) int {
 		}
 		for _, spec := range specs {
 			spec.MaxAttemptsPerStep = 1000
-			// Submit is safe to repeat: a call that a change of writer
-			// interrupted may have committed.
-			for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-				sctx, cancel := context.WithTimeout(ctx, clusterDeadline)
-				_, err := rt.Submit(sctx, spec)
-				cancel()
-				if err == nil {
-					break
-				}
-				if time.Since(start) > clusterDeadline {
-					say("error submit: %v", err)
-					return 6
-				}
+			if !p.submit(rt, spec) {
+				return 6
 			}
 		}
 	}
-	quit := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(quit)
-	}()
-	select {
-	case err := <-runErr:
-		say("error Run returned: %v", err)
-		return 5
-	case <-quit:
-	}
-	stopRun()
-	for range 2 {
-		select {
-		case err := <-runErr:
-			if err != nil {
-				say("error Run: %v", err)
-				return 7
-			}
-		case <-time.After(clusterDeadline):
-			say("error Run did not return")
-			return 7
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	defer cancel()
-	if err := q.Close(cctx); err != nil {
-		say("error Close: %v", err)
-		return 8
-	}
-	say("closed")
-	return 0
+	return p.stopAndClose(stdinEnded(), stopRun, runErr, 2)
 }
 
 func TestConcurrencyCrashCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test skipped in -short mode")
-	}
-	if m := os.Getenv("STEPWELL_RUNTIME_STORE"); m != "" {
-		t.Skipf("runs in the suite's default pass, not again with STEPWELL_RUNTIME_STORE=%s", m)
-	}
-	t.Parallel()
-	for _, store := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"file", func(t *testing.T) string { return "file://" + t.TempDir() }},
-		{"s3", func(t *testing.T) string { return testenv.S3(t) }},
-	} {
-		t.Run(store.name, func(t *testing.T) {
-			concClusterCrash(t, store.name, store.url(t))
-		})
-	}
+	runCrashOnStores(t, concClusterCrash)
 }
 
 // concRunSpan is when a run was active, as its steps saw it.
@@ -283,93 +189,28 @@ func maxOverlap(spans []concRunSpan) (int, []string) {
 
 func concClusterCrash(t *testing.T, store, url string) {
 	began := time.Now()
-	c := &crashCluster{t: t, url: url, dir: t.TempDir(), prefix: store[:1], env: []string{concClusterEnv + "=1"}}
-	t.Cleanup(func() {
-		for _, h := range c.helpers {
-			if h.alive() {
-				_ = h.cmd.Process.Signal(syscall.SIGKILL)
-				<-h.exited
-			}
-		}
-	})
-	for range concClusterHelpers {
-		c.start()
-	}
-	c.waitFor("the helpers to be ready and one of them the writer", func() bool {
-		for _, h := range c.live() {
-			if _, _, ready, _ := h.state(); !ready {
-				return false
-			}
-		}
-		return len(c.writers()) == 1
-	})
-	aEnded := func(ev *crashEvents) int {
-		n := 0
-		for _, e := range ev.execs {
-			if strings.HasPrefix(e.run, "A-") && e.step == 2 && e.how == "ok" {
-				n++
-			}
-		}
-		return n
-	}
+	c := startCrashCluster(t, store, url, concClusterHelpers, concClusterEnv+"=1")
 	// The kill: once enough of A's runs ended, while the writer runs a
 	// step of one of them.
-	var w *crashHelper
-	c.waitFor("A's runs to end while the writer runs one of their steps", func() bool {
-		ws := c.writers()
-		if len(ws) != 1 {
-			return false
-		}
-		w = ws[0]
-		if fi, err := os.Stat(filepath.Join(c.dir, "events")); err != nil || fi.Size() == 0 {
-			return false // readCrashEvents wants lines
-		}
+	w := c.waitForWriter("A's runs to end while the writer runs one of their steps", func(w *crashHelper) bool {
 		ev := readCrashEvents(t, c.dir)
-		n, running := aEnded(ev), 0
-		for _, e := range ev.interrupted(w.name) {
-			if strings.HasPrefix(e.run, "A-") {
-				running++
-			}
-		}
+		n, running := ev.endedOK("A-", 2), len(ev.interruptedOf(w.name, "A-"))
 		c.detail = fmt.Sprintf("%d of A's runs ended; writer %s runs %d of their steps", n, w.name, running)
 		return n >= concCrashKillAt && n < concCrashA-concCrashLimit && running > 0
 	})
 	killAt := time.Now()
 	c.kill(w)
 	ev := readCrashEvents(t, c.dir)
-	var cut []*crashExec
-	for _, e := range ev.interrupted(w.name) {
-		if strings.HasPrefix(e.run, "A-") {
-			cut = append(cut, e)
-		}
-	}
+	cut := ev.interruptedOf(w.name, "A-")
 	if len(cut) == 0 {
 		t.Fatalf("the kill of writer %s interrupted no step of A's runs\n%s", w.name, w.output())
 	}
-	endedAtKill := aEnded(ev)
-	var takeover time.Time
-	c.waitFor(fmt.Sprintf("a writer after the kill of %s", w.name), func() bool {
-		ws := c.writers()
-		if len(ws) == 0 {
-			return false
-		}
-		_, takeover, _, _ = ws[0].state()
-		return true
-	})
+	endedAtKill := ev.endedOK("A-", 2)
+	takeover := c.waitForTakeover(w)
 
 	// This process joins as a member to watch the end.
 	ctx := context.Background()
-	octx, cancel := context.WithTimeout(ctx, clusterDeadline)
-	q, err := queue.Open(octx, url, clusterQueueOpts()...)
-	cancel()
-	if err != nil {
-		t.Fatalf("the parent joining the cluster: %v", err)
-	}
-	t.Cleanup(func() { q.Close(context.Background()) })
-	rt, err := runtime.New(q, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, rt := c.joinAsMember()
 	ids := make([]string, 0, concCrashA+concCrashB)
 	for i := range concCrashA {
 		ids = append(ids, fmt.Sprintf("A-%02d", i))
@@ -390,31 +231,7 @@ func concClusterCrash(t *testing.T, store, url string) {
 		return true
 	})
 	finished := time.Since(killAt)
-	for _, h := range c.live() {
-		_ = h.stdin.Close()
-	}
-	c.waitFor("the helpers to close", func() bool {
-		for _, h := range c.helpers {
-			if h != w && h.alive() {
-				return false
-			}
-		}
-		return true
-	})
-	for _, h := range c.helpers {
-		h.mu.Lock()
-		errs := h.errors
-		h.mu.Unlock()
-		if len(errs) > 0 {
-			t.Errorf("helper %s reported errors: %q", h.name, errs)
-		}
-		if h != w && h.err != nil {
-			t.Errorf("helper %s: %v\n%s", h.name, h.err, h.output())
-		}
-	}
-	testenv.Eventually(t, clusterDeadline, "the parent to be the writer after every helper closed", func() bool {
-		return q.Role() == queue.RoleWriter
-	})
+	c.closeHelpers(q)
 
 	// The checks.
 	for _, id := range ids {

@@ -54,6 +54,31 @@ func (g *slotRunner) gate(runID string) chan struct{} {
 
 func (g *slotRunner) open(runID string) { close(g.gate(runID)) }
 
+// finish opens the gates of runIDs, then waits for each run to end
+// Succeeded.
+func (g *slotRunner) finish(t *testing.T, rt *runtime.Runtime, runIDs ...string) {
+	t.Helper()
+	for _, id := range runIDs {
+		g.open(id)
+	}
+	for _, id := range runIDs {
+		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
+			t.Fatalf("%s: %v %q", id, st.State, st.Error)
+		}
+	}
+}
+
+// startSlotRuntime starts a runtime on a new memory queue whose steps run
+// on a slotRunner gating the runs of key.
+func startSlotRuntime(t *testing.T, key string, opts ...runtime.Option) (*queue.Queue, *slotRunner, *runtime.Runtime) {
+	t.Helper()
+	q := openQueue(t, memURL())
+	g := newSlotRunner(key)
+	rt := newRuntime(t, q, g, nil, opts...)
+	startRun(t, rt)
+	return q, g, rt
+}
+
 func (g *slotRunner) startedOf(key string) []int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -123,10 +148,7 @@ func checkKeyGone(t *testing.T, q *queue.Queue, key string) {
 // gone at the end.
 func TestConcurrencyKey(t *testing.T) {
 	const nA, limitA, nB = 20, 2, 5
-	q := openQueue(t, memURL())
-	g := newSlotRunner("A")
-	rt := newRuntime(t, q, g, nil, runtime.WithMaxConcurrentSteps(8))
-	startRun(t, rt)
+	q, g, rt := startSlotRuntime(t, "A", runtime.WithMaxConcurrentSteps(8))
 	for i := range nA {
 		mustSubmit(t, rt, keyed("A", limitA, i))
 	}
@@ -164,11 +186,7 @@ func TestConcurrencyKey(t *testing.T) {
 		if got := len(started); got != want {
 			t.Fatalf("%d of A's runs started with runs %d.. holding the slots, want %d", got, k, want)
 		}
-		id := fmt.Sprintf("A-%02d", k)
-		g.open(id)
-		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
-			t.Fatalf("%s: %v %q", id, st.State, st.Error)
-		}
+		g.finish(t, rt, fmt.Sprintf("A-%02d", k))
 	}
 	if m := g.max("A"); m > limitA {
 		t.Fatalf("%d of A's runs were active at once, limit %d", m, limitA)
@@ -182,10 +200,7 @@ func TestConcurrencyKey(t *testing.T) {
 // the key's records are gone once the others end; and Retry of it joins
 // the line again and runs.
 func TestConcurrencyCancelInLine(t *testing.T) {
-	q := openQueue(t, memURL())
-	g := newSlotRunner("K")
-	rt := newRuntime(t, q, g, nil)
-	startRun(t, rt)
+	q, g, rt := startSlotRuntime(t, "K")
 	for i := range 4 {
 		mustSubmit(t, rt, keyed("K", 1, i))
 	}
@@ -197,10 +212,7 @@ func TestConcurrencyCancelInLine(t *testing.T) {
 		t.Fatalf("K-02: %v", st.State)
 	}
 	for _, id := range []string{"K-00", "K-01", "K-03"} {
-		g.open(id)
-		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
-			t.Fatalf("%s: %v %q", id, st.State, st.Error)
-		}
+		g.finish(t, rt, id)
 	}
 	if got := g.startedOf("K"); fmt.Sprint(got) != "[0 1 3]" {
 		t.Fatalf("K's runs started: %v, want [0 1 3]", got)
@@ -211,20 +223,14 @@ func TestConcurrencyCancelInLine(t *testing.T) {
 	if err := rt.Retry(context.Background(), "K-02"); err != nil {
 		t.Fatal(err)
 	}
-	g.open("K-02")
-	if st := waitTerminal(t, rt, "K-02"); st.State != runtime.StateSucceeded {
-		t.Fatalf("K-02 after Retry: %v %q", st.State, st.Error)
-	}
+	g.finish(t, rt, "K-02")
 	checkKeyGone(t, q, "K")
 }
 
 // TestConcurrencyRetryJoinsLine: Retry of a keyed run while its key's
 // slots are taken puts it back in the line; it runs when a slot frees.
 func TestConcurrencyRetryJoinsLine(t *testing.T) {
-	q := openQueue(t, memURL())
-	g := newSlotRunner("R")
-	rt := newRuntime(t, q, g, nil)
-	startRun(t, rt)
+	q, g, rt := startSlotRuntime(t, "R")
 	mustSubmit(t, rt, keyed("R", 1, 0))
 	mustSubmit(t, rt, keyed("R", 1, 1))
 	if ok, err := rt.Cancel(context.Background(), "R-01"); !ok || err != nil {
@@ -238,13 +244,7 @@ func TestConcurrencyRetryJoinsLine(t *testing.T) {
 	if want := "waiting for concurrency key R: 1 of 1"; st.WaitingFor != want || st.Retries != 1 {
 		t.Fatalf("retried run in line: WaitingFor %q, Retries %d; want %q, 1", st.WaitingFor, st.Retries, want)
 	}
-	g.open("R-00")
-	g.open("R-01")
-	for _, id := range []string{"R-00", "R-01"} {
-		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
-			t.Fatalf("%s: %v %q", id, st.State, st.Error)
-		}
-	}
+	g.finish(t, rt, "R-00", "R-01")
 	if got := g.startedOf("R"); len(got) != 2 {
 		t.Fatalf("R's runs started: %v", got)
 	}
@@ -303,10 +303,7 @@ func TestConcurrencySlotHeldWhileWaiting(t *testing.T) {
 // its key: raising it starts the oldest waiting runs at once, in the
 // raising submit's transaction.
 func TestConcurrencyLimitRaise(t *testing.T) {
-	q := openQueue(t, memURL())
-	g := newSlotRunner("L")
-	rt := newRuntime(t, q, g, nil)
-	startRun(t, rt)
+	q, g, rt := startSlotRuntime(t, "L")
 	for i := range 3 {
 		mustSubmit(t, rt, keyed("L", 1, i))
 	}
@@ -414,10 +411,7 @@ func TestConcurrencyStartAtHoldsSlot(t *testing.T) {
 // slot when its turn comes, and keeps it (its step parked) until Resume;
 // the runs after it wait.
 func TestConcurrencyPausedKeepsSlot(t *testing.T) {
-	q := openQueue(t, memURL())
-	g := newSlotRunner("P")
-	rt := newRuntime(t, q, g, nil)
-	startRun(t, rt)
+	q, g, rt := startSlotRuntime(t, "P")
 	mustSubmit(t, rt, keyed("P", 1, 0))
 	mustSubmit(t, rt, keyed("P", 1, 1))
 	if err := rt.Pause(context.Background(), "P-01"); err != nil {
@@ -441,13 +435,7 @@ func TestConcurrencyPausedKeepsSlot(t *testing.T) {
 	if err := rt.Resume(context.Background(), "P-01"); err != nil {
 		t.Fatal(err)
 	}
-	g.open("P-01")
-	g.open("P-02")
-	for _, id := range []string{"P-01", "P-02"} {
-		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
-			t.Fatalf("%s: %v", id, st.State)
-		}
-	}
+	g.finish(t, rt, "P-01", "P-02")
 	if got := g.startedOf("P"); fmt.Sprint(got) != "[0 1 2]" {
 		t.Fatalf("P's runs started: %v", got)
 	}
@@ -458,10 +446,7 @@ func TestConcurrencyPausedKeepsSlot(t *testing.T) {
 // waits in its key's line ends Failed (ErrRunDeadline) and leaves the
 // line; the run behind it gets the slot in turn.
 func TestConcurrencyDeadlineInLine(t *testing.T) {
-	q := openQueue(t, memURL())
-	g := newSlotRunner("D")
-	rt := newRuntime(t, q, g, nil)
-	startRun(t, rt)
+	q, g, rt := startSlotRuntime(t, "D")
 	mustSubmit(t, rt, keyed("D", 1, 0))
 	late := keyed("D", 1, 1)
 	late.Deadline = time.Now().Add(200 * time.Millisecond)
@@ -471,13 +456,7 @@ func TestConcurrencyDeadlineInLine(t *testing.T) {
 	if st.State != runtime.StateFailed || !strings.Contains(st.Error, "deadline") {
 		t.Fatalf("D-01 past its deadline in line: %v %q", st.State, st.Error)
 	}
-	g.open("D-00")
-	g.open("D-02")
-	for _, id := range []string{"D-00", "D-02"} {
-		if st := waitTerminal(t, rt, id); st.State != runtime.StateSucceeded {
-			t.Fatalf("%s: %v %q", id, st.State, st.Error)
-		}
-	}
+	g.finish(t, rt, "D-00", "D-02")
 	if got := g.startedOf("D"); fmt.Sprint(got) != "[0 2]" {
 		t.Fatalf("D's runs started: %v", got)
 	}
@@ -526,10 +505,7 @@ func TestConcurrencySchedule(t *testing.T) {
 				t.Fatalf("%s started before %s ended: %v, %v", later.RunID, r.RunID, st.State, err)
 			}
 		}
-		g.open(r.RunID)
-		if st := waitTerminal(t, rt, r.RunID); st.State != runtime.StateSucceeded {
-			t.Fatalf("%s: %v %q", r.RunID, st.State, st.Error)
-		}
+		g.finish(t, rt, r.RunID)
 	}
 	if n := g.max("tenant-a"); n != 1 {
 		t.Errorf("%d runs of the schedule held the key at once, want 1", n)

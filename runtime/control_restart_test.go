@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
@@ -119,20 +118,7 @@ func TestRunControlSurvivesSIGKILL(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case <-ready:
-	case err := <-exited:
-		t.Fatalf("child exited before its runs stood still: %v\n%s", err, stderr)
-	case <-time.After(2 * waitTimeout):
-		cmd.Process.Kill()
-		t.Fatalf("child did not get its runs to a standstill\n%s", stderr)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
+	killWhenReady(t, cmd, stderr, ready, "its runs stood still", "get its runs to a standstill")
 
 	ctx := context.Background()
 	q := openQueue(t, "file://"+dir)

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -61,23 +59,7 @@ func deadlineMemberChild(url string) int {
 		fmt.Fprintln(os.Stderr, "deadline member: New:", err)
 		return 4
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	say("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	stop()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "deadline member: Run:", err)
-		return 5
-	}
-	cctx, cancel := context.WithTimeout(ctx, waitTimeout)
-	defer cancel()
-	if err := q.Close(cctx); err != nil {
-		fmt.Fprintln(os.Stderr, "deadline member: close:", err)
-		return 6
-	}
-	return 0
+	return serveUntilStdinEnds(q, rt, "deadline member", func() { say("ready") }, waitTimeout, 5)
 }
 
 // Cluster mode across processes: this process is the store's writer and
@@ -104,21 +86,7 @@ func TestDeadlineStepInMemberProcess(t *testing.T) {
 	}), hook, runtime.WithQueueName("a"))
 	startRun(t, rt)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), deadlineMemberEnv+"="+url)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &testenv.Buffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := startPipedHelper(t, deadlineMemberEnv+"="+url)
 	lines := make(chan string, 16)
 	exited := make(chan error, 1)
 	go func() {

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -438,22 +437,7 @@ func TestDeadlineSurvivesSIGKILL(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var d time.Time
-	select {
-	case ns := <-ready:
-		d = time.Unix(0, ns)
-	case err := <-exited:
-		t.Fatalf("child exited before its run waited: %v\n%s", err, stderr)
-	case <-time.After(2 * waitTimeout):
-		cmd.Process.Kill()
-		t.Fatalf("child did not get its run waiting\n%s", stderr)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
+	d := time.Unix(0, killWhenReady(t, cmd, stderr, ready, "its run waited", "get its run waiting"))
 
 	q := openQueue(t, "file://"+dir)
 	hook := &hookRecorder{}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -373,4 +376,75 @@ func claimOne(ctx context.Context, q *queue.Queue, name string) (*queue.Job, err
 		return nil, err
 	}
 	return jobs[0], nil
+}
+
+// startPipedHelper starts the test binary again as a helper process, with
+// env added to its environment (which helper it runs), and returns it with
+// pipes to its stdin and stdout and a buffer of its stderr.
+func startPipedHelper(t testing.TB, env ...string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, *testenv.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &testenv.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdin, stdout, stderr
+}
+
+// serveUntilStdinEnds is a helper process's last part: it runs rt, calls
+// ready, and when the process's stdin ends stops rt and closes q (within
+// closeWithin). It returns the exit code: 0, or runCode if Run failed,
+// runCode+1 if Close did, with the error on stderr after name.
+func serveUntilStdinEnds(q *queue.Queue, rt *runtime.Runtime, name string, ready func(), closeWithin time.Duration, runCode int) int {
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(runCtx) }()
+	ready()
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	stop()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, name+": Run:", err)
+		return runCode
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeWithin)
+	defer cancel()
+	if err := q.Close(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, name+": close:", err)
+		return runCode + 1
+	}
+	return 0
+}
+
+// killWhenReady waits for the started child cmd to send on ready (fails
+// if it exits first, "before <readyDone>", or takes over 2*waitTimeout:
+// "did not <readyDo>"), then SIGKILLs it and waits for it to exit. It
+// returns what ready sent.
+func killWhenReady[T any](t *testing.T, cmd *exec.Cmd, stderr *testenv.Buffer, ready <-chan T, readyDone, readyDo string) T {
+	t.Helper()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var v T
+	select {
+	case v = <-ready:
+	case err := <-exited:
+		t.Fatalf("child exited before %s: %v\n%s", readyDone, err, stderr)
+	case <-time.After(2 * waitTimeout):
+		cmd.Process.Kill()
+		t.Fatalf("child did not %s\n%s", readyDo, stderr)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	return v
 }

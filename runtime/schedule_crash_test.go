@@ -121,23 +121,7 @@ func scheduleChild(url string) int {
 			return 5
 		}
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	fmt.Println(scheduleReady)
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	stop()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "schedule-child: Run:", err)
-		return 6
-	}
-	cctx, cancel := context.WithTimeout(ctx, scheduleDeadline)
-	defer cancel()
-	if err := q.Close(cctx); err != nil {
-		fmt.Fprintln(os.Stderr, "schedule-child: close:", err)
-		return 7
-	}
-	return 0
+	return serveUntilStdinEnds(q, rt, "schedule-child", func() { fmt.Println(scheduleReady) }, scheduleDeadline, 6)
 }
 
 // scheduleProc is a running schedule child.

@@ -3,13 +3,10 @@ package runtime_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
-	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 	"github.com/stepwell/stepwell/steprunner"
@@ -47,23 +44,7 @@ func queueHelperChild(url string) int {
 		fmt.Fprintln(os.Stderr, "queue-helper: New:", err)
 		return 4
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	fmt.Println(queueHelperReady)
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	stop()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "queue-helper: Run:", err)
-		return 5
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := q.Close(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "queue-helper: close:", err)
-		return 6
-	}
-	return 0
+	return serveUntilStdinEnds(q, rt, "queue-helper", func() { fmt.Println(queueHelperReady) }, 10*time.Second, 5)
 }
 
 // TestOnQueueOtherProcess (cluster mode): a step sent with OnQueue to a
@@ -80,21 +61,7 @@ func TestOnQueueOtherProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { m.Close(ctx) })
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), queueHelperEnv+"="+url)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &testenv.Buffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := startPipedHelper(t, queueHelperEnv+"="+url)
 	exited := make(chan error, 1)
 	ready := awaitLine(stdout, queueHelperReady, func() { exited <- cmd.Wait() })
 	t.Cleanup(func() {
