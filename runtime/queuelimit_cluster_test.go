@@ -81,8 +81,12 @@ func qlimitHelper(url string) int {
 	}
 	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		record("start %s %s %d %d", name, s.RunID, s.Number, time.Now().UnixNano())
+		d := stepFor
+		if strings.HasPrefix(s.RunID, "a2-") {
+			d = qlimitKillStep // the steps the writer's kill must cut
+		}
 		select {
-		case <-time.After(stepFor):
+		case <-time.After(d):
 		case <-ctx.Done():
 			return steprunner.Outcome{}, context.Cause(ctx)
 		}
@@ -151,6 +155,12 @@ type qlimitProc struct {
 	mu    sync.Mutex
 	ready string // the role it reported when ready
 }
+
+// qlimitKillStep is how long a step of the runs a2-* takes, in any helper:
+// long enough that a poll of the events log on a loaded machine finds one
+// of the writer's in flight, with half of it left for the kill to land in
+// (a step of a's own 150 ms left a 50 ms window, which polls missed).
+const qlimitKillStep = 800 * time.Millisecond
 
 func startQlimitHelper(t *testing.T, url, name, events string, step time.Duration) *qlimitProc {
 	t.Helper()
@@ -387,7 +397,7 @@ func TestQueueLimitCluster(t *testing.T) {
 	b.submit(t, "b2", 10)
 	testenv.Eventually(t, qlimitDeadline, "a step of the writer in flight", func() bool {
 		for _, e := range readQlimitLog(t, events).execs {
-			if e.helper == "a" && e.end == 0 && time.Since(time.Unix(0, e.start)) < 50*time.Millisecond {
+			if e.helper == "a" && e.end == 0 && time.Since(time.Unix(0, e.start)) < qlimitKillStep/2 {
 				return true
 			}
 		}
