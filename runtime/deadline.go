@@ -125,18 +125,9 @@ func (rt *Runtime) handleDeadline(claimCtx context.Context, job *queue.Job) erro
 		e := ending{status: terminal.Failed, reason: deadlineError(rec.Deadline).Error(), step: rec.CurrentStep,
 			payload: []byte{}, queue: rt.stepQueue(rec), traceParent: job.Headers[HeaderTraceParent], handOff: true}
 		txn := new(queue.Txn).Ack(job)
-		if rec.CurrentJob == "" { // waiting for a signal or children, or paused
-			if rec.Parked {
-				p, err := rt.loadParked(ctx, rec.RunID)
-				if err != nil {
-					return err
-				}
-				e.payload = p.Payload
-			}
-			if rec.ConcLine != 0 { // waiting for a concurrency slot
-				if e.payload, err = rt.concLinePayload(ctx, rec); err != nil {
-					return err
-				}
+		if rec.CurrentJob == "" { // waiting for a signal, children or a slot, or paused
+			if e.payload, err = rt.idlePayload(ctx, rec); err != nil {
+				return err
 			}
 		} else {
 			step, err := rt.q.GetJob(ctx, rec.CurrentJob)

@@ -515,24 +515,32 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
 // record keeps an empty payload for Retry) or one paused with its next step
 // parked (the parked payload is kept).
 func (rt *Runtime) cancelIdle(ctx context.Context, rec *kvrecord.Run, old []byte) (*queue.Txn, error) {
-	e := ending{status: terminal.Cancelled, step: rec.CurrentStep, payload: []byte{}, queue: rt.stepQueue(rec), handOff: true}
-	if rec.Parked {
+	payload, err := rt.idlePayload(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	txn := new(queue.Txn)
+	rt.terminate(txn, rec, old, ending{status: terminal.Cancelled, step: rec.CurrentStep, payload: payload,
+		queue: rt.stepQueue(rec), handOff: true})
+	return txn, nil
+}
+
+// idlePayload returns the payload that the terminal record keeps, for
+// Retry, of a run ended while it had no step job: a paused run's parked
+// step's, a run's in its key's line, else empty (a run waiting for a
+// signal or for its children).
+func (rt *Runtime) idlePayload(ctx context.Context, rec *kvrecord.Run) ([]byte, error) {
+	switch {
+	case rec.ConcLine != 0: // waiting for a concurrency slot: its step's payload
+		return rt.concLinePayload(ctx, rec)
+	case rec.Parked:
 		p, err := rt.loadParked(ctx, rec.RunID)
 		if err != nil {
 			return nil, err
 		}
-		e.payload = p.Payload
+		return p.Payload, nil
 	}
-	if rec.ConcLine != 0 { // waiting for a concurrency slot: its step's payload
-		p, err := rt.concLinePayload(ctx, rec)
-		if err != nil {
-			return nil, err
-		}
-		e.payload = p
-	}
-	txn := new(queue.Txn)
-	rt.terminate(txn, rec, old, e)
-	return txn, nil
+	return []byte{}, nil
 }
 
 // ending is how a run ends, for terminate.
