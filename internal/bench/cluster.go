@@ -429,6 +429,9 @@ func merge(res *Throughput, cl *Cluster, cfg Config, nonce string, members []*pr
 			rs := &tr.runs[i]
 			if l.SubmitDur[i] > 0 {
 				rs.arrival.Store(l.Arrival[i])
+				if i < len(l.Due) {
+					rs.due.Store(l.Due[i])
+				}
 				rs.submitDur.Store(l.SubmitDur[i])
 			}
 			rs.done.Store(firstNonZero(rs.done.Load(), l.Done[i]))

@@ -113,6 +113,7 @@ type helperMsg struct {
 // times (ns since the shared epoch; 0: not in this process).
 type memberLoad struct {
 	Arrival   []int64 `json:"arrival"`    // per run: its arrival, if submitted here
+	Due       []int64 `json:"due"`        // per run: when it was due (steady), if submitted here
 	SubmitDur []int64 `json:"submit_dur"` // per run: its Submit's duration
 	Done      []int64 `json:"done"`       // per run: its first hook call here
 	Starts    []int64 `json:"starts"`     // per run*steps+step: first attempt's start here
@@ -318,7 +319,7 @@ func (h *helper) stopLoad() error {
 	h.stopProfile()
 	tr := h.tr
 	l := &memberLoad{
-		Arrival: make([]int64, len(tr.runs)), SubmitDur: make([]int64, len(tr.runs)), Done: make([]int64, len(tr.runs)),
+		Arrival: make([]int64, len(tr.runs)), Due: make([]int64, len(tr.runs)), SubmitDur: make([]int64, len(tr.runs)), Done: make([]int64, len(tr.runs)),
 		Starts: loadAll(tr.starts), Returns: loadAll(tr.returns),
 		Executions: tr.executions.Load(), Failed: tr.failed.Load(), Submitted: h.sub.submitted.Load(),
 		SubmitStart: h.loadStart, SubmitEnd: h.sub.lastEnd.Load(),
@@ -328,7 +329,7 @@ func (h *helper) stopLoad() error {
 	for i := range tr.runs {
 		rs := &tr.runs[i]
 		if rs.submitDur.Load() > 0 { // submitted here
-			l.Arrival[i], l.SubmitDur[i] = rs.arrival.Load(), rs.submitDur.Load()
+			l.Arrival[i], l.Due[i], l.SubmitDur[i] = rs.arrival.Load(), rs.due.Load(), rs.submitDur.Load()
 		}
 		l.Done[i] = rs.done.Load()
 	}

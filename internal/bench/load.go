@@ -46,7 +46,8 @@ type tracker struct {
 }
 
 type runState struct {
-	arrival    atomic.Int64 // Submit call (saturate) or due time (steady)
+	arrival    atomic.Int64 // the Submit call
+	due        atomic.Int64 // steady: when the arrival was due (its Submit call is later by the generator's lag)
 	submitDur  atomic.Int64
 	step0      atomic.Int64 // step 0's first RunStep call
 	lastReturn atomic.Int64 // the last RunStep return
@@ -242,14 +243,16 @@ type submitter struct {
 	cancel         context.CancelFunc
 }
 
-// submit submits run i, which arrived at arrival.
-func (s *submitter) submit(ctx context.Context, i int, arrival int64) {
+// submit submits run i, which was due at due (0: at once, closed loop).
+// The run arrives when Submit is called.
+func (s *submitter) submit(ctx context.Context, i int, due int64) {
 	var rs *runState
+	t0 := s.tr.now()
 	if s.tr.runs != nil {
 		rs = &s.tr.runs[i]
-		rs.arrival.Store(arrival)
+		rs.arrival.Store(t0)
+		rs.due.Store(due)
 	}
-	t0 := s.tr.now()
 	_, err := s.rt.Submit(ctx, swruntime.RunSpec{RunID: s.tr.runID(i), Input: s.payload, Concurrency: s.conc})
 	end := s.tr.now()
 	if err != nil {
@@ -288,7 +291,7 @@ func (s *submitter) closedLoop(ctx context.Context, n, k int) {
 				if j >= n {
 					return
 				}
-				s.submit(ctx, s.run(j), s.tr.now())
+				s.submit(ctx, s.run(j), 0)
 			}
 		}()
 	}
@@ -464,13 +467,16 @@ func (out driveOut) fill(res *Throughput, tr *tracker, cfg Config) {
 		res.SubmitElapsedS = float64(out.submitEnd-out.submitStart) / 1e9
 		res.SubmitsPerS = float64(out.submitted) / res.SubmitElapsedS
 	}
-	var runLat, subLat, startLat, gaps, hook, overhead []int64
+	var runLat, subLat, startLat, lag, gaps, hook, overhead []int64
 	work := int64(cfg.StepDuration) * int64(cfg.Steps)
 	for i := range tr.runs {
 		rs := &tr.runs[i]
 		arrival := rs.arrival.Load()
 		if d := rs.submitDur.Load(); d > 0 {
 			subLat = append(subLat, d)
+			if due := rs.due.Load(); due > 0 {
+				lag = append(lag, max(arrival-due, 0))
+			}
 		}
 		if s0 := rs.step0.Load(); s0 > 0 && arrival > 0 {
 			startLat = append(startLat, max(s0-arrival, 0))
@@ -494,6 +500,7 @@ func (out driveOut) fill(res *Throughput, tr *tracker, cfg Config) {
 	res.RunLatency = summarize(runLat)
 	res.SubmitLatency = summarize(subLat)
 	res.StartLatency = summarize(startLat)
+	res.ArrivalLag = summarize(lag)
 	res.AddedLatencyPerStep = summarize(gaps)
 	res.HookLatency = summarize(hook)
 	res.RunOverheadPerStep = summarize(overhead)

@@ -242,9 +242,14 @@ type Throughput struct {
 	RunsPerS        float64 `json:"runs_per_s"`
 	SubmitsPerS     float64 `json:"submits_per_s"`
 
-	RunLatency          Latency `json:"run_latency"`
-	SubmitLatency       Latency `json:"submit_latency"`
-	StartLatency        Latency `json:"start_latency"`
+	RunLatency    Latency `json:"run_latency"`
+	SubmitLatency Latency `json:"submit_latency"`
+	StartLatency  Latency `json:"start_latency"`
+	// ArrivalLag (steady) is how late the load generator called Submit
+	// after each arrival's due time: its own timer's lateness (Go's timers
+	// sleep in whole milliseconds on an idle process), not the runtime's,
+	// and so left out of the latencies above.
+	ArrivalLag          Latency `json:"arrival_lag"`
 	AddedLatencyPerStep Latency `json:"added_latency_per_step"`
 	HookLatency         Latency `json:"hook_latency"`
 	RunOverheadPerStep  Latency `json:"run_overhead_per_step"`
@@ -361,6 +366,9 @@ func (r Result) WriteTable(w io.Writer) error {
 		lat("run latency", t.RunLatency)
 		lat("submit latency", t.SubmitLatency)
 		lat("start latency", t.StartLatency)
+		if t.ArrivalLag.N > 0 {
+			lat("arrival lag", t.ArrivalLag)
+		}
 		lat("added latency/step", t.AddedLatencyPerStep)
 		lat("hook latency", t.HookLatency)
 		lat("run overhead/step", t.RunOverheadPerStep)
