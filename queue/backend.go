@@ -39,8 +39,10 @@ type claimBackend interface {
 	claim(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error)
 	claimWait(ctx context.Context, queue string, n int, o options, s *slots) ([]*Job, error)
 	renew(id string, token uint64, o options) error
-	// watch reports a claim's loss (with its cause) and its cancellation.
-	watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error)
+	// watch registers w, to be told of its claim's cancel and its loss
+	// (see claimWatch); unwatch withdraws it.
+	watch(w *claimWatch)
+	unwatch(w *claimWatch)
 }
 
 // slotBackend registers the slots of Work loops.

@@ -40,6 +40,9 @@ type clustered struct {
 	epoch    uint64
 	switched chan struct{} // closed at the next switch
 	slots    []*slots      // Work loops, moved to each new backend
+	// watchers: the claim watches of running jobs, registered again with
+	// each new backend; each maps to its registration with the current one.
+	watchers map[*claimWatch]*claimWatch
 	closed   bool
 	wake     chan struct{} // capacity 1: look at the store now
 	watches  *watchSet     // key watches, shared by each role's backend in turn
@@ -227,47 +230,41 @@ func (c *clustered) renew(id string, token uint64, o options) error {
 	return err
 }
 
-// watch reports a claim's loss and cancel across role changes: it follows
-// the claim from backend to backend.
-func (c *clustered) watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error) {
-	lostC, cancelC := make(chan struct{}), make(chan struct{})
-	var mu sync.Mutex
-	var why error
-	go func() {
-		cancelled := false
-		for { // once per backend
-			be, switched := c.current()
-			l, cn, cs := be.watch(id, token)
-		wait:
-			for {
-				if cancelled {
-					cn = nil
-				}
-				select {
-				case <-l:
-					if isClosed(switched) {
-						break wait // the claim moved to the next backend
-					}
-					mu.Lock()
-					why = cs()
-					mu.Unlock()
-					close(lostC)
-					return
-				case <-cn:
-					cancelled = true
-					close(cancelC)
-				case <-switched:
-					break wait
-				case <-c.stop:
-					return
-				}
-			}
+// watch follows a claim's loss and cancel across role changes: w is
+// registered with the current backend, and again with each next one
+// (switchTo) while it is watched; what an earlier backend tells of the
+// claim once it was replaced is not w's (the claim moved on).
+func (c *clustered) watch(w *claimWatch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.watchers == nil {
+		c.watchers = map[*claimWatch]*claimWatch{}
+	}
+	c.watchers[w] = c.watchOn(c.cur, c.switched, w)
+}
+
+// watchOn registers w with be, the backend until switched.
+//
+// REQUIRES: c.mu held.
+func (c *clustered) watchOn(be backend, switched chan struct{}, w *claimWatch) *claimWatch {
+	in := &claimWatch{id: w.id, token: w.token}
+	in.tell = func(cause error) {
+		if !isClosed(switched) {
+			w.tell(cause)
 		}
-	}()
-	return lostC, cancelC, func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		return why
+	}
+	be.watch(in)
+	return in
+}
+
+func (c *clustered) unwatch(w *claimWatch) {
+	c.mu.Lock()
+	in := c.watchers[w]
+	delete(c.watchers, w)
+	be := c.cur
+	c.mu.Unlock()
+	if in != nil {
+		be.unwatch(in)
 	}
 }
 

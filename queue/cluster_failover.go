@@ -143,6 +143,9 @@ func (c *clustered) switchTo(be backend, r *remote, srv *cluster.Server, epoch u
 	}
 	close(c.switched)
 	c.switched = make(chan struct{})
+	for w := range c.watchers {
+		c.watchers[w] = c.watchOn(be, c.switched, w)
+	}
 	c.mu.Unlock()
 	if r != nil {
 		r.start()

@@ -74,10 +74,8 @@ type remote struct {
 type rclaim struct {
 	token     uint64
 	queue     string
-	renewed   time.Time // when the writer last confirmed the lease
-	lost      chan struct{}
-	cancel    chan struct{}
-	cause     error
+	renewed   time.Time   // when the writer last confirmed the lease
+	watchers  *claimWatch // told of its cancel and its loss
 	cancelled bool
 }
 

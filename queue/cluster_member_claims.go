@@ -18,12 +18,7 @@ import (
 func (r *remote) addClaim(id, queue string, token uint64, cancelled bool) {
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
-	c := &rclaim{token: token, queue: queue, renewed: time.Now(), lost: make(chan struct{}), cancel: make(chan struct{})}
-	if cancelled {
-		c.cancelled = true
-		close(c.cancel)
-	}
-	r.claims[id] = c
+	r.claims[id] = &rclaim{token: token, queue: queue, renewed: time.Now(), cancelled: cancelled}
 }
 
 // dropClaim ends a claim of this member: its watchers see cause.
@@ -35,8 +30,9 @@ func (r *remote) dropClaim(id string, token uint64, cause error) {
 		return
 	}
 	delete(r.claims, id)
-	c.cause = cause
-	close(c.lost)
+	ws := c.watchers
+	c.watchers = nil
+	tellAll(ws, cause)
 }
 
 func (r *remote) heldClaims() []claimRef {
@@ -243,19 +239,28 @@ func (r *remote) renew(id string, token uint64, o options) error {
 	return nil
 }
 
-func (r *remote) watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error) {
+func (r *remote) watch(w *claimWatch) {
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
-	c := r.claims[id]
-	if c == nil || c.token != token {
-		ch := make(chan struct{})
-		close(ch)
-		return ch, nil, func() error { return &ClaimLostError{JobID: id} }
+	c := r.claims[w.id]
+	if c == nil || c.token != w.token {
+		w.tell(&ClaimLostError{JobID: w.id})
+		return
 	}
-	return c.lost, c.cancel, func() error {
-		r.cmu.Lock()
-		defer r.cmu.Unlock()
-		return c.cause
+	if c.cancelled {
+		w.tell(ErrJobCancelled)
+	}
+	w.next, c.watchers = c.watchers, w
+}
+
+func (r *remote) unwatch(w *claimWatch) {
+	if w.ended.Load() {
+		return // told of the loss: dropped with the claim
+	}
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	if c := r.claims[w.id]; c != nil && c.token == w.token {
+		removeWatch(&c.watchers, w)
 	}
 }
 
@@ -294,7 +299,9 @@ func (r *remote) eventsLoop() {
 			r.cmu.Lock()
 			if c := r.claims[ev.ID]; c != nil && c.token == ev.Token && !c.cancelled {
 				c.cancelled = true
-				close(c.cancel)
+				for w := c.watchers; w != nil; w = w.next {
+					w.tell(ErrJobCancelled)
+				}
 			}
 			r.cmu.Unlock()
 		}

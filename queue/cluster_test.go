@@ -231,6 +231,14 @@ func TestClusterCleanHandover(t *testing.T) {
 			if err := m.renew(j); err != nil {
 				t.Fatalf("Renew after the handover: %v", err)
 			}
+			// The claim's watch moved to the new writer: its cancel reaches
+			// the context.
+			if out, err := m.CancelJob(ctx, "held"); err != nil || out != CancelRequested {
+				t.Fatalf("CancelJob after the handover = %v, %v", out, err)
+			}
+			testenv.Eventually(t, 10*time.Second, "the cancel to reach the claim's context", func() bool {
+				return errors.Is(context.Cause(jctx), ErrJobCancelled)
+			})
 			if err := m.Ack(ctx, j); err != nil {
 				t.Fatalf("Ack after the handover: %v", err)
 			}

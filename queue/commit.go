@@ -153,7 +153,7 @@ type commitState struct {
 	res     TxnResult
 	unused  [][]byte   // staged payloads of dedup hits
 	after   []afterOp  // done once the operations are applied, under the engine's lock
-	signals []*lease   // ended claims: close lost to tell their watchers, once the outcome is known
+	signals []*lease   // ended claims: signalLost tells their watchers, once the outcome is known
 	taken   limitTaken // tokens of queue limits its claims took
 }
 
@@ -321,8 +321,8 @@ func putKV(tx *engine.Tx, op *txnOp, enc []byte) {
 // not counted.
 func (l *local) committed(ctx context.Context, c *commitState, err error, abandoned bool) {
 	ops, slotFor, res, unused, signals, o := c.ops, c.slotFor, c.res, c.unused, c.signals, c.o
-	for _, ls := range signals {
-		close(ls.lost)
+	if len(signals) > 0 {
+		l.signalLost(signals...)
 	}
 	if err != nil {
 		for _, s := range slotFor {

@@ -57,7 +57,11 @@
 // once: it claims jobs as they become ready, renews their leases while
 // they run, and settles each by what its handler returns (Ack on nil;
 // Nack, retried with backoff up to the attempt limit; DeadLetter for a
-// Permanent error). Delivery is at least once: a job whose lease runs out
+// Permanent error). A job's handler context is cancelled where its
+// cancel or its claim's loss is signalled (a callback its lease holds: no
+// goroutine per job), and one goroutine and timer per Work loop renew the
+// leases of the loop's jobs that run long enough to need it. Delivery is
+// at least once: a job whose lease runs out
 // (its process died or stalled) is claimed again, and its attempt counts.
 // Claim pulls jobs by hand instead, for programs with a loop of their
 // own; its leases are not renewed, so such a job is settled (Ack, Nack,

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,11 +19,12 @@ type lease struct {
 	// lease does not run, and cannot expire, before. stallAt is the
 	// engine's StallTime when the lease was started or last renewed: time
 	// the store spent stalled since then extends it (see expired).
-	started   bool
-	stallAt   time.Duration
-	lost      chan struct{} // closed when the claim is lost (expired, or settled)
-	cancel    chan struct{} // closed when a cancel is requested
-	cause     error         // why lost was closed; guarded by lmu
+	started bool
+	stallAt time.Duration
+	// watchers are told of the claim's cancel and its loss (see
+	// claimWatch); cause is why it was lost, once ended. Guarded by lmu.
+	watchers  *claimWatch
+	cause     error
 	cancelled bool
 	// holder is the cluster member holding the claim ("": this process),
 	// told of its cancel and loss (see members).
@@ -38,13 +41,9 @@ func (l *local) grantLeases(jobs []*Job, cfg QueueConfig, now time.Time, holder 
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
 	for _, j := range jobs {
+		// Cancelled while an earlier claim ran: its watchers are told at once.
 		ls := &lease{token: j.token, queue: j.Queue, expires: now.Add(cfg.Lease),
-			lost: make(chan struct{}), cancel: make(chan struct{}), holder: holder}
-		if j.CancelRequested {
-			// Cancelled while an earlier claim ran: tell this one at once.
-			ls.cancelled = true
-			close(ls.cancel)
-		}
+			holder: holder, cancelled: j.CancelRequested}
 		l.leases[j.ID] = ls
 	}
 }
@@ -99,11 +98,11 @@ func (l *local) unlease(id string, token uint64, cause error) (signal func()) {
 	if ls == nil {
 		return func() {}
 	}
-	return func() { close(ls.lost) }
+	return func() { l.signalLost(ls) }
 }
 
 // endLease is unlease returning the lease ended (nil: none was held with
-// token), whose lost channel its caller closes to tell the watchers.
+// token), whose watchers its caller tells with signalLost.
 //
 // REQUIRES: as release.
 func (l *local) endLease(id string, token uint64, cause error) *lease {
@@ -127,12 +126,26 @@ func (l *local) endLease(id string, token uint64, cause error) *lease {
 	return ls
 }
 
+// signalLost tells the watchers of leases endLease ended that their claim
+// is lost (or settled), with its cause.
+func (l *local) signalLost(ended ...*lease) {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	for _, ls := range ended {
+		ws := ls.watchers
+		ls.watchers = nil
+		tellAll(ws, ls.cause)
+	}
+}
+
 func (l *local) signalCancel(id string) {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
 	if ls := l.leases[id]; ls != nil && !ls.cancelled {
 		ls.cancelled = true
-		close(ls.cancel)
+		for w := ls.watchers; w != nil; w = w.next {
+			w.tell(ErrJobCancelled)
+		}
 		if ls.holder != "" {
 			l.members.notify(ls.holder, claimEvent{ID: id, Token: ls.token, Cancel: true})
 		}
@@ -153,20 +166,28 @@ func (l *local) renew(id string, token uint64, o options) error {
 	return nil
 }
 
-// watch returns the channels that report a claim's loss and cancellation.
-func (l *local) watch(id string, token uint64) (lost, cancel <-chan struct{}, cause func() error) {
+func (l *local) watch(w *claimWatch) {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
-	ls := l.leases[id]
-	if ls == nil || ls.token != token {
-		c := make(chan struct{})
-		close(c)
-		return c, nil, func() error { return &ClaimLostError{JobID: id} }
+	ls := l.leases[w.id]
+	if ls == nil || ls.token != w.token {
+		w.tell(&ClaimLostError{JobID: w.id})
+		return
 	}
-	return ls.lost, ls.cancel, func() error {
-		l.lmu.Lock()
-		defer l.lmu.Unlock()
-		return ls.cause
+	if ls.cancelled {
+		w.tell(ErrJobCancelled)
+	}
+	w.next, ls.watchers = ls.watchers, w
+}
+
+func (l *local) unwatch(w *claimWatch) {
+	if w.ended.Load() {
+		return // told of the loss: dropped with the lease
+	}
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	if ls := l.leases[w.id]; ls != nil && ls.token == w.token {
+		removeWatch(&ls.watchers, w)
 	}
 }
 
@@ -178,11 +199,7 @@ func (l *local) watch(id string, token uint64) (lost, cancel <-chan struct{}, ca
 // REQUIRES: inside the Open transaction of requeueClaimed.
 func (l *local) adoptClaim(id string, rec *jobRec, now time.Time) {
 	ls := &lease{token: rec.Claim, queue: rec.Queue, started: true, stallAt: l.eng.StallTime(), adopted: true,
-		expires: l.adoptedExpiry(rec, now), lost: make(chan struct{}), cancel: make(chan struct{})}
-	if rec.CancelReq {
-		ls.cancelled = true
-		close(ls.cancel)
-	}
+		expires: l.adoptedExpiry(rec, now), cancelled: rec.CancelReq}
 	l.lmu.Lock()
 	l.leases[id] = ls
 	l.lmu.Unlock()
@@ -200,60 +217,203 @@ func (q *Queue) renew(job *Job) error {
 	return q.be.renew(job.ID, job.token, q.opts)
 }
 
+// claimWatch is one watcher of a claim, registered with the backend's
+// watch: the backend tells it of the claim's cancel (ErrJobCancelled) and
+// of its loss (the cause: a *ClaimLostError, or ErrClaimLost once settled)
+// where it signals them, with no goroutine of its own; one registered
+// after the fact is told at once. tell may run with a backend's lock held:
+// it must not block nor take a lock of this package.
+type claimWatch struct {
+	id    string
+	token uint64
+	tell  func(cause error)
+	next  *claimWatch // the claim's next watcher, guarded by the backend's lock
+	ended atomic.Bool // the loss was told: the backend holds it no more
+}
+
+// tellAll tells the loss of a claim to its watchers ws.
+func tellAll(ws *claimWatch, cause error) {
+	for w := ws; w != nil; {
+		next := w.next
+		w.next = nil
+		w.ended.Store(true)
+		w.tell(cause)
+		w = next
+	}
+}
+
+// removeWatch removes w from the list at head.
+func removeWatch(head **claimWatch, w *claimWatch) {
+	for p := head; *p != nil; p = &(*p).next {
+		if *p == w {
+			*p = w.next
+			w.next = nil
+			return
+		}
+	}
+}
+
+// claimCtx is a running job's claim context: its watch, and its renewals
+// (see renewer).
+type claimCtx struct {
+	w      claimWatch
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	job    *Job
+	// lost: the loss was told, or a renewal failed: no more renewals.
+	lost atomic.Bool
+	// every, due and idx: its renewals, guarded by the renewer's mu.
+	every time.Duration
+	due   time.Time
+	idx   int
+}
+
+// watchClaim returns the claim context of job, derived from parent: it is
+// cancelled when the job's claim is lost (cause: a *ClaimLostError, or
+// ErrClaimLost once settled) or the job is cancelled (cause:
+// ErrJobCancelled). Call stop when done with the job.
+func (q *Queue) watchClaim(parent context.Context, job *Job) *claimCtx {
+	cc := &claimCtx{job: job}
+	cc.ctx, cc.cancel = context.WithCancelCause(parent)
+	cc.w = claimWatch{id: job.ID, token: job.token, tell: cc.told}
+	q.be.watch(&cc.w)
+	return cc
+}
+
+// told is the claim's cancel or loss, told by the backend.
+func (cc *claimCtx) told(cause error) {
+	if cause == nil {
+		cause = &ClaimLostError{JobID: cc.job.ID}
+	}
+	if !errors.Is(cause, ErrJobCancelled) {
+		cc.lost.Store(true)
+	}
+	cc.cancel(cause)
+}
+
+// stop ends the claim context: its watch, and its context.
+func (cc *claimCtx) stop(q *Queue) {
+	q.be.unwatch(&cc.w)
+	cc.cancel(context.Canceled)
+}
+
 // claimContext returns a context derived from parent that is cancelled when
 // the job's claim is lost (cause: a *ClaimLostError) or the job is cancelled
 // (cause: ErrJobCancelled). Call stop when done with the job.
 func (q *Queue) claimContext(parent context.Context, job *Job) (ctx context.Context, stop func()) {
-	return q.claimContextRenewing(parent, job, 0)
+	cc := q.watchClaim(parent, job)
+	return cc.ctx, func() { cc.stop(q) }
 }
 
-// claimContextRenewing is claimContext that also renews the job's lease
-// every renewEvery (0: never) until stop, or until a renewal fails (the
-// claim is lost: the context is cancelled when the loss is signalled).
-// One goroutine per job watches the claim and renews its lease; once ctx
-// is cancelled (the job's cancel, a drain), it only renews.
-func (q *Queue) claimContextRenewing(parent context.Context, job *Job, renewEvery time.Duration) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	lost, cancelled, cause := q.be.watch(job.ID, job.token)
-	done := make(chan struct{})
-	go func() {
-		var tick <-chan time.Time
-		ctxDone := ctx.Done()
-		if renewEvery > 0 {
-			t := time.NewTicker(renewEvery)
-			defer t.Stop()
-			tick = t.C
+// renewer renews the leases of the running jobs of a Work loop, each every
+// third of its lease (runJob), from when it starts until its handler has
+// returned and its settlement is done (a cancelled job, or one a drain
+// stops, is renewed until then), or until its claim is lost or a renewal
+// fails: one goroutine and one timer for all of them, armed only while a
+// job runs long enough to need a renewal.
+type renewer struct {
+	q    *Queue
+	wake chan struct{} // capacity 1: a job is due before at
+	mu   sync.Mutex
+	jobs []*claimCtx
+	at   time.Time // when the loop wakes next; zero: it waits for a job
+}
+
+func newRenewer(q *Queue) *renewer { return &renewer{q: q, wake: make(chan struct{}, 1)} }
+
+// add renews cc's lease every every, from now until remove.
+func (r *renewer) add(cc *claimCtx, every time.Duration) {
+	due := time.Now().Add(every)
+	r.mu.Lock()
+	cc.every, cc.due, cc.idx = every, due, len(r.jobs)
+	r.jobs = append(r.jobs, cc)
+	kick := r.at.IsZero() || due.Before(r.at)
+	if kick {
+		r.at = due
+	}
+	r.mu.Unlock()
+	if kick {
+		select {
+		case r.wake <- struct{}{}:
+		default:
 		}
-		for {
-			select {
-			case <-tick:
-				if q.renew(job) != nil {
-					tick = nil // lost: the loss cancels ctx when signalled
-				}
-				continue
-			case <-lost:
-				c := cause()
-				if c == nil {
-					c = &ClaimLostError{JobID: job.ID}
-				}
-				cancel(c)
-			case <-cancelled:
-				cancel(ErrJobCancelled)
-				if tick != nil { // renew until the handler returns
-					cancelled, ctxDone = nil, nil
-					continue
-				}
-			case <-done:
-			case <-ctxDone:
-				if tick != nil { // renew until the handler returns (a drain's cancel)
-					ctxDone = nil
-					continue
-				}
-			}
+	}
+}
+
+// remove ends cc's renewals.
+func (r *renewer) remove(cc *claimCtx) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := len(r.jobs) - 1
+	r.jobs[cc.idx] = r.jobs[last]
+	r.jobs[cc.idx].idx = cc.idx
+	r.jobs[last] = nil
+	r.jobs = r.jobs[:last]
+}
+
+// run renews the jobs as they fall due, until stop.
+func (r *renewer) run(stop <-chan struct{}) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	var due []*claimCtx
+	for {
+		select {
+		case <-r.wake:
+		case <-t.C:
+		case <-stop:
 			return
 		}
-	}()
-	return ctx, func() { close(done); cancel(context.Canceled) }
+		due = r.due(time.Now(), due[:0])
+		if len(due) == 1 {
+			r.renew(due[0])
+		} else if len(due) > 1 {
+			// At once: a cluster member's renewals then share calls.
+			var wg sync.WaitGroup
+			for _, cc := range due {
+				wg.Go(func() { r.renew(cc) })
+			}
+			wg.Wait()
+		}
+		clear(due)
+		r.mu.Lock()
+		at := r.at
+		r.mu.Unlock()
+		if !at.IsZero() {
+			t.Reset(time.Until(at))
+		}
+	}
+}
+
+// due appends to buf the jobs due at now (or within an eighth of their
+// period: renewed a little early, so that jobs started close together
+// share a wake-up), sets their next renewal, and sets at to the next one.
+func (r *renewer) due(now time.Time, buf []*claimCtx) []*claimCtx {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var next time.Time
+	for _, cc := range r.jobs {
+		if cc.lost.Load() {
+			continue
+		}
+		if cc.due.Sub(now) <= cc.every/8 {
+			buf = append(buf, cc)
+			cc.due = now.Add(cc.every)
+		}
+		if next.IsZero() || cc.due.Before(next) {
+			next = cc.due
+		}
+	}
+	r.at = next
+	return buf
+}
+
+// renew renews cc's lease; a failure ends its renewals (the claim is lost:
+// the context is cancelled when the loss is signalled).
+func (r *renewer) renew(cc *claimCtx) {
+	if r.q.renew(cc.job) != nil {
+		cc.lost.Store(true)
+	}
 }
 
 // IsClaimLost reports whether err says a claim was lost.

@@ -37,7 +37,10 @@ import (
 //	watchSet.mu (key watches, watch.go)
 //
 // Nothing calls into the engine, or blocks on I/O, while holding lmu,
-// smu or a memberSet's, remote's or slots' lock.
+// smu or a memberSet's, remote's or slots' lock. A claim's watchers
+// (claimWatch) are told with lmu or remote.cmu held: they only cancel a
+// context. A renewer's lock (a Work loop's lease renewals) is taken with
+// none of these held, and takes none.
 type local struct {
 	eng      *engine.Engine
 	counting *objstore.Counting

@@ -875,24 +875,26 @@ func (r *modelRun) check() {
 // ClaimContext watches) with the model: a live claim is not lost and is
 // cancelled exactly when a cancel was requested; any other is lost.
 func (r *modelRun) checkLeases() {
-	closed := func(c <-chan struct{}) bool {
-		select {
-		case <-c:
-			return true
-		default:
-			return false
-		}
-	}
 	for _, h := range r.handles {
-		lost, cancel, _ := r.q.be.watch(h.job.ID, h.job.token)
+		// A watch registered now is told at once what happened already.
+		var lost, cancel bool
+		w := &claimWatch{id: h.job.ID, token: h.job.token, tell: func(cause error) {
+			if errors.Is(cause, ErrJobCancelled) {
+				cancel = true
+			} else {
+				lost = true
+			}
+		}}
+		r.q.be.watch(w)
+		r.q.be.unwatch(w)
 		j := r.m.valid(h)
 		switch {
-		case j == nil && !closed(lost):
+		case j == nil && !lost:
 			r.fail("claim %s#%d is stale but its lease is not lost", h.job.ID, h.claim)
-		case j != nil && closed(lost):
+		case j != nil && lost:
 			r.fail("claim %s#%d is live but its lease is lost", h.job.ID, h.claim)
-		case j != nil && closed(cancel) != j.cancelReq:
-			r.fail("claim %s#%d: cancel signalled %v, want %v", h.job.ID, h.claim, closed(cancel), j.cancelReq)
+		case j != nil && cancel != j.cancelReq:
+			r.fail("claim %s#%d: cancel signalled %v, want %v", h.job.ID, h.claim, cancel, j.cancelReq)
 		}
 	}
 }

@@ -90,9 +90,13 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 	// not start a goroutine, nor grow a new one's stack again.
 	idle, quit := make(chan slotJob), make(chan struct{})
 	defer close(quit)
+	// One goroutine renews the leases of all the loop's running jobs,
+	// until the loop returns (after the drain).
+	rn := newRenewer(q)
+	go rn.run(quit)
 	slotLoop := func(sj slotJob) {
 		for {
-			q.runSlot(stopping, jobBase, sj.j, sj.carried, h, opts.manualSettle, sj.dispatched)
+			q.runSlot(stopping, jobBase, rn, sj.j, sj.carried, h, opts.manualSettle, sj.dispatched)
 			s.put()
 			select {
 			case sj = <-idle:
@@ -248,13 +252,13 @@ func (s *slots) close() {
 // every job its handlers hand off, until there is none or the worker is
 // stopping. A job the worker did not claim just now (waited: dispatched to
 // the slot, or handed off) is admitted first.
-func (q *Queue) runSlot(stopping func() bool, base context.Context, j *Job, carried any, h Handler, manual, waited bool) {
+func (q *Queue) runSlot(stopping func() bool, base context.Context, rn *renewer, j *Job, carried any, h Handler, manual, waited bool) {
 	for ; j != nil; waited = true {
 		if waited && !q.admit(stopping(), base, j) {
 			return
 		}
 		ho := &handoff.Slot[*Job]{Queue: j.Queue, JobID: j.ID, Stopping: stopping, Carried: carried}
-		q.runJob(handoff.With(base, ho), j, h, manual)
+		q.runJob(handoff.With(base, ho), rn, j, h, manual)
 		j, carried, _ = ho.Next()
 	}
 }
@@ -274,11 +278,17 @@ func (q *Queue) admit(stopping bool, base context.Context, j *Job) bool {
 	return q.renew(j) == nil
 }
 
-// runJob runs one job with lease renewal and settles it.
-func (q *Queue) runJob(base context.Context, j *Job, h Handler, manual bool) {
+// runJob runs one job with lease renewal (rn's, until it is settled) and
+// settles it.
+func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, manual bool) {
 	lease := q.opts.config(j.Queue).Lease
-	jctx, stop := q.claimContextRenewing(base, j, max(lease/3, time.Millisecond))
-	defer stop()
+	cc := q.watchClaim(base, j)
+	rn.add(cc, max(lease/3, time.Millisecond))
+	defer func() {
+		rn.remove(cc)
+		cc.stop(q)
+	}()
+	jctx := cc.ctx
 	err := callHandler(jctx, j, h)
 	settle := context.WithoutCancel(base)
 	cause := context.Cause(jctx)
