@@ -177,20 +177,37 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 // stepRun returns the run record of step job: as the transaction that
 // started the job wrote it, if that transaction carried the record along
 // (a settlement that chained the job to this slot, a Submit that
-// dispatched step 0 to it), or as the writer read it with the claim (a
-// member's claim prefetches it: see Run), else as read from the store. A
-// member saves a call to the writer per step. A carried record is stale
-// when a Cancel, Pause or signal committed since; the step's settlement
-// then fails its compare-and-put and reads the record again, as it does
-// when the record changes while the step runs. A cancel that reached the
-// claim already is read at once, so that the step does not start.
+// dispatched step 0 to it: a *carriedRun, decoded already), or as the
+// writer read it with the claim (a member's claim prefetches its bytes:
+// see Run), else as read from the store. A member saves a call to the
+// writer per step. A carried record is stale when a Cancel, Pause or
+// signal committed since; the step's settlement then fails its
+// compare-and-put and reads the record again, as it does when the record
+// changes while the step runs. A cancel that reached the claim already is
+// read at once, so that the step does not start.
 func (rt *Runtime) stepRun(claimCtx context.Context, runID string, job *queue.Job) (*kvrecord.Run, []byte, error) {
-	if b, ok := handoff.Carried[*queue.Job](claimCtx).([]byte); ok && !errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled) {
-		if rec, err := kvrecord.DecodeRun(b); err == nil && rec.RunID == runID && rec.CurrentJob == job.ID {
-			return rec, b, nil
+	if c := handoff.Carried[*queue.Job](claimCtx); c != nil && !errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled) {
+		switch c := c.(type) {
+		case *carriedRun:
+			if c != nil && c.rec.RunID == runID && c.rec.CurrentJob == job.ID {
+				return &c.rec, c.b, nil
+			}
+		case []byte:
+			if rec, err := kvrecord.DecodeRun(c); err == nil && rec.RunID == runID && rec.CurrentJob == job.ID {
+				return rec, c, nil
+			}
 		}
 	}
 	return rt.loadRun(context.WithoutCancel(claimCtx), runID)
+}
+
+// carriedRun is a run record that a transaction wrote, carried to the
+// step it started in this process (see stepRun): decoded (rec) and as
+// written (b, the compare-and-put's expected bytes). The step that takes
+// it owns it; nothing else reads or changes it once it is handed over.
+type carriedRun struct {
+	rec kvrecord.Run
+	b   []byte
 }
 
 // stepContext maps the claim context's causes onto steprunner's. Its values
@@ -351,7 +368,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			}
 		}
 		var txn *queue.Txn
-		var carry []byte
+		var carry *carriedRun
 		if unsettleable != nil {
 			txn = rt.failSettlement(rec, old, job, n, unsettleable.Error())
 		} else {
@@ -408,7 +425,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 // chain hands the next step, claimed by its settlement, to the worker slot
 // that ran this one: it runs at once, without a claim of its own, and with
 // carry, the run record the settlement wrote (see stepRun).
-func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []byte) {
+func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry *carriedRun) {
 	for i := range res.Enqueued {
 		j := qx.Claimed(res.Enqueued[i])
 		if j == nil || handoff.Give(claimCtx, j.Queue, j, carry) {
@@ -428,7 +445,7 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []
 // written only when the outcome is settled as such; h is the attempt's
 // history entry (its kind and output set here), written in the same
 // transaction.
-func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan, h *runrec.History) (txn *queue.Txn, next []byte) {
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan, h *runrec.History) (txn *queue.Txn, carry *carriedRun) {
 	txn = new(queue.Txn)
 	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
 	// A retry (Nack) keeps the job, and with it its headers.
@@ -488,7 +505,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 			rt.attemptHistory(txn, &next, job, false, h)
 			b := runrec.EncodeRun(&next)
 			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, b)
-			return txn, b
+			return txn, &carriedRun{rec: next, b: b}
 		case steprunner.KindSucceed:
 			txn.Ack(job)
 			h.Kind = string(HistorySucceed)

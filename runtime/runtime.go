@@ -257,12 +257,12 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	}
 	for {
 		txn := new(queue.Txn)
-		jobID, b, err := rt.submitOps(ctx, txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
+		jobID, carry, err := rt.submitOps(ctx, txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
 		if err != nil {
 			return SubmitOutcome{}, err
 		}
 		// Dispatched, step 0 starts with the record (see stepRun).
-		_, err = rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
+		_, err = rt.q.Commit(handoff.WithDispatched(ctx, jobID, carry), txn)
 		if err == nil {
 			return SubmitOutcome{RunID: id, NewlySubmitted: true}, nil
 		}
@@ -292,9 +292,10 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 // run with a concurrency key: a slot and step 0, or a place in the key's
 // line and no step, see concTake). hash
 // is the input's, traceParent the run's trace context ("": none), now
-// the submit time (unix ns). It returns step 0's job ID and the record's
-// bytes, for handoff.WithDispatched. Submit and a schedule's tick call it.
-func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, record []byte, err error) {
+// the submit time (unix ns). It returns step 0's job ID and the record
+// written, for handoff.WithDispatched (see stepRun). Submit and a
+// schedule's tick call it.
+func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, carry *carriedRun, err error) {
 	jobID = ulid.Make().String()
 	rec := &kvrecord.Run{
 		RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
@@ -319,14 +320,18 @@ func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spe
 			return "", nil, err
 		}
 	}
-	record = runrec.EncodeRun(rec)
+	record := runrec.EncodeRun(rec)
+	carry = &carriedRun{rec: *rec, b: record}
+	if len(rec.Headers) > 0 {
+		carry.rec.Headers = maps.Clone(rec.Headers) // the caller's map: not shared with the step
+	}
 	txn.CompareAndPut(kvrecord.RunKey(id), nil, record).
 		Put(runrec.SubmittedKey(now, id), []byte{})
 	if slot {
 		txn.Enqueue(stepQueue, spec.Input, opts)
 	}
 	rt.enqueueDeadline(txn, rec, traceParent)
-	return jobID, record, nil
+	return jobID, carry, nil
 }
 
 // specDiff names what of spec differs from the run record's submission
