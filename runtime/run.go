@@ -185,7 +185,7 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 // compare-and-put and reads the record again, as it does when the record
 // changes while the step runs. A cancel that reached the claim already is
 // read at once, so that the step does not start.
-func (rt *Runtime) stepRun(claimCtx context.Context, runID string, job *queue.Job) (*kvrecord.Run, []byte, error) {
+func (rt *Runtime) stepRun(claimCtx, settleCtx context.Context, runID string, job *queue.Job) (*kvrecord.Run, []byte, error) {
 	if c := handoff.Carried[*queue.Job](claimCtx); c != nil && !errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled) {
 		switch c := c.(type) {
 		case *carriedRun:
@@ -198,7 +198,7 @@ func (rt *Runtime) stepRun(claimCtx context.Context, runID string, job *queue.Jo
 			}
 		}
 	}
-	return rt.loadRun(context.WithoutCancel(claimCtx), runID)
+	return rt.loadRun(settleCtx, runID)
 }
 
 // carriedRun is a run record that a transaction wrote, carried to the
@@ -210,35 +210,81 @@ type carriedRun struct {
 	b   []byte
 }
 
-// stepContext maps the claim context's causes onto steprunner's. Its values
-// are those of values: claimCtx's, and the step's span. cancelled, if not
-// nil, says why the job was cancelled (see cancelCause); else it was the
-// run's Cancel.
-func stepContext(claimCtx, values context.Context, cancelled func() error) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(values))
-	stop := context.AfterFunc(claimCtx, func() {
-		cause := context.Cause(claimCtx)
-		switch {
-		case errors.Is(cause, queue.ErrJobCancelled) && cancelled != nil:
-			cancel(cancelled())
-		case errors.Is(cause, queue.ErrJobCancelled):
-			cancel(steprunner.ErrRunCancelled)
-		case errors.Is(cause, queue.ErrClaimLost):
-			cancel(steprunner.ErrLeaseLost)
-		default:
-			cancel(steprunner.ErrShutdown)
-		}
-	})
-	return ctx, func() { stop(); cancel(context.Canceled) }
+// stepCtl holds what a step's contexts need, in one allocation: the
+// settlement's context (settle: the claim context's values, never
+// cancelled), and the step's (see start).
+type stepCtl struct {
+	settle    detached // claimCtx's values, without its cancellation
+	values    detached // the step's values (its span), when not claimCtx's
+	claimCtx  context.Context
+	cancelled func() error
+	cancel    context.CancelCauseFunc
+	stopAfter func() bool
+}
+
+// detached has the values of its Context and none of its cancellation,
+// as context.WithoutCancel's does, but it can live inside a struct
+// allocated anyway. Unlike WithoutCancel's, context.Cause of it is its
+// parent's cause (nil, or the claim's), not nil: it is given only to the
+// runtime's own reads and commits, which look at its values and Done
+// alone, and as the parent of the step's context, whose Cause is its own.
+type detached struct{ context.Context }
+
+func (detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (detached) Done() <-chan struct{}       { return nil }
+func (detached) Err() error                  { return nil }
+
+// newStepCtl returns the stepCtl of a step run under claimCtx.
+func newStepCtl(claimCtx context.Context) *stepCtl {
+	return &stepCtl{settle: detached{claimCtx}, claimCtx: claimCtx}
+}
+
+// start returns the step's context: it maps the claim context's causes
+// onto steprunner's. Its values are those of values: claimCtx's, and the
+// step's span. cancelled, if not nil, says why the job was cancelled
+// (see cancelCause); else it was the run's Cancel. stop ends it.
+func (c *stepCtl) start(values context.Context, cancelled func() error) context.Context {
+	parent := context.Context(&c.settle)
+	if values != c.claimCtx {
+		c.values.Context = values
+		parent = &c.values
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	c.cancel, c.cancelled = cancel, cancelled
+	c.stopAfter = context.AfterFunc(c.claimCtx, c.claimEnded)
+	return ctx
+}
+
+// claimEnded cancels the step's context with the steprunner cause of the
+// claim context's.
+func (c *stepCtl) claimEnded() {
+	cause := context.Cause(c.claimCtx)
+	switch {
+	case errors.Is(cause, queue.ErrJobCancelled) && c.cancelled != nil:
+		c.cancel(c.cancelled())
+	case errors.Is(cause, queue.ErrJobCancelled):
+		c.cancel(steprunner.ErrRunCancelled)
+	case errors.Is(cause, queue.ErrClaimLost):
+		c.cancel(steprunner.ErrLeaseLost)
+	default:
+		c.cancel(steprunner.ErrShutdown)
+	}
+}
+
+// stop ends the step's context that start returned.
+func (c *stepCtl) stop() {
+	c.stopAfter()
+	c.cancel(context.Canceled)
 }
 
 // handleStep runs one step and settles it in one transaction per the
 // table in the package documentation.
 func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
-	settleCtx := context.WithoutCancel(claimCtx)
+	ctl := newStepCtl(claimCtx)
+	settleCtx := context.Context(&ctl.settle)
 	runID := job.Headers[HeaderRunID]
 	n64, perr := strconv.ParseUint(job.Headers[HeaderStep], 10, 32)
-	rec, old, err := rt.stepRun(claimCtx, runID, job)
+	rec, old, err := rt.stepRun(claimCtx, settleCtx, runID, job)
 	if err == nil && rec.State == kvrecord.StateTerminal && (job.CancelRequested || errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled)) {
 		return rt.q.Ack(settleCtx, job) // its run ended while it was claimed (a deadline): not run
 	}
@@ -285,9 +331,9 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 				return err // the claim's lease expires and the step is retried
 			}
 		}
-		ctx, stop := stepContext(claimCtx, spanCtx, rt.cancelCause(rec))
+		ctx := ctl.start(spanCtx, rt.cancelCause(rec))
 		outcome, stepErr = rt.runWithTimeout(ctx, step, rt.stepTimeout(rec))
-		stop()
+		ctl.stop()
 		switch cause := context.Cause(claimCtx); {
 		case errors.Is(cause, queue.ErrClaimLost):
 			spanEnded = true
@@ -414,7 +460,8 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 				// no failure to report.
 				rt.logCancelledPanic(stepError(step, stepErr))
 			default:
-				rt.reportStepError(settleCtx, stepError(step, stepErr))
+				// The handler's context: context.WithoutCancel's, exactly.
+				rt.reportStepError(context.WithoutCancel(claimCtx), stepError(step, stepErr))
 			}
 			rt.chain(claimCtx, res, carry)
 		}
