@@ -176,7 +176,7 @@ func (rt *Runtime) settleNotification(ctx context.Context, job *queue.Job, runID
 	settle(txn)
 	if seq, err := strconv.ParseUint(job.Headers[headerHookSeq], 10, 64); err == nil && seq > 0 {
 		h.Worker, h.End = rt.opts.workerName, rt.opts.now().UnixNano()
-		txn.Put(runrec.HistoryKey(runID, seq), runrec.EncodeHistory(h))
+		txn.Put(runrec.HistoryKV(runID, seq, h))
 		dropHistory(txn, runID, seq)
 	}
 	_, err := rt.q.Commit(ctx, txn)

@@ -313,6 +313,8 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		}
 	}()
 	var outcome steprunner.Outcome
+	var boxed any    // outcome as stepmemo reads it: boxed once
+	var nextQ string // the queue of the step the outcome starts (see nextQueue)
 	var stepErr error
 	step := &steprunner.Step{
 		RunID: runID, Number: n, Payload: job.Payload, Headers: userHeaders(job.Headers),
@@ -354,7 +356,8 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			}
 		}
 		if stepErr == nil && !outcome.IsZero() {
-			if _, err := rt.nextQueue(outcome); err != nil {
+			boxed = outcome
+			if nextQ, err = rt.nextQueue(boxed); err != nil {
 				stepErr = steprunner.Permanent(err)
 			}
 		}
@@ -364,7 +367,10 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	// permanently before anything of its Outcome is written.
 	var mp *memoPlan
 	if stepErr == nil && !outcome.IsZero() {
-		if mp, err = planMemo(rec, memo, stepmemo.Writes(outcome), rt.opts.memoLimits); err != nil {
+		if boxed == nil {
+			boxed = outcome
+		}
+		if mp, err = planMemo(rec, memo, stepmemo.Writes(boxed), rt.opts.memoLimits); err != nil {
 			stepErr = steprunner.Permanent(fmt.Errorf("step %d's memory writes: %w", n, err))
 		}
 	}
@@ -418,7 +424,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		if unsettleable != nil {
 			txn = rt.failSettlement(rec, old, job, n, unsettleable.Error())
 		} else {
-			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail, mp, sp, rt.stepHistory(job, n, began))
+			txn, carry = rt.settlement(rec, old, job, n, outcome, nextQ, stepErr, mail, mp, sp, rt.stepHistory(job, n, began))
 		}
 		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -487,12 +493,14 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry *c
 
 // settlement builds the one transaction that settles step n, and returns
 // with it the run record it writes when the run goes on (nil otherwise).
+// nextQ is the queue of the step that out starts (see nextQueue; checked
+// when the step returned).
 // mail is the oldest signal in the mailbox that an AwaitSignal outcome
 // consumes (nil: none); mp is the outcome's memory writes (nil: none),
 // written only when the outcome is settled as such; h is the attempt's
 // history entry (its kind and output set here), written in the same
 // transaction.
-func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan, h *runrec.History) (txn *queue.Txn, carry *carriedRun) {
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, nextQ string, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan, h *runrec.History) (txn *queue.Txn, carry *carriedRun) {
 	txn = new(queue.Txn)
 	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
 	// A retry (Nack) keeps the job, and with it its headers.
@@ -528,7 +536,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 		case steprunner.KindContinue, steprunner.KindAwait, steprunner.KindSpawn:
 			next := *rec
 			next.CurrentStep = n + 1
-			next.Queue, _ = rt.nextQueue(out) // checked when the step returned
+			next.Queue = nextQ
 			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn.Ack(job)
 			mp.apply(txn, &next)
@@ -550,8 +558,8 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 				setOutput(h, out.Payload())
 			}
 			rt.attemptHistory(txn, &next, job, false, h)
-			b := runrec.EncodeRun(&next)
-			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, b)
+			key, b := runrec.RunKV(&next)
+			txn.CompareAndPut(key, old, b)
 			return txn, &carriedRun{rec: next, b: b}
 		case steprunner.KindSucceed:
 			txn.Ack(job)

@@ -40,6 +40,9 @@ type Runtime struct {
 	hook   terminal.Hook
 	opts   options
 	tel    *telemetry
+	// notices is the notices queue of opts.queueName (noticesQueue),
+	// named once.
+	notices string
 
 	indexed atomic.Bool // the store's runs are all in the submitted index
 
@@ -87,7 +90,7 @@ func New(q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{q: q, runner: r, hook: h, opts: o, tel: tel}, nil
+	return &Runtime{q: q, runner: r, hook: h, opts: o, tel: tel, notices: runrec.NoticesQueue(o.queueName)}, nil
 }
 
 // isNil reports whether v holds a nil func, pointer, map, chan or slice.
@@ -365,10 +368,14 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent s
 	if traceParent != "" {
 		h[HeaderTraceParent] = traceParent
 	}
+	dead := rt.notices
+	if q := rt.stepQueue(rec); q != rt.opts.queueName {
+		dead = runrec.NoticesQueue(q)
+	}
 	return queue.EnqueueOptions{
 		Headers: h, Priority: rec.Priority, MaxAttempts: maxAttempts(rec),
 		DedupKey: "run:" + rec.RunID + ":" + step, JobID: jobID,
-		DeadLetterQueue: runrec.NoticesQueue(rt.stepQueue(rec)),
+		DeadLetterQueue: dead,
 	}
 }
 
@@ -410,7 +417,7 @@ func (rt *Runtime) resolveNotify(ctx context.Context, rec *kvrecord.Run) error {
 // noticesQueue is this Runtime's notices queue: it receives the notices of
 // dead step jobs (see handleDeadStep) and the notifications that Cancel
 // hands over (see resolveNotify).
-func (rt *Runtime) noticesQueue() string { return runrec.NoticesQueue(rt.opts.queueName) }
+func (rt *Runtime) noticesQueue() string { return rt.notices }
 
 // headerNotice marks a job on a notices queue that is not a dead step's
 // notice: noticeHandOff, a notification handed over by Cancel.
@@ -624,7 +631,8 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		next.HistorySeq++
 		hookSeq = next.HistorySeq
 	}
-	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
+	key, b := runrec.RunKV(&next)
+	txn.CompareAndPut(key, old, b)
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}
 	if e.status != terminal.Succeeded {
