@@ -323,12 +323,12 @@ func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spe
 			return "", nil, err
 		}
 	}
-	record := runrec.EncodeRun(rec)
+	key, record := runrec.RunKV(rec)
 	carry = &carriedRun{rec: *rec, b: record}
 	if len(rec.Headers) > 0 {
 		carry.rec.Headers = maps.Clone(rec.Headers) // the caller's map: not shared with the step
 	}
-	txn.CompareAndPut(kvrecord.RunKey(id), nil, record).
+	txn.CompareAndPut(key, nil, record).
 		Put(runrec.SubmittedKey(now, id), []byte{})
 	if slot {
 		txn.Enqueue(stepQueue, spec.Input, opts)
@@ -665,8 +665,9 @@ func notifyOptions(runID string, ended int64, traceParent string) queue.EnqueueO
 	if traceParent != "" {
 		headers[HeaderTraceParent] = traceParent
 	}
+	var d [20]byte
 	o := queue.EnqueueOptions{
-		DedupKey: "notify:" + runID + ":" + strconv.FormatInt(ended, 10),
+		DedupKey: "notify:" + runID + ":" + string(strconv.AppendInt(d[:0], ended, 10)),
 		Headers:  headers,
 	}
 	o = qx.WithDispatch(o, true)

@@ -75,11 +75,21 @@ func Carried[J any](ctx context.Context) any {
 
 type dispatchKey struct{}
 
-// dispatched is what a context carries for a dispatched job.
+// dispatched is what a context carries for a dispatched job: it is the
+// context that carries it (it extends the context it was made from).
 type dispatched struct {
+	context.Context
 	jobID string
 	v     any
 	next  *dispatched
+}
+
+// Value returns d for dispatchKey, else what the context it extends holds.
+func (d *dispatched) Value(k any) any {
+	if k == (dispatchKey{}) {
+		return d
+	}
+	return d.Context.Value(k)
 }
 
 // WithDispatched returns ctx carrying v for the job jobID, should a commit
@@ -88,7 +98,7 @@ type dispatched struct {
 // carries the record of the run it creates to the run's first step.
 func WithDispatched(ctx context.Context, jobID string, v any) context.Context {
 	prev, _ := ctx.Value(dispatchKey{}).(*dispatched)
-	return context.WithValue(ctx, dispatchKey{}, &dispatched{jobID: jobID, v: v, next: prev})
+	return &dispatched{Context: ctx, jobID: jobID, v: v, next: prev}
 }
 
 // DispatchedCarry returns what ctx carries for the job jobID (nil:
