@@ -645,7 +645,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 			t.Payload = []byte{} // kept, and empty
 		}
 	}
-	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), runrec.EncodeTerminal(t))
+	txn.Put(runrec.TerminalKV(t))
 	n := notification{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
 	switch {

@@ -105,6 +105,9 @@ func TestEncodersMatchMarshal(t *testing.T) {
 		}
 		term := randTerminal(r)
 		codectest.Same(t, EncodeTerminal(term), term)
+		if k, v := TerminalKV(term); string(k) != string(kvrecord.TerminalKey(term.EndedAt, term.RunID)) || string(v) != string(EncodeTerminal(term)) {
+			t.Fatalf("TerminalKV(terminal %d) = %q, %d bytes; want %q, %d bytes", i, k, len(v), kvrecord.TerminalKey(term.EndedAt, term.RunID), len(EncodeTerminal(term)))
+		}
 	}
 }
 
