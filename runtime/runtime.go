@@ -299,7 +299,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 // written, for handoff.WithDispatched (see stepRun). Submit and a
 // schedule's tick call it.
 func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, carry *carriedRun, err error) {
-	jobID = ulid.Make().String()
+	jobID = newJobID()
 	rec := &kvrecord.Run{
 		RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
 		State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
