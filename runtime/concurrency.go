@@ -341,9 +341,11 @@ func (rt *Runtime) admitOne(ctx context.Context, txn *queue.Txn, key string, kv 
 	if next.Retries == 0 || next.Paused {
 		rt.startStep(txn, &next, ent.Payload, delay, nil, false, ent.TraceParent)
 	} else {
-		// A retried run (see Retry).
+		// A retried run: its step gets a dedup key of its own, as Retry's
+		// (the step's first job may still be around).
 		next.CurrentJob = newJobID()
 		opts := rt.stepOptions(&next, next.CurrentStep, next.CurrentJob, ent.TraceParent)
+		opts.DedupKey = fmt.Sprintf("%s:retry%d", opts.DedupKey, next.Retries)
 		opts.Delay = delay
 		if delay == 0 {
 			opts = qx.WithDispatch(opts, true)

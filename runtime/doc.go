@@ -5,11 +5,9 @@
 //
 // A service submits a run by run ID (Submit). Each run is a chain of steps;
 // each step is one job in the queue, carrying the run ID and step number in
-// its reserved headers ("workflow.run_id", "workflow.step"), and enqueued
-// exactly once: by a transaction that also compare-and-puts the run record
-// with the job's ID (so step jobs need no dedup key). The user's
-// steprunner.Runner executes a step and answers with an Outcome or an
-// error; Run settles it:
+// its reserved headers ("workflow.run_id", "workflow.step") and deduplicated
+// by the key "run:<run id>:<n>". The user's steprunner.Runner executes a
+// step and answers with an Outcome or an error; Run settles it:
 //
 //	step result                     one transaction does
 //	------------------------------  ----------------------------------------------

@@ -120,6 +120,8 @@ func (rt *Runtime) requeueFinalStep(ctx context.Context, txn *queue.Txn, next *k
 	next.Queue = stepQueue
 	opts := rt.stepOptions(next, t.FinalStep, next.CurrentJob, rt.tel.traceParent(ctx))
 	opts.DeadLetterQueue = runrec.NoticesQueue(stepQueue)
+	// A dedup key of its own: the step's first job may still be around.
+	opts.DedupKey = fmt.Sprintf("%s:retry%d", opts.DedupKey, next.Retries)
 	opts = qx.WithDispatch(opts, true)
 	txn.Enqueue(stepQueue, t.Payload, opts)
 	return nil

@@ -358,11 +358,7 @@ func specDiff(rec *kvrecord.Run, spec *RunSpec) string {
 }
 
 // stepOptions are the enqueue options of step n of a run. traceParent is
-// the run's trace context (HeaderTraceParent; "" for none). They set no
-// dedup key: every transaction that enqueues a step compare-and-puts the
-// run record with the step's job ID (CurrentJob), so a step is enqueued
-// once, and a retry of an enqueue whose outcome is unknown fails that
-// compare-and-put (the job ID is the run record's, not the queue's).
+// the run's trace context (HeaderTraceParent; "" for none).
 func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent string) queue.EnqueueOptions {
 	h := make(map[string]string, len(rec.Headers)+3)
 	maps.Copy(h, rec.Headers)
@@ -378,7 +374,7 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent s
 	}
 	return queue.EnqueueOptions{
 		Headers: h, Priority: rec.Priority, MaxAttempts: maxAttempts(rec),
-		JobID:           jobID,
+		DedupKey: "run:" + rec.RunID + ":" + step, JobID: jobID,
 		DeadLetterQueue: dead,
 	}
 }
@@ -669,8 +665,11 @@ func notifyOptions(runID string, ended int64, traceParent string) queue.EnqueueO
 	if traceParent != "" {
 		headers[HeaderTraceParent] = traceParent
 	}
-	// No dedup key: the transaction that enqueues it compare-and-puts
-	// the run record (or acks the notice that carried it), so it commits
-	// once.
-	return qx.WithDispatch(queue.EnqueueOptions{Headers: headers}, true)
+	var d [20]byte
+	o := queue.EnqueueOptions{
+		DedupKey: "notify:" + runID + ":" + string(strconv.AppendInt(d[:0], ended, 10)),
+		Headers:  headers,
+	}
+	o = qx.WithDispatch(o, true)
+	return o
 }
