@@ -258,7 +258,7 @@ func (rt *Runtime) addHistory(txn *queue.Txn, next *kvrecord.Run, h *runrec.Hist
 	if h.Start == 0 {
 		h.Start = h.End
 	}
-	txn.Put(runrec.HistoryKey(next.RunID, next.HistorySeq), runrec.EncodeHistory(h))
+	txn.Put(runrec.HistoryKV(next.RunID, next.HistorySeq, h))
 	dropHistory(txn, next.RunID, next.HistorySeq)
 }
 

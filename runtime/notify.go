@@ -149,16 +149,15 @@ func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) (err 
 		Queue: job.Queue, Job: job.ID, Start: began.UnixNano()}
 	switch {
 	case err == nil:
-		return rt.settleNotification(settle, job, n.RunID, h, func(txn *queue.Txn) { txn.Ack(job) })
+		return rt.settleNotification(settle, new(queue.Txn).Ack(job), job, n.RunID, h)
 	case terminal.IsPermanent(err) || job.Attempt >= job.MaxAttempts:
 		logHookError(rt.opts.logger, n.RunID, job.Attempt, true, err)
 		h.Kind, h.Error = string(HistoryHookFailed), runrec.HistoryError(err.Error())
 		if terminal.IsPermanent(err) {
-			reason := err.Error()
-			return rt.settleNotification(settle, job, n.RunID, h, func(txn *queue.Txn) { txn.DeadLetter(job, reason) })
+			return rt.settleNotification(settle, new(queue.Txn).DeadLetter(job, err.Error()), job, n.RunID, h)
 		}
 		after, _ := terminal.RetryAfter(err)
-		return rt.settleNotification(settle, job, n.RunID, h, func(txn *queue.Txn) { txn.Nack(job, err, after) })
+		return rt.settleNotification(settle, new(queue.Txn).Nack(job, err, after), job, n.RunID, h)
 	default:
 		logHookError(rt.opts.logger, n.RunID, job.Attempt, false, err)
 	}
@@ -166,17 +165,14 @@ func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) (err 
 	return rt.q.Nack(settle, job, err, after)
 }
 
-// settleNotification commits the settlement of a notification job that
-// settle adds to a transaction, with the run's history entry h, in one
-// transaction: under the seq that the run's end reserved for it (the
-// job's headerHookSeq; none: no entry), so that it needs no read of the
-// run record.
-func (rt *Runtime) settleNotification(ctx context.Context, job *queue.Job, runID string, h *runrec.History, settle func(*queue.Txn)) error {
-	txn := new(queue.Txn)
-	settle(txn)
+// settleNotification commits txn, the settlement of a notification job,
+// with the run's history entry h, in one transaction: under the seq that
+// the run's end reserved for it (the job's headerHookSeq; none: no
+// entry), so that it needs no read of the run record.
+func (rt *Runtime) settleNotification(ctx context.Context, txn *queue.Txn, job *queue.Job, runID string, h *runrec.History) error {
 	if seq, err := strconv.ParseUint(job.Headers[headerHookSeq], 10, 64); err == nil && seq > 0 {
 		h.Worker, h.End = rt.opts.workerName, rt.opts.now().UnixNano()
-		txn.Put(runrec.HistoryKey(runID, seq), runrec.EncodeHistory(h))
+		txn.Put(runrec.HistoryKV(runID, seq, h))
 		dropHistory(txn, runID, seq)
 	}
 	_, err := rt.q.Commit(ctx, txn)

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -66,7 +67,14 @@ var allOutcomes = []string{outcomeContinue, outcomeSucceed, outcomeFail, outcome
 // attribute sets are built once, so that recording allocates nothing
 // beyond what the providers do.
 type telemetry struct {
-	tracer   trace.Tracer
+	tracer trace.Tracer
+	// idle is the global TracerProvider that tracer comes from, when no
+	// WithTracerProvider was given and no provider was set globally by
+	// New (nil otherwise). While it is still the global one, its tracer
+	// makes only non-recording spans: the span work is skipped (see
+	// tracing). Once otel.SetTracerProvider sets one, tracer delegates
+	// to it, as it always did.
+	idle     trace.TracerProvider
 	meter    metric.Meter
 	prop     propagation.TraceContext
 	duration metric.Float64Histogram
@@ -90,6 +98,7 @@ func newTelemetry(o *options) (*telemetry, error) {
 	}
 	t := &telemetry{
 		tracer: tp.Tracer(instrumentationName),
+		idle:   unsetGlobal(tp),
 		meter:  mp.Meter(instrumentationName),
 		record: make(map[string][]metric.RecordOption, len(allOutcomes)),
 		add:    make(map[string][]metric.AddOption, len(allOutcomes)),
@@ -111,6 +120,32 @@ func newTelemetry(o *options) (*telemetry, error) {
 	}
 	return t, nil
 }
+
+// unsetGlobal returns tp if it is the global TracerProvider that
+// otel.GetTracerProvider returns while none is set (otel's internal
+// delegating provider), else nil.
+func unsetGlobal(tp trace.TracerProvider) trace.TracerProvider {
+	t := reflect.TypeOf(tp)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().PkgPath() != "go.opentelemetry.io/otel/internal/global" ||
+		tp != otel.GetTracerProvider() {
+		return nil
+	}
+	return tp
+}
+
+// tracing reports whether a span started now could record: false while
+// the runtime's tracer is the global one and no TracerProvider has been
+// set globally (otel.SetTracerProvider). Its spans would then be
+// non-recording, with the parent's span context, and ending them does
+// nothing: the runtime skips starting them (an allocation or three per
+// step and hook) and carries the parent's span context alone.
+func (t *telemetry) tracing() bool {
+	return t.idle == nil || otel.GetTracerProvider() != t.idle
+}
+
+// offSpan is the span of a step or hook while tracing is off: it records
+// nothing.
+var offSpan = trace.SpanFromContext(context.Background())
 
 // stepOutcome names how an attempt settled.
 func stepOutcome(cancelled bool, job *queue.Job, out steprunner.Outcome, stepErr error) string {
@@ -174,6 +209,9 @@ func (traceParentCarrier) Keys() []string     { return []string{"traceparent"} }
 
 // startStep starts the span of a step attempt.
 func (t *telemetry) startStep(ctx context.Context, job *queue.Job, runID string, n uint32) (context.Context, trace.Span) {
+	if !t.tracing() {
+		return t.parent(ctx, job.Headers), offSpan
+	}
 	ctx, span := t.tracer.Start(t.parent(ctx, job.Headers), spanStep, stepStart...)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String(attrRunID, runID), attribute.Int64(attrStep, int64(n)),
@@ -198,6 +236,9 @@ func (t *telemetry) endStep(ctx context.Context, span trace.Span, outcome string
 
 // startHook starts the span of a hook delivery.
 func (t *telemetry) startHook(ctx context.Context, job *queue.Job, o *terminal.Outcome) (context.Context, trace.Span) {
+	if !t.tracing() {
+		return t.parent(ctx, job.Headers), offSpan
+	}
 	ctx, span := t.tracer.Start(t.parent(ctx, job.Headers), spanHook, hookStart...)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String(attrRunID, o.RunID), attribute.Int64(attrStep, int64(o.FinalStep)),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -221,4 +222,37 @@ func TestOTelNoSpanNoHeader(t *testing.T) {
 		t.Errorf("steps = %d, want 2", len(log.of("plain")))
 	}
 	_ = q
+}
+
+// TestOTelGlobalProviderSetAfterNew: a Runtime made without
+// WithTracerProvider traces once a TracerProvider is set globally, even
+// after New (the runtime skips span work only while none is set).
+func TestOTelGlobalProviderSetAfterNew(t *testing.T) {
+	_, log, hook, rt := chainSetup(t, 1)
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() {
+		otel.SetTracerProvider(prev)
+		_ = tp.Shutdown(context.Background())
+	})
+	startRun(t, rt)
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "submit")
+	if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: "global"}); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	hook.wait(t, "global")
+	if len(log.of("global")) != 2 {
+		t.Fatalf("steps = %d, want 2", len(log.of("global")))
+	}
+	testenv.Eventually(t, waitTimeout, "2 step spans and a hook span", func() bool {
+		return len(spansNamed(sr, "stepwell.step")) == 2 && len(spansNamed(sr, "stepwell.hook")) == 1
+	})
+	for _, s := range append(spansNamed(sr, "stepwell.step"), spansNamed(sr, "stepwell.hook")...) {
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("span %s has parent %s, want the Submit span", s.Name(), s.Parent().SpanID())
+		}
+	}
 }

@@ -177,51 +177,114 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 // stepRun returns the run record of step job: as the transaction that
 // started the job wrote it, if that transaction carried the record along
 // (a settlement that chained the job to this slot, a Submit that
-// dispatched step 0 to it), or as the writer read it with the claim (a
-// member's claim prefetches it: see Run), else as read from the store. A
-// member saves a call to the writer per step. A carried record is stale
-// when a Cancel, Pause or signal committed since; the step's settlement
-// then fails its compare-and-put and reads the record again, as it does
-// when the record changes while the step runs. A cancel that reached the
-// claim already is read at once, so that the step does not start.
-func (rt *Runtime) stepRun(claimCtx context.Context, runID string, job *queue.Job) (*kvrecord.Run, []byte, error) {
-	if b, ok := handoff.Carried[*queue.Job](claimCtx).([]byte); ok && !errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled) {
-		if rec, err := kvrecord.DecodeRun(b); err == nil && rec.RunID == runID && rec.CurrentJob == job.ID {
-			return rec, b, nil
+// dispatched step 0 to it: a *carriedRun, decoded already), or as the
+// writer read it with the claim (a member's claim prefetches its bytes:
+// see Run), else as read from the store. A member saves a call to the
+// writer per step. A carried record is stale when a Cancel, Pause or
+// signal committed since; the step's settlement then fails its
+// compare-and-put and reads the record again, as it does when the record
+// changes while the step runs. A cancel that reached the claim already is
+// read at once, so that the step does not start.
+func (rt *Runtime) stepRun(claimCtx, settleCtx context.Context, runID string, job *queue.Job) (*kvrecord.Run, []byte, error) {
+	if c := handoff.Carried[*queue.Job](claimCtx); c != nil && !errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled) {
+		switch c := c.(type) {
+		case *carriedRun:
+			if c != nil && c.rec.RunID == runID && c.rec.CurrentJob == job.ID {
+				return &c.rec, c.b, nil
+			}
+		case []byte:
+			if rec, err := kvrecord.DecodeRun(c); err == nil && rec.RunID == runID && rec.CurrentJob == job.ID {
+				return rec, c, nil
+			}
 		}
 	}
-	return rt.loadRun(context.WithoutCancel(claimCtx), runID)
+	return rt.loadRun(settleCtx, runID)
 }
 
-// stepContext maps the claim context's causes onto steprunner's. Its values
-// are those of values: claimCtx's, and the step's span. cancelled, if not
-// nil, says why the job was cancelled (see cancelCause); else it was the
-// run's Cancel.
-func stepContext(claimCtx, values context.Context, cancelled func() error) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(values))
-	stop := context.AfterFunc(claimCtx, func() {
-		cause := context.Cause(claimCtx)
-		switch {
-		case errors.Is(cause, queue.ErrJobCancelled) && cancelled != nil:
-			cancel(cancelled())
-		case errors.Is(cause, queue.ErrJobCancelled):
-			cancel(steprunner.ErrRunCancelled)
-		case errors.Is(cause, queue.ErrClaimLost):
-			cancel(steprunner.ErrLeaseLost)
-		default:
-			cancel(steprunner.ErrShutdown)
-		}
-	})
-	return ctx, func() { stop(); cancel(context.Canceled) }
+// carriedRun is a run record that a transaction wrote, carried to the
+// step it started in this process (see stepRun): decoded (rec) and as
+// written (b, the compare-and-put's expected bytes). The step that takes
+// it owns it; nothing else reads or changes it once it is handed over.
+type carriedRun struct {
+	rec kvrecord.Run
+	b   []byte
+}
+
+// stepCtl holds what a step's contexts need, in one allocation: the
+// settlement's context (settle: the claim context's values, never
+// cancelled), and the step's (see start).
+type stepCtl struct {
+	settle    detached // claimCtx's values, without its cancellation
+	values    detached // the step's values (its span), when not claimCtx's
+	claimCtx  context.Context
+	cancelled func() error
+	cancel    context.CancelCauseFunc
+	stopAfter func() bool
+}
+
+// detached has the values of its Context and none of its cancellation,
+// as context.WithoutCancel's does, but it can live inside a struct
+// allocated anyway. Unlike WithoutCancel's, context.Cause of it is its
+// parent's cause (nil, or the claim's), not nil: it is given only to the
+// runtime's own reads and commits, which look at its values and Done
+// alone, and as the parent of the step's context, whose Cause is its own.
+type detached struct{ context.Context }
+
+func (detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (detached) Done() <-chan struct{}       { return nil }
+func (detached) Err() error                  { return nil }
+
+// newStepCtl returns the stepCtl of a step run under claimCtx.
+func newStepCtl(claimCtx context.Context) *stepCtl {
+	return &stepCtl{settle: detached{claimCtx}, claimCtx: claimCtx}
+}
+
+// start returns the step's context: it maps the claim context's causes
+// onto steprunner's. Its values are those of values: claimCtx's, and the
+// step's span. cancelled, if not nil, says why the job was cancelled
+// (see cancelCause); else it was the run's Cancel. stop ends it.
+func (c *stepCtl) start(values context.Context, cancelled func() error) context.Context {
+	parent := context.Context(&c.settle)
+	if values != c.claimCtx {
+		c.values.Context = values
+		parent = &c.values
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	c.cancel, c.cancelled = cancel, cancelled
+	c.stopAfter = context.AfterFunc(c.claimCtx, c.claimEnded)
+	return ctx
+}
+
+// claimEnded cancels the step's context with the steprunner cause of the
+// claim context's.
+func (c *stepCtl) claimEnded() {
+	cause := context.Cause(c.claimCtx)
+	switch {
+	case errors.Is(cause, queue.ErrJobCancelled) && c.cancelled != nil:
+		c.cancel(c.cancelled())
+	case errors.Is(cause, queue.ErrJobCancelled):
+		c.cancel(steprunner.ErrRunCancelled)
+	case errors.Is(cause, queue.ErrClaimLost):
+		c.cancel(steprunner.ErrLeaseLost)
+	default:
+		c.cancel(steprunner.ErrShutdown)
+	}
+}
+
+// stop ends the step's context that start returned.
+func (c *stepCtl) stop() {
+	c.stopAfter()
+	c.cancel(context.Canceled)
 }
 
 // handleStep runs one step and settles it in one transaction per the
 // table in the package documentation.
 func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
-	settleCtx := context.WithoutCancel(claimCtx)
+	ctl := newStepCtl(claimCtx)
+	settleCtx := context.Context(&ctl.settle)
 	runID := job.Headers[HeaderRunID]
 	n64, perr := strconv.ParseUint(job.Headers[HeaderStep], 10, 32)
-	rec, old, err := rt.stepRun(claimCtx, runID, job)
+	rec, old, err := rt.stepRun(claimCtx, settleCtx, runID, job)
 	if err == nil && rec.State == kvrecord.StateTerminal && (job.CancelRequested || errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled)) {
 		return rt.q.Ack(settleCtx, job) // its run ended while it was claimed (a deadline): not run
 	}
@@ -250,6 +313,8 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		}
 	}()
 	var outcome steprunner.Outcome
+	var boxed any    // outcome as stepmemo reads it: boxed once
+	var nextQ string // the queue of the step the outcome starts (see nextQueue)
 	var stepErr error
 	step := &steprunner.Step{
 		RunID: runID, Number: n, Payload: job.Payload, Headers: userHeaders(job.Headers),
@@ -268,9 +333,9 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 				return err // the claim's lease expires and the step is retried
 			}
 		}
-		ctx, stop := stepContext(claimCtx, spanCtx, rt.cancelCause(rec))
+		ctx := ctl.start(spanCtx, rt.cancelCause(rec))
 		outcome, stepErr = rt.runWithTimeout(ctx, step, rt.stepTimeout(rec))
-		stop()
+		ctl.stop()
 		switch cause := context.Cause(claimCtx); {
 		case errors.Is(cause, queue.ErrClaimLost):
 			spanEnded = true
@@ -291,7 +356,8 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			}
 		}
 		if stepErr == nil && !outcome.IsZero() {
-			if _, err := rt.nextQueue(outcome); err != nil {
+			boxed = outcome
+			if nextQ, err = rt.nextQueue(boxed); err != nil {
 				stepErr = steprunner.Permanent(err)
 			}
 		}
@@ -301,7 +367,10 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 	// permanently before anything of its Outcome is written.
 	var mp *memoPlan
 	if stepErr == nil && !outcome.IsZero() {
-		if mp, err = planMemo(rec, memo, stepmemo.Writes(outcome), rt.opts.memoLimits); err != nil {
+		if boxed == nil {
+			boxed = outcome
+		}
+		if mp, err = planMemo(rec, memo, stepmemo.Writes(boxed), rt.opts.memoLimits); err != nil {
 			stepErr = steprunner.Permanent(fmt.Errorf("step %d's memory writes: %w", n, err))
 		}
 	}
@@ -351,11 +420,11 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			}
 		}
 		var txn *queue.Txn
-		var carry []byte
+		var carry *carriedRun
 		if unsettleable != nil {
 			txn = rt.failSettlement(rec, old, job, n, unsettleable.Error())
 		} else {
-			txn, carry = rt.settlement(rec, old, job, n, outcome, stepErr, mail, mp, sp, rt.stepHistory(job, n, began))
+			txn, carry = rt.settlement(rec, old, job, n, outcome, nextQ, stepErr, mail, mp, sp, rt.stepHistory(job, n, began))
 		}
 		res, err := rt.q.Commit(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
@@ -397,7 +466,8 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 				// no failure to report.
 				rt.logCancelledPanic(stepError(step, stepErr))
 			default:
-				rt.reportStepError(settleCtx, stepError(step, stepErr))
+				// The handler's context: context.WithoutCancel's, exactly.
+				rt.reportStepError(context.WithoutCancel(claimCtx), stepError(step, stepErr))
 			}
 			rt.chain(claimCtx, res, carry)
 		}
@@ -408,7 +478,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 // chain hands the next step, claimed by its settlement, to the worker slot
 // that ran this one: it runs at once, without a claim of its own, and with
 // carry, the run record the settlement wrote (see stepRun).
-func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []byte) {
+func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry *carriedRun) {
 	for i := range res.Enqueued {
 		j := qx.Claimed(res.Enqueued[i])
 		if j == nil || handoff.Give(claimCtx, j.Queue, j, carry) {
@@ -423,12 +493,14 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry []
 
 // settlement builds the one transaction that settles step n, and returns
 // with it the run record it writes when the run goes on (nil otherwise).
+// nextQ is the queue of the step that out starts (see nextQueue; checked
+// when the step returned).
 // mail is the oldest signal in the mailbox that an AwaitSignal outcome
 // consumes (nil: none); mp is the outcome's memory writes (nil: none),
 // written only when the outcome is settled as such; h is the attempt's
 // history entry (its kind and output set here), written in the same
 // transaction.
-func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan, h *runrec.History) (txn *queue.Txn, next []byte) {
+func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, nextQ string, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan, h *runrec.History) (txn *queue.Txn, carry *carriedRun) {
 	txn = new(queue.Txn)
 	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
 	// A retry (Nack) keeps the job, and with it its headers.
@@ -464,7 +536,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 		case steprunner.KindContinue, steprunner.KindAwait, steprunner.KindSpawn:
 			next := *rec
 			next.CurrentStep = n + 1
-			next.Queue, _ = rt.nextQueue(out) // checked when the step returned
+			next.Queue = nextQ
 			next.UpdatedAt = rt.opts.now().UnixNano()
 			txn.Ack(job)
 			mp.apply(txn, &next)
@@ -486,9 +558,9 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 				setOutput(h, out.Payload())
 			}
 			rt.attemptHistory(txn, &next, job, false, h)
-			b := runrec.EncodeRun(&next)
-			txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, b)
-			return txn, b
+			key, b := runrec.RunKV(&next)
+			txn.CompareAndPut(key, old, b)
+			return txn, &carriedRun{rec: next, b: b}
 		case steprunner.KindSucceed:
 			txn.Ack(job)
 			h.Kind = string(HistorySucceed)

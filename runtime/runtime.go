@@ -40,6 +40,9 @@ type Runtime struct {
 	hook   terminal.Hook
 	opts   options
 	tel    *telemetry
+	// notices is the notices queue of opts.queueName (noticesQueue),
+	// named once.
+	notices string
 
 	indexed atomic.Bool // the store's runs are all in the submitted index
 
@@ -87,7 +90,7 @@ func New(q *queue.Queue, r steprunner.Runner, h terminal.Hook, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{q: q, runner: r, hook: h, opts: o, tel: tel}, nil
+	return &Runtime{q: q, runner: r, hook: h, opts: o, tel: tel, notices: runrec.NoticesQueue(o.queueName)}, nil
 }
 
 // isNil reports whether v holds a nil func, pointer, map, chan or slice.
@@ -257,12 +260,12 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 	}
 	for {
 		txn := new(queue.Txn)
-		jobID, b, err := rt.submitOps(ctx, txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
+		jobID, carry, err := rt.submitOps(ctx, txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
 		if err != nil {
 			return SubmitOutcome{}, err
 		}
 		// Dispatched, step 0 starts with the record (see stepRun).
-		_, err = rt.q.Commit(handoff.WithDispatched(ctx, jobID, b), txn)
+		_, err = rt.q.Commit(handoff.WithDispatched(ctx, jobID, carry), txn)
 		if err == nil {
 			return SubmitOutcome{RunID: id, NewlySubmitted: true}, nil
 		}
@@ -292,10 +295,11 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 // run with a concurrency key: a slot and step 0, or a place in the key's
 // line and no step, see concTake). hash
 // is the input's, traceParent the run's trace context ("": none), now
-// the submit time (unix ns). It returns step 0's job ID and the record's
-// bytes, for handoff.WithDispatched. Submit and a schedule's tick call it.
-func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, record []byte, err error) {
-	jobID = ulid.Make().String()
+// the submit time (unix ns). It returns step 0's job ID and the record
+// written, for handoff.WithDispatched (see stepRun). Submit and a
+// schedule's tick call it.
+func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spec *RunSpec, stepQueue string, hash [32]byte, traceParent string, now int64) (jobID string, carry *carriedRun, err error) {
+	jobID = newJobID()
 	rec := &kvrecord.Run{
 		RunID: id, SubmittedAt: now, UpdatedAt: now, InputHash: hash,
 		State: kvrecord.StateActive, CurrentStep: 0, CurrentJob: jobID,
@@ -319,14 +323,18 @@ func (rt *Runtime) submitOps(ctx context.Context, txn *queue.Txn, id string, spe
 			return "", nil, err
 		}
 	}
-	record = runrec.EncodeRun(rec)
-	txn.CompareAndPut(kvrecord.RunKey(id), nil, record).
+	key, record := runrec.RunKV(rec)
+	carry = &carriedRun{rec: *rec, b: record}
+	if len(rec.Headers) > 0 {
+		carry.rec.Headers = maps.Clone(rec.Headers) // the caller's map: not shared with the step
+	}
+	txn.CompareAndPut(key, nil, record).
 		Put(runrec.SubmittedKey(now, id), []byte{})
 	if slot {
 		txn.Enqueue(stepQueue, spec.Input, opts)
 	}
 	rt.enqueueDeadline(txn, rec, traceParent)
-	return jobID, record, nil
+	return jobID, carry, nil
 }
 
 // specDiff names what of spec differs from the run record's submission
@@ -360,10 +368,14 @@ func (rt *Runtime) stepOptions(rec *kvrecord.Run, n uint32, jobID, traceParent s
 	if traceParent != "" {
 		h[HeaderTraceParent] = traceParent
 	}
+	dead := rt.notices
+	if q := rt.stepQueue(rec); q != rt.opts.queueName {
+		dead = runrec.NoticesQueue(q)
+	}
 	return queue.EnqueueOptions{
 		Headers: h, Priority: rec.Priority, MaxAttempts: maxAttempts(rec),
 		DedupKey: "run:" + rec.RunID + ":" + step, JobID: jobID,
-		DeadLetterQueue: runrec.NoticesQueue(rt.stepQueue(rec)),
+		DeadLetterQueue: dead,
 	}
 }
 
@@ -405,7 +417,7 @@ func (rt *Runtime) resolveNotify(ctx context.Context, rec *kvrecord.Run) error {
 // noticesQueue is this Runtime's notices queue: it receives the notices of
 // dead step jobs (see handleDeadStep) and the notifications that Cancel
 // hands over (see resolveNotify).
-func (rt *Runtime) noticesQueue() string { return runrec.NoticesQueue(rt.opts.queueName) }
+func (rt *Runtime) noticesQueue() string { return rt.notices }
 
 // headerNotice marks a job on a notices queue that is not a dead step's
 // notice: noticeHandOff, a notification handed over by Cancel.
@@ -619,7 +631,8 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 		next.HistorySeq++
 		hookSeq = next.HistorySeq
 	}
-	txn.CompareAndPut(kvrecord.RunKey(rec.RunID), old, runrec.EncodeRun(&next))
+	key, b := runrec.RunKV(&next)
+	txn.CompareAndPut(key, old, b)
 	t := &kvrecord.Terminal{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		FinalStep: e.step, EndedAt: ended, Attempt: e.attempt, DeadJob: e.deadJob, Queue: e.queue}
 	if e.status != terminal.Succeeded {
@@ -628,7 +641,7 @@ func (rt *Runtime) terminate(txn *queue.Txn, rec *kvrecord.Run, old []byte, e en
 			t.Payload = []byte{} // kept, and empty
 		}
 	}
-	txn.Put(kvrecord.TerminalKey(ended, rec.RunID), runrec.EncodeTerminal(t))
+	txn.Put(runrec.TerminalKV(t))
 	n := notification{RunID: rec.RunID, Status: uint8(e.status), Result: e.result, Error: e.reason,
 		Headers: rec.Headers, FinalStep: e.step, EndedAt: ended, Retries: rec.Retries}
 	switch {
@@ -652,8 +665,9 @@ func notifyOptions(runID string, ended int64, traceParent string) queue.EnqueueO
 	if traceParent != "" {
 		headers[HeaderTraceParent] = traceParent
 	}
+	var d [20]byte
 	o := queue.EnqueueOptions{
-		DedupKey: "notify:" + runID + ":" + strconv.FormatInt(ended, 10),
+		DedupKey: "notify:" + runID + ":" + string(strconv.AppendInt(d[:0], ended, 10)),
 		Headers:  headers,
 	}
 	o = qx.WithDispatch(o, true)

@@ -343,7 +343,7 @@ func (rt *Runtime) fireTick(ctx context.Context, job *queue.Job, rec *runrec.Sch
 		return false, err
 	}
 	var dispatched string
-	var record []byte
+	var record *carriedRun
 	if skip {
 		next.Skipped++
 	} else {

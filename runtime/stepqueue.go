@@ -6,7 +6,6 @@ import (
 
 	"github.com/stepwell/stepwell/internal/stepmemo"
 	"github.com/stepwell/stepwell/kvrecord"
-	"github.com/stepwell/stepwell/steprunner"
 )
 
 // MaxQueueNameLen is the longest step queue name (ValidateQueueName).
@@ -53,7 +52,9 @@ func (rt *Runtime) stepQueue(rec *kvrecord.Run) string {
 // nextQueue returns the step queue of the step that an Outcome starts:
 // the one OnQueue named, else this Runtime's (the queue of the step that
 // returned it). An invalid name is an error wrapping ErrInvalidQueueName.
-func (rt *Runtime) nextQueue(out steprunner.Outcome) (string, error) {
+// out is a steprunner.Outcome, boxed by the caller once for every read
+// of stepmemo (a box per call would allocate each time).
+func (rt *Runtime) nextQueue(out any) (string, error) {
 	name, ok := stepmemo.NextQueue(out)
 	if !ok {
 		return rt.opts.queueName, nil

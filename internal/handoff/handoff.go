@@ -10,8 +10,11 @@ package handoff
 import "context"
 
 // Slot is the handoff point of one handler run: the job handed to it, and
-// what came with the job this run handles.
+// what came with the job this run handles. With makes it the context that
+// carries it, so that a handler run costs no context of its own.
 type Slot[J any] struct {
+	// Context is the context the slot extends (set by With).
+	context.Context
 	// Queue is the queue the slot's worker serves: only its jobs are taken.
 	Queue string
 	// JobID is the job the handler runs.
@@ -29,9 +32,20 @@ type Slot[J any] struct {
 
 type key[J any] struct{}
 
-// With returns ctx carrying s.
+// With returns ctx carrying s: s itself, extending ctx (s is used with
+// one ctx at a time).
 func With[J any](ctx context.Context, s *Slot[J]) context.Context {
-	return context.WithValue(ctx, key[J]{}, s)
+	s.Context = ctx
+	return s
+}
+
+// Value returns s for the slot key, else what the context it extends
+// holds.
+func (s *Slot[J]) Value(k any) any {
+	if _, ok := k.(key[J]); ok {
+		return s
+	}
+	return s.Context.Value(k)
 }
 
 // Give hands job (of queue) to the slot of the handler whose context is
@@ -61,11 +75,21 @@ func Carried[J any](ctx context.Context) any {
 
 type dispatchKey struct{}
 
-// dispatched is what a context carries for a dispatched job.
+// dispatched is what a context carries for a dispatched job: it is the
+// context that carries it (it extends the context it was made from).
 type dispatched struct {
+	context.Context
 	jobID string
 	v     any
 	next  *dispatched
+}
+
+// Value returns d for dispatchKey, else what the context it extends holds.
+func (d *dispatched) Value(k any) any {
+	if k == (dispatchKey{}) {
+		return d
+	}
+	return d.Context.Value(k)
 }
 
 // WithDispatched returns ctx carrying v for the job jobID, should a commit
@@ -74,7 +98,7 @@ type dispatched struct {
 // carries the record of the run it creates to the run's first step.
 func WithDispatched(ctx context.Context, jobID string, v any) context.Context {
 	prev, _ := ctx.Value(dispatchKey{}).(*dispatched)
-	return context.WithValue(ctx, dispatchKey{}, &dispatched{jobID: jobID, v: v, next: prev})
+	return &dispatched{Context: ctx, jobID: jobID, v: v, next: prev}
 }
 
 // DispatchedCarry returns what ctx carries for the job jobID (nil:

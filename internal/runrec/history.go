@@ -94,6 +94,16 @@ func AppendHistoryKey(b []byte, runID string, seq uint64) []byte {
 	return append(b, digits...)
 }
 
+// HistoryKV returns the key of entry seq of a run's history and h's
+// encoding, in one allocation (the key and the value share it; neither
+// is appended to).
+func HistoryKV(runID string, seq uint64, h *History) (key, value []byte) {
+	b := AppendHistoryKey(make([]byte, 0, len(HistoryPrefix)+len(runID)+21+HistorySize(h)), runID, seq)
+	key = b[:len(b):len(b)]
+	b = AppendHistory(b, h)
+	return key, b[len(key):len(b):len(b)]
+}
+
 // HistoryRunPrefix returns the prefix of all of a run's history entries.
 func HistoryRunPrefix(runID string) []byte { return []byte(HistoryPrefix + runID + "/") }
 

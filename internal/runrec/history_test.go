@@ -32,6 +32,10 @@ func TestHistoryRoundTrip(t *testing.T) {
 		if len(b) > HistorySize(h) {
 			t.Fatalf("HistorySize %d < %d", HistorySize(h), len(b))
 		}
+		seq := codectest.Uint64(r)
+		if k, v := HistoryKV(h.Queue, seq, h); string(k) != string(HistoryKey(h.Queue, seq)) || string(v) != string(b) {
+			t.Fatalf("HistoryKV = %q, %x; want %q, %x", k, v, HistoryKey(h.Queue, seq), b)
+		}
 	}
 	// A field of a newer version is skipped.
 	w := format.BeginFields(nil)

@@ -158,12 +158,28 @@ func ParseSubmittedKey(key []byte) (submittedAt int64, runID string, err error) 
 // concurrency key (ConcKey, ConcLimit, ConcLine zero) without the
 // concurrency fields.
 func EncodeRun(r *kvrecord.Run) []byte {
-	r.Version = kvrecord.Version
-	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 50 + len(r.ConcKey) + 15
-	size += format.StringMapSize(r.Headers)
-	return appendRun(make([]byte, 0, size), r)
+	return appendRun(make([]byte, 0, runSize(r)), r)
 }
+
+// runSize bounds the size of r's encoding.
+func runSize(r *kvrecord.Run) int {
+	size := 170 + len(r.RunID) + len(r.CurrentJob) + len(r.NotifyQueue) + len(r.WaitFor) + len(r.WaitTimer) + len(r.Queue) + len(r.Parent) + len(r.DeadlineJob) + 50 + len(r.ConcKey) + 15
+	return size + format.StringMapSize(r.Headers)
+}
+
+// RunKV returns the key of r (kvrecord.RunKey) and EncodeRun(r), in one
+// allocation (the key and the value share it; neither is appended to).
+// It sets r.Version.
+func RunKV(r *kvrecord.Run) (key, value []byte) {
+	b := make([]byte, 0, len(kvrecord.RunPrefix)+len(r.RunID)+runSize(r))
+	b = append(append(b, kvrecord.RunPrefix...), r.RunID...)
+	key = b[:len(b):len(b)]
+	b = appendRun(b, r)
+	return key, b[len(key):len(b):len(b)]
+}
+
 func appendRun(b []byte, r *kvrecord.Run) []byte {
+	r.Version = kvrecord.Version
 	noConc := noConcFields(r)
 	switch {
 	case !noConc:
@@ -259,11 +275,28 @@ func noChildFields(r *kvrecord.Run) bool {
 // EncodeTerminal encodes a terminal record: the bytes of format.Marshal,
 // written without reflection. It sets t.Version.
 func EncodeTerminal(t *kvrecord.Terminal) []byte {
-	t.Version = kvrecord.Version
-	size := 80 + len(t.RunID) + len(t.Result) + len(t.Error) + len(t.DeadJob) + len(t.Payload) + len(t.Queue)
-	return appendTerminal(make([]byte, 0, size), t)
+	return appendTerminal(make([]byte, 0, terminalSize(t)), t)
 }
+
+// terminalSize bounds the size of t's encoding.
+func terminalSize(t *kvrecord.Terminal) int {
+	return 80 + len(t.RunID) + len(t.Result) + len(t.Error) + len(t.DeadJob) + len(t.Payload) + len(t.Queue)
+}
+
+// TerminalKV returns the key of t (kvrecord.TerminalKey of its EndedAt
+// and RunID) and EncodeTerminal(t), in one allocation (the key and the
+// value share it; neither is appended to). It sets t.Version.
+func TerminalKV(t *kvrecord.Terminal) (key, value []byte) {
+	b := make([]byte, 0, len(kvrecord.TerminalPrefix)+22+len(t.RunID)+terminalSize(t))
+	b = format.AppendPadded(append(b, kvrecord.TerminalPrefix...), t.EndedAt)
+	b = append(append(b, '/'), t.RunID...)
+	key = b[:len(b):len(b)]
+	b = appendTerminal(b, t)
+	return key, b[len(key):len(b):len(b)]
+}
+
 func appendTerminal(b []byte, t *kvrecord.Terminal) []byte {
+	t.Version = kvrecord.Version
 	b = format.AppendArrayLen(b, terminalFields)
 	b = format.AppendUint8(b, t.Version)
 	b = format.AppendString(b, t.RunID)

@@ -60,6 +60,13 @@ func TestEncodersMatchMarshal(t *testing.T) {
 		multi := i%2 == 1
 		run := randRun(r, multi)
 		b := EncodeRun(run)
+		// RunKV: the same key and record (the bytes of its header map
+		// may come in another order).
+		if k, v := RunKV(run); string(k) != string(kvrecord.RunKey(run.RunID)) || len(v) != len(b) {
+			t.Fatalf("RunKV(run %d): key %q (want %q), %d bytes (want %d)", i, k, kvrecord.RunKey(run.RunID), len(v), len(b))
+		} else if got, err := kvrecord.DecodeRun(v); err == nil && !reflect.DeepEqual(got, run) {
+			t.Fatalf("RunKV(run %d): decodes to another record", i)
+		}
 		if multi {
 			codectest.RoundTrip(t, b, run)
 		} else {
@@ -98,6 +105,9 @@ func TestEncodersMatchMarshal(t *testing.T) {
 		}
 		term := randTerminal(r)
 		codectest.Same(t, EncodeTerminal(term), term)
+		if k, v := TerminalKV(term); string(k) != string(kvrecord.TerminalKey(term.EndedAt, term.RunID)) || string(v) != string(EncodeTerminal(term)) {
+			t.Fatalf("TerminalKV(terminal %d) = %q, %d bytes; want %q, %d bytes", i, k, len(v), kvrecord.TerminalKey(term.EndedAt, term.RunID), len(EncodeTerminal(term)))
+		}
 	}
 }
 
