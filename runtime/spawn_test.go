@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/internal/testenv"
@@ -282,16 +283,19 @@ func TestSpawnLimits(t *testing.T) {
 	if o := hook.wait(t, "deep"); o.Status != terminal.Succeeded {
 		t.Errorf("deep ended %v %q: a failed child does not fail its parent", o.Status, o.Error)
 	}
-	mu <- struct{}{}
-	defer func() { <-mu }()
-	var le *runtime.SpawnLimitError
-	found := false
-	for _, err := range reported {
-		found = found || errors.As(err, &le) && le.What == "children" && le.Size == 4 && le.Max == 3
-	}
-	if !found {
-		t.Errorf("no *SpawnLimitError{children 4/3} reported: %v", reported)
-	}
+	// The ErrorHandler is told once the failure's settlement committed,
+	// which can be after the run's hook fired.
+	testenv.Eventually(t, 10*time.Second, "a *SpawnLimitError{children 4/3} reported", func() bool {
+		mu <- struct{}{}
+		defer func() { <-mu }()
+		var le *runtime.SpawnLimitError
+		for _, err := range reported {
+			if errors.As(err, &le) && le.What == "children" && le.Size == 4 && le.Max == 3 {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func runtimeChild(parent string) string { return steprunner.DeriveChildRunID(parent, 0, 0) }
