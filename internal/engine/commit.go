@@ -353,7 +353,7 @@ func (e *Engine) commitLoop() {
 			go func() { _ = e.writeSnapshot(b, snap) }()
 		}
 
-		data, err := format.EncodeBatch(&format.Batch{
+		data, err := format.AppendBatch(e.walBuf[:0], &format.Batch{
 			Seq: b.seq, Writer: e.writer, Epoch: e.epoch,
 			UnixNano: time.Now().UnixNano(), Txns: b.txns, Muts: b.muts,
 		})
@@ -365,6 +365,15 @@ func (e *Engine) commitLoop() {
 			e.health.end()
 		}
 		last.txns, last.write = b.txns, time.Since(start)
+		// The next batch is encoded into the same buffer if this one
+		// went into a segment record (copied there); a WAL object's
+		// bytes went to the bucket, which is not promised not to keep
+		// them. Nor is a rare huge batch's buffer kept.
+		if inSeg && cap(data) <= 4<<20 {
+			e.walBuf = data
+		} else {
+			e.walBuf = nil
+		}
 
 		e.mu.Lock()
 		if err != nil {

@@ -198,6 +198,7 @@ type Engine struct {
 	noLinger atomic.Bool   // the committer's linger is off (SetLinger)
 	bg       sync.WaitGroup
 	loopWG   sync.WaitGroup // the committer alone
+	walBuf   []byte         // the committer's: the previous batch's encoding, reused
 	swept    chan struct{}  // closed when the sweep at Open ends
 	follow   readerFollow   // a reader's place in the WAL
 	// marked is the durable sequence last recorded in the owner object
