@@ -185,7 +185,8 @@ func (tx *Tx) rollback() {
 
 // Update applies fn as one atomic transaction and returns once it is durable.
 // fn runs with the engine's mutex held: it must be quick and must not block
-// or call the engine. If fn returns an error every change it made is undone
+// or call the engine. It may run on another caller's goroutine (see
+// Apply). If fn returns an error every change it made is undone
 // and the error is returned. Once fn has succeeded, Update waits for the
 // batch's outcome until ctx ends: the result is then durable (nil), the
 // engine's terminal error (not committed), or, if ctx ended first,
@@ -203,6 +204,15 @@ func (e *Engine) Update(ctx context.Context, fn func(tx *Tx) error) error {
 
 // Apply is Update split in two: it applies fn and returns a function that
 // waits for durability, until its ctx ends (then ErrOutcomeUnknown).
+//
+// Transactions are applied one at a time under the engine's mutex, and
+// many goroutines apply at once (every Work slot settles through here):
+// handing the mutex from one to the next, each woken by the scheduler
+// while the others wait, took longer than the transactions themselves.
+// Callers queue their transactions instead, and one of them, the
+// combiner, applies what is queued under one acquisition of the mutex and
+// then wakes their callers (see combine). Each transaction is applied on
+// its own, as before: its own Tx, its own rollback and error.
 func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(context.Context) error, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -210,33 +220,25 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(co
 	if e.readOnly {
 		return nil, ErrReadOnly
 	}
-	e.mu.Lock()
-	if err := e.usableLocked(); err != nil {
-		e.mu.Unlock()
+	r := applyReqs.Get().(*applyReq)
+	r.fn = fn
+	e.amu.Lock()
+	e.applyQ = append(e.applyQ, r)
+	lead := !e.combining
+	e.combining = true
+	e.amu.Unlock()
+	if !lead {
+		<-r.ready
+		lead = r.lead
+	}
+	if lead {
+		e.combine(r)
+	}
+	b, err := r.b, r.err
+	*r = applyReq{ready: r.ready}
+	applyReqs.Put(r)
+	if err != nil {
 		return nil, err
-	}
-	tx := Tx{Reader: Reader{e: e}}
-	if err := fn(&tx); err != nil {
-		tx.rollback()
-		e.mu.Unlock()
-		return nil, err
-	}
-	var b *batch
-	if len(tx.muts) == 0 {
-		// Nothing to write, but fn may have read data that is not durable.
-		b = tx.seen
-	} else {
-		b = e.open
-		b.muts = append(b.muts, tx.muts...)
-		b.freed = append(b.freed, tx.freed...)
-		b.txns++
-		for _, m := range tx.muts {
-			e.dirty[m.Key] = b
-		}
-	}
-	e.mu.Unlock()
-	if len(tx.muts) > 0 {
-		e.wake()
 	}
 	return func(ctx context.Context) error {
 		if b == nil {
@@ -254,6 +256,102 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(co
 			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, context.Cause(ctx))
 		}
 	}, nil
+}
+
+// applyReq is a transaction queued for the combiner (see Apply).
+type applyReq struct {
+	fn func(tx *Tx) error
+	// Set by the combiner before it signals ready.
+	err  error
+	b    *batch // the batch to wait for, or nil
+	lead bool   // not applied: the caller is the next combiner
+	// ready is signalled (buffered, 1) once the transaction is applied,
+	// or lead is set.
+	ready chan struct{}
+}
+
+var applyReqs = sync.Pool{New: func() any { return &applyReq{ready: make(chan struct{}, 1)} }}
+
+// combineRounds bounds how many times a combiner takes the queue before
+// it hands its role to the caller of the oldest transaction left, so that
+// its own caller, whose transaction it applied in its first round, is not
+// held up for long.
+const combineRounds = 4
+
+// combine applies the queued transactions, own (its caller's, in the
+// queue) among them, a round at a time: it takes the queue, applies each
+// transaction under the engine's mutex, released between rounds (the
+// committer and readers take it), and wakes their callers. Once the
+// queue is empty, or after combineRounds, the role ends or passes on.
+func (e *Engine) combine(own *applyReq) {
+	for round := 1; ; round++ {
+		e.amu.Lock()
+		q := e.applyQ
+		e.applyQ, e.applySpare = e.applySpare[:0], nil
+		e.amu.Unlock()
+
+		wrote := false
+		e.mu.Lock()
+		for _, r := range q {
+			r.b, r.err = e.applyLocked(r.fn)
+			wrote = wrote || r.err == nil && r.b == e.open
+		}
+		e.mu.Unlock()
+		if wrote {
+			e.wake()
+		}
+		for i, r := range q {
+			if r != own {
+				r.ready <- struct{}{}
+			}
+			q[i] = nil
+		}
+
+		e.amu.Lock()
+		e.applySpare = q[:0]
+		if len(e.applyQ) == 0 {
+			e.combining = false
+			e.amu.Unlock()
+			return
+		}
+		if round >= combineRounds {
+			next := e.applyQ[0]
+			next.lead = true
+			e.amu.Unlock()
+			next.ready <- struct{}{}
+			return
+		}
+		e.amu.Unlock()
+	}
+}
+
+// applyLocked applies fn as one transaction: it returns the batch to wait
+// for (the open batch if fn wrote, the newest not yet durable batch fn
+// observed if it only read, or nil), or fn's error with every change
+// undone.
+//
+// REQUIRES: e.mu held.
+func (e *Engine) applyLocked(fn func(tx *Tx) error) (*batch, error) {
+	if err := e.usableLocked(); err != nil {
+		return nil, err
+	}
+	tx := Tx{Reader: Reader{e: e}}
+	if err := fn(&tx); err != nil {
+		tx.rollback()
+		return nil, err
+	}
+	if len(tx.muts) == 0 {
+		// Nothing to write, but fn may have read data that is not durable.
+		return tx.seen, nil
+	}
+	b := e.open
+	b.muts = append(b.muts, tx.muts...)
+	b.freed = append(b.freed, tx.freed...)
+	b.txns++
+	for _, m := range tx.muts {
+		e.dirty[m.Key] = b
+	}
+	return b, nil
 }
 
 // View runs fn against the live state and returns once every change fn could

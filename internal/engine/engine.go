@@ -206,6 +206,12 @@ type Engine struct {
 	marked atomic.Uint64
 	health *health // the committer's WAL writes
 
+	// Transactions queued for the combiner (see Apply).
+	amu        sync.Mutex
+	applyQ     []*applyReq // guarded by amu
+	applySpare []*applyReq // guarded by amu: the previous round's, emptied
+	combining  bool        // guarded by amu: a caller is applying the queue
+
 	mu sync.Mutex
 	// Under mu: the scratch key of Tx.GetKey and Tx.DeleteKey.
 	kbuf []byte
