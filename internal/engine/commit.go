@@ -335,8 +335,12 @@ func (e *Engine) applyLocked(fn func(tx *Tx) error) (*batch, error) {
 	if err := e.usableLocked(); err != nil {
 		return nil, err
 	}
-	tx := Tx{Reader: Reader{e: e}}
-	if err := fn(&tx); err != nil {
+	// One Tx serves every transaction, its slices emptied and reused:
+	// nothing keeps a Tx past its function (see Update).
+	tx := &e.tx
+	tx.Reader = Reader{e: e}
+	defer tx.reset()
+	if err := fn(tx); err != nil {
 		tx.rollback()
 		return nil, err
 	}
@@ -352,6 +356,23 @@ func (e *Engine) applyLocked(fn func(tx *Tx) error) (*batch, error) {
 		e.dirty[m.Key] = b
 	}
 	return b, nil
+}
+
+// maxTxScratch bounds the slices a Tx keeps for the next transaction: a
+// rare huge one's are dropped.
+const maxTxScratch = 1024
+
+// reset empties tx for the next transaction, dropping what its slices
+// refer to (items a later transaction may have removed from the tree).
+func (tx *Tx) reset() {
+	clear(tx.muts)
+	clear(tx.undo)
+	clear(tx.freed)
+	tx.Reader = Reader{}
+	tx.muts, tx.undo, tx.freed = tx.muts[:0], tx.undo[:0], tx.freed[:0]
+	if cap(tx.muts) > maxTxScratch || cap(tx.undo) > maxTxScratch || cap(tx.freed) > maxTxScratch {
+		*tx = Tx{}
+	}
 }
 
 // View runs fn against the live state and returns once every change fn could

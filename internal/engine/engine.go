@@ -213,8 +213,10 @@ type Engine struct {
 	combining  bool        // guarded by amu: a caller is applying the queue
 
 	mu sync.Mutex
-	// Under mu: the scratch key of Tx.GetKey and Tx.DeleteKey.
+	// Under mu: the scratch key of Tx.GetKey and Tx.DeleteKey, and the
+	// Tx of every transaction (see applyLocked).
 	kbuf []byte
+	tx   Tx
 	// Guarded by mu.
 	tree     *btree.BTreeG[item]
 	open     *batch // accepting transactions
