@@ -237,7 +237,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 			tx.DeleteKey(kvSpace, op.Key)
 		case opEnqueue:
 			if op.JobID != "" {
-				if _, exists := tx.Get(jobSpace + op.JobID); exists {
+				if _, exists := tx.GetIn(jobSpace, op.JobID); exists {
 					return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
 				}
 			}
@@ -254,7 +254,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 			err = l.settleTx(tx, op, o, now)
 			c.after = append(c.after, afterOp{settled: op})
 		case opRequireJob:
-			v, ok := tx.Get(jobSpace + op.JobID)
+			v, ok := tx.GetIn(jobSpace, op.JobID)
 			var st State
 			if ok {
 				rec, err := decodeJob(v)

@@ -120,6 +120,39 @@ func (tx *Tx) put(it item) {
 	tx.muts = append(tx.muts, format.Mutation{Op: format.OpPut, Key: key, Value: val})
 }
 
+// PutIn is Put(prefix+key, val) with one allocation, the tree's item:
+// the key is not built apart.
+func (tx *Tx) PutIn(prefix, key string, val []byte) {
+	if val == nil {
+		panic("engine: Put with a nil encoded value")
+	}
+	n := len(prefix) + len(key)
+	if uint64(n) > math.MaxUint32 || uint64(len(val)) > math.MaxUint32 {
+		panic("engine: key or value over 4 GiB")
+	}
+	buf := make([]byte, max(n+len(val), 1))
+	copy(buf, prefix)
+	copy(buf[len(prefix):], key)
+	copy(buf[n:], val)
+	tx.put(item{p: &buf[0], klen: uint32(n), vlen: uint32(len(val))})
+}
+
+// GetIn is Get(prefix+key) without building the key.
+func (tx *Tx) GetIn(prefix, key string) ([]byte, bool) {
+	return tx.Get(tx.scratchKeyIn(prefix, key))
+}
+
+// DeleteIn is Delete(prefix+key) without building the key.
+func (tx *Tx) DeleteIn(prefix, key string) bool {
+	return tx.Delete(tx.scratchKeyIn(prefix, key))
+}
+
+// scratchKeyIn is scratchKey for a key held as a string.
+func (tx *Tx) scratchKeyIn(prefix, key string) string {
+	tx.e.kbuf = append(append(tx.e.kbuf[:0], prefix...), key...)
+	return unsafe.String(unsafe.SliceData(tx.e.kbuf), len(tx.e.kbuf))
+}
+
 // GetKey is Get(prefix+string(key)) without building the key.
 func (tx *Tx) GetKey(prefix string, key []byte) ([]byte, bool) {
 	return tx.Get(tx.scratchKey(prefix, key))
