@@ -273,22 +273,28 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(co
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error {
-		if b == nil {
-			return nil
-		}
-		select {
-		case <-b.done:
-			return b.err
-		case <-ctx.Done():
-		}
-		select {
-		case <-b.done: // both: the outcome is known
-			return b.err
-		default:
-			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, context.Cause(ctx))
-		}
-	}, nil
+	if b == nil {
+		return noWait, nil
+	}
+	return b.wait, nil // one function for every transaction of the batch
+}
+
+func noWait(context.Context) error { return nil }
+
+// waitFor waits for b's outcome until ctx ends (then ErrOutcomeUnknown).
+// Its method value is b.wait, what Apply returns.
+func (b *batch) waitFor(ctx context.Context) error {
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+	}
+	select {
+	case <-b.done: // both: the outcome is known
+		return b.err
+	default:
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, context.Cause(ctx))
+	}
 }
 
 // applyReq is a transaction queued for the combiner (see Apply).

@@ -170,12 +170,17 @@ type batch struct {
 	txns  uint32
 	freed []string // blob keys unreferenced by this batch; deleted once durable
 	done  chan struct{}
-	err   error // set before done is closed
+	err   error                       // set before done is closed
+	wait  func(context.Context) error // waitFor, for Apply's callers
 }
 
 var batchGen atomic.Uint64
 
-func newBatch() *batch { return &batch{gen: batchGen.Add(1), done: make(chan struct{})} }
+func newBatch() *batch {
+	b := &batch{gen: batchGen.Add(1), done: make(chan struct{})}
+	b.wait = b.waitFor
+	return b
+}
 
 // Engine is a single-writer transactional ordered key-value store whose state
 // lives in memory and whose durability is a WAL of group-commit batches plus
