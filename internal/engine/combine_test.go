@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 )
 
 // TestApplyConcurrentRollbacks applies transactions from many goroutines
@@ -126,4 +127,41 @@ func TestApplyAfterCloseFailsEveryCaller(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestApplyInAndOutOfSynctestBubble: what Apply keeps between calls (its
+// pooled requests) must not tie later callers to the goroutines of earlier
+// ones. Requests used inside a testing/synctest bubble, then outside it,
+// crashed the process when they carried a channel made in the bubble.
+func TestApplyInAndOutOfSynctestBubble(t *testing.T) {
+	ctx := context.Background()
+	applyMany := func(t *testing.T, e *Engine) {
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 20 {
+					k := fmt.Sprintf("%02d-%02d", g, i)
+					if err := e.Update(ctx, func(tx *Tx) error { tx.Put(k, Inline(nil)); return nil }); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memBucket(t)
+		e := mustOpen(t, Options{Bucket: b})
+		applyMany(t, e)
+		if err := e.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	b, _ := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	defer e.Close(ctx)
+	applyMany(t, e)
 }

@@ -255,20 +255,22 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(co
 	}
 	r := applyReqs.Get().(*applyReq)
 	r.fn = fn
+	r.ready.Lock() // unlocked by the combiner (see applyReq)
 	e.amu.Lock()
 	e.applyQ = append(e.applyQ, r)
 	lead := !e.combining
 	e.combining = true
 	e.amu.Unlock()
 	if !lead {
-		<-r.ready
+		r.ready.Lock()
 		lead = r.lead
 	}
 	if lead {
 		e.combine(r)
 	}
 	b, err := r.b, r.err
-	*r = applyReq{ready: r.ready}
+	r.fn, r.b, r.err, r.lead = nil, nil, nil, false
+	r.ready.Unlock()
 	applyReqs.Put(r)
 	if err != nil {
 		return nil, err
@@ -304,12 +306,16 @@ type applyReq struct {
 	err  error
 	b    *batch // the batch to wait for, or nil
 	lead bool   // not applied: the caller is the next combiner
-	// ready is signalled (buffered, 1) once the transaction is applied,
-	// or lead is set.
-	ready chan struct{}
+	// ready is locked by the caller before it queues the transaction,
+	// and unlocked by the combiner once it applied it or set lead: the
+	// caller waits by locking it again. A mutex, not a channel, so that
+	// pooled requests carry nothing tied to the goroutines that used them
+	// (a channel made inside a testing/synctest bubble cannot be used
+	// outside it).
+	ready sync.Mutex
 }
 
-var applyReqs = sync.Pool{New: func() any { return &applyReq{ready: make(chan struct{}, 1)} }}
+var applyReqs = sync.Pool{New: func() any { return new(applyReq) }}
 
 // combineRounds bounds how many times a combiner takes the queue before
 // it hands its role to the caller of the oldest transaction left, so that
@@ -341,7 +347,7 @@ func (e *Engine) combine(own *applyReq) {
 		}
 		for i, r := range q {
 			if r != own {
-				r.ready <- struct{}{}
+				r.ready.Unlock()
 			}
 			q[i] = nil
 		}
@@ -357,7 +363,7 @@ func (e *Engine) combine(own *applyReq) {
 			next := e.applyQ[0]
 			next.lead = true
 			e.amu.Unlock()
-			next.ready <- struct{}{}
+			next.ready.Unlock()
 			return
 		}
 		e.amu.Unlock()
