@@ -181,7 +181,7 @@ func (l *local) claimReady(tx *engine.Tx, qi *queueIndex, c *claimState, n int, 
 			break
 		}
 		id := it.id()
-		v, ok := tx.Get(jobSpace + id)
+		v, ok := tx.GetIn(jobSpace, id)
 		if !ok {
 			qi.ready.Delete(it) // cannot happen: the index follows the tree
 			continue
@@ -210,7 +210,7 @@ func (l *local) claimReady(tx *engine.Tx, qi *queueIndex, c *claimState, n int, 
 		rec.Attempts++
 		rec.UpdatedAt = now.UnixNano()
 		rec.Claim = l.nextToken.Add(1)
-		tx.Put(jobSpace+id, encodeJob(rec)) // removes it from ready
+		tx.PutIn(jobSpace, id, l.ix.jobValue(rec)) // removes it from ready
 		j := rec.toJob(id, now)
 		j.Payload = bytes.Clone(rec.Payload)
 		j.token = rec.Claim

@@ -94,6 +94,7 @@ type claimOutcome struct {
 // on its way to a WAL write, or failed and changed nothing.
 func (l *local) apply(ctx context.Context, ops []txnOp, o options) (*commitState, func(context.Context) error, error) {
 	c := &commitState{ops: ops, o: o, now: l.now()}
+	c.sizeResults()
 	if err := l.stageValues(ctx, c); err != nil {
 		return nil, nil, err
 	}
@@ -149,12 +150,53 @@ type commitState struct {
 	staged  [][]byte       // large values uploaded for the transaction
 	slotFor map[int]*slots // op index -> Work slot taken for a dispatched enqueue
 
-	// Set by applyOps (again on each application of the transaction).
+	// Set by applyOps (again on each application of the transaction),
+	// in slices of the buffers below when they fit (see sizeResults).
 	res     TxnResult
 	unused  [][]byte   // staged payloads of dedup hits
 	after   []afterOp  // done once the operations are applied, under the engine's lock
 	signals []*lease   // ended claims: signalLost tells their watchers, once the outcome is known
 	taken   limitTaken // tokens of queue limits its claims took
+
+	// Room for the results of a settlement's usual operations (an ack
+	// and an enqueue claimed for the next step), allocated with c, before
+	// the engine's lock.
+	afterBuf  [2]afterOp
+	enqBuf    [1]EnqueueResult
+	signalBuf [1]*lease
+}
+
+// sizeResults points c's result slices at its buffers, or at new ones
+// sized for its operations, so that applyOps does not grow them under the
+// engine's lock.
+func (c *commitState) sizeResults() {
+	var enq, after, settled int
+	for i := range c.ops {
+		switch c.ops[i].Kind {
+		case opEnqueue:
+			enq++
+			after++
+		case opAck, opNack, opDeadLetter, opRelease:
+			settled++
+			after++
+		case opCancelJob:
+			after++
+		}
+	}
+	c.after = c.afterBuf[:0]
+	if after > len(c.afterBuf) {
+		c.after = make([]afterOp, 0, after)
+	}
+	switch {
+	case enq > len(c.enqBuf):
+		c.res.Enqueued = make([]EnqueueResult, 0, enq)
+	case enq > 0:
+		c.res.Enqueued = c.enqBuf[:0:enq]
+	}
+	c.signals = c.signalBuf[:0]
+	if settled > len(c.signalBuf) {
+		c.signals = make([]*lease, 0, settled)
+	}
 }
 
 // afterOp is what an operation leaves to do once all are applied: grant
@@ -214,7 +256,8 @@ func (l *local) stageValues(ctx context.Context, c *commitState) error {
 // REQUIRES: inside the engine transaction of c (it may run more than once).
 func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 	ops, o, now := c.ops, &c.o, c.now
-	c.res, c.unused, c.after, c.signals, c.taken = TxnResult{}, nil, c.after[:0], nil, nil
+	c.res = TxnResult{Enqueued: c.res.Enqueued[:0]} // nil without enqueues
+	c.unused, c.after, c.signals, c.taken = nil, c.after[:0], c.signals[:0], nil
 	for i := range ops {
 		op := &ops[i]
 		var err error
@@ -237,7 +280,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 			tx.DeleteKey(kvSpace, op.Key)
 		case opEnqueue:
 			if op.JobID != "" {
-				if _, exists := tx.Get(jobSpace + op.JobID); exists {
+				if _, exists := tx.GetIn(jobSpace, op.JobID); exists {
 					return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
 				}
 			}
@@ -254,7 +297,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 			err = l.settleTx(tx, op, o, now)
 			c.after = append(c.after, afterOp{settled: op})
 		case opRequireJob:
-			v, ok := tx.Get(jobSpace + op.JobID)
+			v, ok := tx.GetIn(jobSpace, op.JobID)
 			var st State
 			if ok {
 				rec, err := decodeJob(v)

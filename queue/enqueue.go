@@ -90,7 +90,7 @@ func (l *local) inlinePayload(p []byte) bool {
 // token, recorded in taken.
 func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o options, now time.Time, dispatch bool, taken *limitTaken) EnqueueResult {
 	if op.DedupKey != "" {
-		if holders := l.ix.dedup[dedupKey(op.Queue, op.DedupKey)]; len(holders) > 0 {
+		if holders := l.ix.dedupHolders(op.Queue, op.DedupKey); len(holders) > 0 {
 			return EnqueueResult{JobID: holders[0], Duplicate: true}
 		}
 	}
@@ -122,9 +122,9 @@ func (l *local) enqueueTx(tx *engine.Tx, op *txnOp, id string, payload []byte, o
 		rec.State, rec.Attempts, rec.Claim = stateClaimed, 1, l.nextToken.Add(1)
 	}
 	if payload != nil {
-		tx.Put(payloadSpace+id, payload)
+		tx.PutIn(payloadSpace, id, payload)
 	}
-	tx.Put(jobSpace+id, encodeJob(rec)) // the index sees it here
+	tx.PutIn(jobSpace, id, l.ix.jobValue(rec)) // the index sees it here
 	res := EnqueueResult{JobID: id}
 	if claim {
 		res.claimed = rec.toJob(id, now)

@@ -121,6 +121,7 @@ type jobIndex struct {
 	// first. Usually one; several when a job with the key is enqueued while
 	// another is claimed and that one is then retried or requeued.
 	dedup    map[string][]string
+	kbuf     []byte // scratch key of dedup lookups (see dedupScratch)
 	maxOrder uint64
 	// corrupt records the first undecodable job record seen (reported by
 	// Open; the engine's checksums make this a bug, not bit rot).
@@ -132,6 +133,22 @@ type jobIndex struct {
 	// limited counts the queues with a limit (limit.go): while it is 0, a
 	// claim made at enqueue pays one check of it for limits.
 	limited int
+	// enc is where transactions encode the job records they put (see
+	// jobValue).
+	enc []byte
+}
+
+// jobValue returns rec encoded as an engine value in ix's scratch buffer,
+// valid until the next call: for Tx.Put and Tx.PutIn, which copy it.
+//
+// REQUIRES: inside an engine transaction (ix is guarded by its mutex).
+func (ix *jobIndex) jobValue(rec *jobRec) []byte {
+	ix.enc = appendJob(engine.AppendInline(ix.enc[:0]), rec)
+	v := ix.enc
+	if cap(ix.enc) > 64<<10 {
+		ix.enc = nil // do not keep a rare huge record's buffer
+	}
+	return v
 }
 
 var _ engine.BulkIndexer = (*jobIndex)(nil)
@@ -199,7 +216,20 @@ func (ix *jobIndex) queueBytes(name []byte) *queueIndex {
 	return ix.queue(string(name))
 }
 
-func dedupKey(queue, key string) string { return queue + "\x00" + key }
+// dedupScratch returns queue + "\x00" + key, a key of ix.dedup, in ix's
+// scratch buffer, valid until the next call: ix.dedup[string(k)] looks
+// it up without a copy.
+func (ix *jobIndex) dedupScratch(queue []byte, key string) []byte {
+	ix.kbuf = append(append(append(ix.kbuf[:0], queue...), 0), key...)
+	return ix.kbuf
+}
+
+// dedupHolders returns the pending jobs holding key in queue, oldest
+// first.
+func (ix *jobIndex) dedupHolders(queue, key string) []string {
+	ix.kbuf = append(append(append(ix.kbuf[:0], queue...), 0), key...)
+	return ix.dedup[string(ix.kbuf)]
+}
 
 func (ix *jobIndex) Apply(key string, old, new []byte) {
 	id, ok := strings.CutPrefix(key, jobSpace)
@@ -249,8 +279,8 @@ func (ix *jobIndex) add(id string, r *indexRec) {
 		}
 		qi.wake()
 		if r.dedupKey != "" {
-			k := dedupKey(string(r.queue), r.dedupKey)
-			ix.dedup[k] = append(ix.dedup[k], id)
+			k := ix.dedupScratch(r.queue, r.dedupKey)
+			ix.dedup[string(k)] = append(ix.dedup[string(k)], id)
 		}
 	case stateClaimed:
 		qi.claimed[id] = struct{}{}
@@ -275,12 +305,15 @@ func (ix *jobIndex) remove(id string, r *indexRec) {
 			qi.sched.Delete(schedItem{runAt: r.runAt, order: r.order})
 		}
 		if r.dedupKey != "" {
-			k := dedupKey(string(r.queue), r.dedupKey)
-			ids := slices.DeleteFunc(ix.dedup[k], func(x string) bool { return x == id })
-			if len(ids) == 0 {
-				delete(ix.dedup, k)
-			} else {
-				ix.dedup[k] = ids
+			k := ix.dedupScratch(r.queue, r.dedupKey)
+			if ids, ok := ix.dedup[string(k)]; ok {
+				// DeleteFunc works in place: the entry's slice is
+				// updated unless it empties.
+				if ids = slices.DeleteFunc(ids, func(x string) bool { return x == id }); len(ids) == 0 {
+					delete(ix.dedup, string(k))
+				} else {
+					ix.dedup[string(k)] = ids
+				}
 			}
 		}
 	case stateClaimed:

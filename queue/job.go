@@ -3,6 +3,7 @@ package queue
 import (
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/stepwell/stepwell/internal/engine"
 	"github.com/stepwell/stepwell/internal/errtext"
@@ -262,7 +263,7 @@ type indexRec struct {
 	priority  int32
 	order     uint64
 	runAt     int64
-	dedupKey  string
+	dedupKey  string // aliases the engine value, as queue does
 	updatedAt int64
 	inline    bool // the payload is in the record (jobRec.Payload != nil)
 }
@@ -279,7 +280,7 @@ func readIndexRec(rd *format.Reader, r *indexRec) {
 	rd.Uint32() // Attempts
 	rd.Uint32() // MaxAttempts
 	rd.SkipStringMap()
-	r.dedupKey = rd.String()
+	r.dedupKey = aliasString(rd.StringBytes())
 	rd.Int64() // EnqueuedAt
 	r.updatedAt = rd.Int64()
 	rd.Bool() // CancelReq
@@ -297,6 +298,11 @@ func readIndexRec(rd *format.Reader, r *indexRec) {
 		rd.Uint64() // Claim
 	}
 }
+
+// aliasString returns b as a string without a copy: b must never be
+// modified (an engine value is not), and the string must not be kept
+// beyond it (the index copies what it keeps).
+func aliasString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // decodeIndexRec parses what the index keeps of a job record's engine
 // value. It accepts what decodeJob accepts.

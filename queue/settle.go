@@ -85,7 +85,7 @@ func (l *local) claimedValue(tx *engine.Tx, id string, token uint64, reaping boo
 	if !held || expired && !reaping {
 		return nil, &ClaimLostError{JobID: id}
 	}
-	v, ok := tx.Get(jobSpace + id)
+	v, ok := tx.GetIn(jobSpace, id)
 	if !ok {
 		return nil, &ClaimLostError{JobID: id}
 	}
@@ -119,9 +119,9 @@ func (l *local) ackDeleteTx(tx *engine.Tx, op *txnOp, o *options) (done bool, er
 		return false, nil
 	}
 	if !r.inline {
-		tx.Delete(payloadSpace + op.JobID)
+		tx.DeleteIn(payloadSpace, op.JobID)
 	}
-	tx.Delete(jobSpace + op.JobID)
+	tx.DeleteIn(jobSpace, op.JobID)
 	return true, nil
 }
 
@@ -151,7 +151,7 @@ func (l *local) settleTx(tx *engine.Tx, op *txnOp, o *options, now time.Time) er
 	case opRelease:
 		rec.State, rec.UpdatedAt = statePending, now.UnixNano()
 		rec.Attempts = max(rec.Attempts, 1) - 1
-		tx.Put(jobSpace+op.JobID, encodeJob(rec))
+		tx.PutIn(jobSpace, op.JobID, l.ix.jobValue(rec))
 	}
 	return nil
 }
@@ -160,14 +160,14 @@ func (l *local) settleTx(tx *engine.Tx, op *txnOp, o *options, now time.Time) er
 // the done retention.
 func (l *local) finishTx(tx *engine.Tx, id string, rec *jobRec, cfg QueueConfig, now time.Time) {
 	if rec.Payload == nil {
-		tx.Delete(payloadSpace + id)
+		tx.DeleteIn(payloadSpace, id)
 	}
 	if cfg.DoneRetention <= 0 {
-		tx.Delete(jobSpace + id)
+		tx.DeleteIn(jobSpace, id)
 		return
 	}
 	rec.State, rec.UpdatedAt, rec.CancelReq, rec.Payload = stateDone, now.UnixNano(), false, nil
-	tx.Put(jobSpace+id, encodeJob(rec))
+	tx.PutIn(jobSpace, id, l.ix.jobValue(rec))
 }
 
 // retryTx makes a failed job pending again after its backoff (or at an
@@ -184,13 +184,13 @@ func (l *local) retryTx(tx *engine.Tx, id string, rec *jobRec, cfg QueueConfig, 
 	} else {
 		rec.RunAt = now.Add(backoff(cfg, rec.Attempts)).UnixNano()
 	}
-	tx.Put(jobSpace+id, encodeJob(rec))
+	tx.PutIn(jobSpace, id, l.ix.jobValue(rec))
 }
 
 func (l *local) deadTx(tx *engine.Tx, id string, rec *jobRec, reason string, now time.Time) {
 	rec.addHistory(now, reason)
 	rec.State, rec.UpdatedAt = stateDead, now.UnixNano()
-	tx.Put(jobSpace+id, encodeJob(rec))
+	tx.PutIn(jobSpace, id, l.ix.jobValue(rec))
 	if rec.DeadNotify != "" {
 		l.deadNoticeTx(tx, id, rec, reason, now)
 	}
@@ -216,7 +216,7 @@ func (l *local) deadNoticeTx(tx *engine.Tx, id string, rec *jobRec, reason strin
 		MaxAttempts: l.opts.config(rec.DeadNotify).MaxAttempts, Headers: h,
 		EnqueuedAt: now.UnixNano(), UpdatedAt: now.UnixNano(), Size: int64(len(id)),
 	}, Payload: []byte(id)}
-	tx.Put(jobSpace+nid, encodeJob(notice))
+	tx.PutIn(jobSpace, nid, l.ix.jobValue(notice))
 }
 
 // backoff returns the delay before retry number attempts (1-based):
@@ -236,7 +236,7 @@ func backoff(cfg QueueConfig, attempts uint32) time.Duration {
 // cancelTx cancels one job; the returned function (if any) tells the claim
 // holder.
 func (l *local) cancelTx(tx *engine.Tx, id string, now time.Time) (CancelOutcome, func()) {
-	v, ok := tx.Get(jobSpace + id)
+	v, ok := tx.GetIn(jobSpace, id)
 	if !ok {
 		return CancelNotFound, nil
 	}
@@ -246,15 +246,15 @@ func (l *local) cancelTx(tx *engine.Tx, id string, now time.Time) (CancelOutcome
 	}
 	switch rec.State {
 	case statePending:
-		tx.Delete(jobSpace + id)
+		tx.DeleteIn(jobSpace, id)
 		if rec.Payload == nil {
-			tx.Delete(payloadSpace + id)
+			tx.DeleteIn(payloadSpace, id)
 		}
 		return CancelRemoved, nil
 	case stateClaimed:
 		if !rec.CancelReq {
 			rec.CancelReq, rec.UpdatedAt = true, now.UnixNano()
-			tx.Put(jobSpace+id, encodeJob(rec))
+			tx.PutIn(jobSpace, id, l.ix.jobValue(rec))
 		}
 		return CancelRequested, func() { l.signalCancel(id) }
 	}

@@ -120,6 +120,39 @@ func (tx *Tx) put(it item) {
 	tx.muts = append(tx.muts, format.Mutation{Op: format.OpPut, Key: key, Value: val})
 }
 
+// PutIn is Put(prefix+key, val) with one allocation, the tree's item:
+// the key is not built apart.
+func (tx *Tx) PutIn(prefix, key string, val []byte) {
+	if val == nil {
+		panic("engine: Put with a nil encoded value")
+	}
+	n := len(prefix) + len(key)
+	if uint64(n) > math.MaxUint32 || uint64(len(val)) > math.MaxUint32 {
+		panic("engine: key or value over 4 GiB")
+	}
+	buf := make([]byte, max(n+len(val), 1))
+	copy(buf, prefix)
+	copy(buf[len(prefix):], key)
+	copy(buf[n:], val)
+	tx.put(item{p: &buf[0], klen: uint32(n), vlen: uint32(len(val))})
+}
+
+// GetIn is Get(prefix+key) without building the key.
+func (tx *Tx) GetIn(prefix, key string) ([]byte, bool) {
+	return tx.Get(tx.scratchKeyIn(prefix, key))
+}
+
+// DeleteIn is Delete(prefix+key) without building the key.
+func (tx *Tx) DeleteIn(prefix, key string) bool {
+	return tx.Delete(tx.scratchKeyIn(prefix, key))
+}
+
+// scratchKeyIn is scratchKey for a key held as a string.
+func (tx *Tx) scratchKeyIn(prefix, key string) string {
+	tx.e.kbuf = append(append(tx.e.kbuf[:0], prefix...), key...)
+	return unsafe.String(unsafe.SliceData(tx.e.kbuf), len(tx.e.kbuf))
+}
+
 // GetKey is Get(prefix+string(key)) without building the key.
 func (tx *Tx) GetKey(prefix string, key []byte) ([]byte, bool) {
 	return tx.Get(tx.scratchKey(prefix, key))
@@ -185,7 +218,8 @@ func (tx *Tx) rollback() {
 
 // Update applies fn as one atomic transaction and returns once it is durable.
 // fn runs with the engine's mutex held: it must be quick and must not block
-// or call the engine. If fn returns an error every change it made is undone
+// or call the engine. It may run on another caller's goroutine (see
+// Apply). If fn returns an error every change it made is undone
 // and the error is returned. Once fn has succeeded, Update waits for the
 // batch's outcome until ctx ends: the result is then durable (nil), the
 // engine's terminal error (not committed), or, if ctx ended first,
@@ -203,6 +237,15 @@ func (e *Engine) Update(ctx context.Context, fn func(tx *Tx) error) error {
 
 // Apply is Update split in two: it applies fn and returns a function that
 // waits for durability, until its ctx ends (then ErrOutcomeUnknown).
+//
+// Transactions are applied one at a time under the engine's mutex, and
+// many goroutines apply at once (every Work slot settles through here):
+// handing the mutex from one to the next, each woken by the scheduler
+// while the others wait, took longer than the transactions themselves.
+// Callers queue their transactions instead, and one of them, the
+// combiner, applies what is queued under one acquisition of the mutex and
+// then wakes their callers (see combine). Each transaction is applied on
+// its own, as before: its own Tx, its own rollback and error.
 func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(context.Context) error, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -210,50 +253,171 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(co
 	if e.readOnly {
 		return nil, ErrReadOnly
 	}
-	e.mu.Lock()
+	r := applyReqs.Get().(*applyReq)
+	r.fn = fn
+	r.ready.Lock() // unlocked by the combiner (see applyReq)
+	e.amu.Lock()
+	e.applyQ = append(e.applyQ, r)
+	lead := !e.combining
+	e.combining = true
+	e.amu.Unlock()
+	if !lead {
+		r.ready.Lock()
+		lead = r.lead
+	}
+	if lead {
+		e.combine(r)
+	}
+	b, err := r.b, r.err
+	r.fn, r.b, r.err, r.lead = nil, nil, nil, false
+	r.ready.Unlock()
+	applyReqs.Put(r)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return noWait, nil
+	}
+	return b.wait, nil // one function for every transaction of the batch
+}
+
+func noWait(context.Context) error { return nil }
+
+// waitFor waits for b's outcome until ctx ends (then ErrOutcomeUnknown).
+// Its method value is b.wait, what Apply returns.
+func (b *batch) waitFor(ctx context.Context) error {
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+	}
+	select {
+	case <-b.done: // both: the outcome is known
+		return b.err
+	default:
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, context.Cause(ctx))
+	}
+}
+
+// applyReq is a transaction queued for the combiner (see Apply).
+type applyReq struct {
+	fn func(tx *Tx) error
+	// Set by the combiner before it signals ready.
+	err  error
+	b    *batch // the batch to wait for, or nil
+	lead bool   // not applied: the caller is the next combiner
+	// ready is locked by the caller before it queues the transaction,
+	// and unlocked by the combiner once it applied it or set lead: the
+	// caller waits by locking it again. A mutex, not a channel, so that
+	// pooled requests carry nothing tied to the goroutines that used them
+	// (a channel made inside a testing/synctest bubble cannot be used
+	// outside it).
+	ready sync.Mutex
+}
+
+var applyReqs = sync.Pool{New: func() any { return new(applyReq) }}
+
+// combineRounds bounds how many times a combiner takes the queue before
+// it hands its role to the caller of the oldest transaction left, so that
+// its own caller, whose transaction it applied in its first round, is not
+// held up for long.
+const combineRounds = 4
+
+// combine applies the queued transactions, own (its caller's, in the
+// queue) among them, a round at a time: it takes the queue, applies each
+// transaction under the engine's mutex, released between rounds (the
+// committer and readers take it), and wakes their callers. Once the
+// queue is empty, or after combineRounds, the role ends or passes on.
+func (e *Engine) combine(own *applyReq) {
+	for round := 1; ; round++ {
+		e.amu.Lock()
+		q := e.applyQ
+		e.applyQ, e.applySpare = e.applySpare[:0], nil
+		e.amu.Unlock()
+
+		wrote := false
+		e.mu.Lock()
+		for _, r := range q {
+			r.b, r.err = e.applyLocked(r.fn)
+			wrote = wrote || r.err == nil && r.b == e.open
+		}
+		e.mu.Unlock()
+		if wrote {
+			e.wake()
+		}
+		for i, r := range q {
+			if r != own {
+				r.ready.Unlock()
+			}
+			q[i] = nil
+		}
+
+		e.amu.Lock()
+		e.applySpare = q[:0]
+		if len(e.applyQ) == 0 {
+			e.combining = false
+			e.amu.Unlock()
+			return
+		}
+		if round >= combineRounds {
+			next := e.applyQ[0]
+			next.lead = true
+			e.amu.Unlock()
+			next.ready.Unlock()
+			return
+		}
+		e.amu.Unlock()
+	}
+}
+
+// applyLocked applies fn as one transaction: it returns the batch to wait
+// for (the open batch if fn wrote, the newest not yet durable batch fn
+// observed if it only read, or nil), or fn's error with every change
+// undone.
+//
+// REQUIRES: e.mu held.
+func (e *Engine) applyLocked(fn func(tx *Tx) error) (*batch, error) {
 	if err := e.usableLocked(); err != nil {
-		e.mu.Unlock()
 		return nil, err
 	}
-	tx := Tx{Reader: Reader{e: e}}
-	if err := fn(&tx); err != nil {
+	// One Tx serves every transaction, its slices emptied and reused:
+	// nothing keeps a Tx past its function (see Update).
+	tx := &e.tx
+	tx.Reader = Reader{e: e}
+	defer tx.reset()
+	if err := fn(tx); err != nil {
 		tx.rollback()
-		e.mu.Unlock()
 		return nil, err
 	}
-	var b *batch
 	if len(tx.muts) == 0 {
 		// Nothing to write, but fn may have read data that is not durable.
-		b = tx.seen
-	} else {
-		b = e.open
-		b.muts = append(b.muts, tx.muts...)
-		b.freed = append(b.freed, tx.freed...)
-		b.txns++
-		for _, m := range tx.muts {
-			e.dirty[m.Key] = b
-		}
+		return tx.seen, nil
 	}
-	e.mu.Unlock()
-	if len(tx.muts) > 0 {
-		e.wake()
+	b := e.open
+	b.muts = append(b.muts, tx.muts...)
+	b.freed = append(b.freed, tx.freed...)
+	b.txns++
+	for _, m := range tx.muts {
+		e.dirty[m.Key] = b
 	}
-	return func(ctx context.Context) error {
-		if b == nil {
-			return nil
-		}
-		select {
-		case <-b.done:
-			return b.err
-		case <-ctx.Done():
-		}
-		select {
-		case <-b.done: // both: the outcome is known
-			return b.err
-		default:
-			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, context.Cause(ctx))
-		}
-	}, nil
+	return b, nil
+}
+
+// maxTxScratch bounds the slices a Tx keeps for the next transaction: a
+// rare huge one's are dropped.
+const maxTxScratch = 1024
+
+// reset empties tx for the next transaction, dropping what its slices
+// refer to (items a later transaction may have removed from the tree).
+func (tx *Tx) reset() {
+	clear(tx.muts)
+	clear(tx.undo)
+	clear(tx.freed)
+	tx.Reader = Reader{}
+	tx.muts, tx.undo, tx.freed = tx.muts[:0], tx.undo[:0], tx.freed[:0]
+	if cap(tx.muts) > maxTxScratch || cap(tx.undo) > maxTxScratch || cap(tx.freed) > maxTxScratch {
+		*tx = Tx{}
+	}
 }
 
 // View runs fn against the live state and returns once every change fn could
@@ -353,7 +517,7 @@ func (e *Engine) commitLoop() {
 			go func() { _ = e.writeSnapshot(b, snap) }()
 		}
 
-		data, err := format.EncodeBatch(&format.Batch{
+		data, err := format.AppendBatch(e.walBuf[:0], &format.Batch{
 			Seq: b.seq, Writer: e.writer, Epoch: e.epoch,
 			UnixNano: time.Now().UnixNano(), Txns: b.txns, Muts: b.muts,
 		})
@@ -365,6 +529,15 @@ func (e *Engine) commitLoop() {
 			e.health.end()
 		}
 		last.txns, last.write = b.txns, time.Since(start)
+		// The next batch is encoded into the same buffer if this one
+		// went into a segment record (copied there); a WAL object's
+		// bytes went to the bucket, which is not promised not to keep
+		// them. Nor is a rare huge batch's buffer kept.
+		if inSeg && cap(data) <= 4<<20 {
+			e.walBuf = data
+		} else {
+			e.walBuf = nil
+		}
 
 		e.mu.Lock()
 		if err != nil {

@@ -12,10 +12,16 @@
 //
 // One mutex (Engine.mu) guards the tree, the open batch and the counters.
 // Transaction functions (Update, Apply) and reads (View) run with it held;
-// an Indexer is called with it held. One committer goroutine seals and
-// writes batches with a single write in flight (it alone writes into the
-// current WAL segment; a background goroutine stages the next); a snapshot
-// goroutine serializes a tree clone; a heartbeat goroutine (bucket stores)
+// an Indexer is called with it held. Transactions are not applied by each
+// caller taking the mutex in turn: callers queue them, and one of them,
+// the combiner, applies what is queued under one acquisition, each on its
+// own (its rollback, its error), and wakes their callers (see Apply); a
+// transaction function may run on another caller's goroutine. One
+// committer goroutine seals and writes batches with a single write in
+// flight (it alone writes into the current WAL segment, each record in
+// one write that returns once it is durable: pwritev2 with RWF_DSYNC on
+// file://; a background goroutine stages the next); a snapshot goroutine
+// serializes a tree clone; a heartbeat goroutine (bucket stores)
 // rewrites the owner object. A read-only engine's Refresh calls run one at
 // a time (Engine.follow), keeping their place in the segment they follow.
 // Stores with an OS lock (objstore.Locker: file://) have no heartbeat: the

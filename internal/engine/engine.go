@@ -170,12 +170,17 @@ type batch struct {
 	txns  uint32
 	freed []string // blob keys unreferenced by this batch; deleted once durable
 	done  chan struct{}
-	err   error // set before done is closed
+	err   error                       // set before done is closed
+	wait  func(context.Context) error // waitFor, for Apply's callers
 }
 
 var batchGen atomic.Uint64
 
-func newBatch() *batch { return &batch{gen: batchGen.Add(1), done: make(chan struct{})} }
+func newBatch() *batch {
+	b := &batch{gen: batchGen.Add(1), done: make(chan struct{})}
+	b.wait = b.waitFor
+	return b
+}
 
 // Engine is a single-writer transactional ordered key-value store whose state
 // lives in memory and whose durability is a WAL of group-commit batches plus
@@ -198,6 +203,7 @@ type Engine struct {
 	noLinger atomic.Bool   // the committer's linger is off (SetLinger)
 	bg       sync.WaitGroup
 	loopWG   sync.WaitGroup // the committer alone
+	walBuf   []byte         // the committer's: the previous batch's encoding, reused
 	swept    chan struct{}  // closed when the sweep at Open ends
 	follow   readerFollow   // a reader's place in the WAL
 	// marked is the durable sequence last recorded in the owner object
@@ -205,9 +211,17 @@ type Engine struct {
 	marked atomic.Uint64
 	health *health // the committer's WAL writes
 
+	// Transactions queued for the combiner (see Apply).
+	amu        sync.Mutex
+	applyQ     []*applyReq // guarded by amu
+	applySpare []*applyReq // guarded by amu: the previous round's, emptied
+	combining  bool        // guarded by amu: a caller is applying the queue
+
 	mu sync.Mutex
-	// Under mu: the scratch key of Tx.GetKey and Tx.DeleteKey.
+	// Under mu: the scratch key of Tx.GetKey and Tx.DeleteKey, and the
+	// Tx of every transaction (see applyLocked).
 	kbuf []byte
+	tx   Tx
 	// Guarded by mu.
 	tree     *btree.BTreeG[item]
 	open     *batch // accepting transactions

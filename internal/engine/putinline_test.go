@@ -42,3 +42,43 @@ func TestPutInlineGetKeyDeleteKey(t *testing.T) {
 		t.Fatalf("reopened: state %v, want %v", got, want)
 	}
 }
+
+// TestPutInGetInDeleteIn: the string forms do what Put, Get and Delete
+// do with the key built apart; PutIn copies the value (the caller may
+// reuse it), and the state survives a reopen.
+func TestPutInGetInDeleteIn(t *testing.T) {
+	b, reopen := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	ctx := context.Background()
+	if err := e.Update(ctx, func(tx *Tx) error {
+		val := Inline([]byte("one"))
+		tx.PutIn("j/", "a", val)
+		val[1] = 'X' // reused by the caller: the tree keeps its copy
+		tx.PutIn("j/", "b", Inline(nil))
+		tx.PutIn("j/", "c", Inline([]byte("three")))
+		if v, ok := tx.GetIn("j/", "a"); !ok || string(v) != string(Inline([]byte("one"))) {
+			t.Errorf("GetIn(j/a) = %q, %v", v, ok)
+		}
+		if _, ok := tx.GetIn("j/", "x"); ok {
+			t.Error("GetIn(j/x) found a missing key")
+		}
+		if !tx.DeleteIn("j/", "c") || tx.DeleteIn("j/", "c") {
+			t.Error("DeleteIn(j/c): want true, then false")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"j/a": "one", "j/b": ""}
+	if got := dump(t, e); !maps.Equal(got, want) {
+		t.Fatalf("state %v, want %v", got, want)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e = mustOpen(t, Options{Bucket: reopen()})
+	defer e.Close(ctx)
+	if got := dump(t, e); !maps.Equal(got, want) {
+		t.Fatalf("reopened: state %v, want %v", got, want)
+	}
+}

@@ -256,10 +256,9 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 		s.mu.Unlock()
 	}
 	s.buf = format.AppendSegmentRecord(s.buf[:0], s.curFirst, s.cur.nonce, data)
-	err := s.cur.seg.WriteAt(s.buf, s.off)
-	if err == nil {
-		err = s.cur.seg.Sync()
-	}
+	// One request where the bucket can (pwritev2 with RWF_DSYNC): the
+	// record is durable when it returns, as after WriteAt then Sync.
+	err := s.cur.seg.WriteAtSync(s.buf, s.off)
 	if err != nil {
 		err = &WriteError{Key: segKey(s.curFirst), Err: err}
 		s.log.Warn("stepwell: writing a WAL segment failed; abandoning it and writing the batch as a WAL object", "err", err)

@@ -33,6 +33,10 @@ func NewInline(n int) []byte {
 	return v
 }
 
+// AppendInline appends to dst the tag of an inline value: append the
+// data after it.
+func AppendInline(dst []byte) []byte { return append(dst, tagInline) }
+
 // BlobRef returns the encoded form of a reference to a blob object whose
 // contents have the given size and SHA-256.
 func BlobRef(key string, size int64, sum [32]byte) []byte {

@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/s2"
@@ -49,30 +50,36 @@ type Batch struct {
 // EncodeBatch returns the WAL object bytes for b: its body compressed
 // (VersionCompressed), or as is (Version) if compression would not make
 // it smaller.
-func EncodeBatch(b *Batch) ([]byte, error) { return encodeBatch(b, MaxFrame, true) }
+func EncodeBatch(b *Batch) ([]byte, error) { return encodeBatch(nil, b, MaxFrame, true) }
+
+// AppendBatch appends to dst the WAL object bytes EncodeBatch returns for
+// b: a committer that reuses dst allocates nothing per batch once it has
+// grown. On error dst is returned unchanged.
+func AppendBatch(dst []byte, b *Batch) ([]byte, error) { return encodeBatch(dst, b, MaxFrame, true) }
 
 // EncodeBatchUncompressed returns the WAL object bytes for b in Version 1,
 // as written before VersionCompressed (for tests of old stores).
-func EncodeBatchUncompressed(b *Batch) ([]byte, error) { return encodeBatch(b, MaxFrame, false) }
+func EncodeBatchUncompressed(b *Batch) ([]byte, error) { return encodeBatch(nil, b, MaxFrame, false) }
 
 // bodyPool holds the buffers batch bodies are built in before they are
 // compressed.
 var bodyPool sync.Pool
 
-// encodeBatch is EncodeBatch with a frame limit of max bytes (on the
+// encodeBatch is AppendBatch with a frame limit of max bytes (on the
 // body before compression).
-func encodeBatch(b *Batch, max int, compress bool) ([]byte, error) {
+func encodeBatch(dst []byte, b *Batch, max int, compress bool) ([]byte, error) {
 	size := FramedHeaderLen + 64 + len(b.Writer)
 	for i := range b.Muts {
 		size += 16 + len(b.Muts[i].Key) + len(b.Muts[i].Value)
 	}
+	start := len(dst)
 	if !compress {
-		out := appendBatch(make([]byte, FramedHeaderLen, size), b)
-		if n := len(out) - FramedHeaderLen; n > max {
-			return nil, &BatchTooLargeError{Size: n, Max: max}
+		out := appendBatch(append(slices.Grow(dst, size), make([]byte, FramedHeaderLen)...), b)
+		if n := len(out) - start - FramedHeaderLen; n > max {
+			return dst, &BatchTooLargeError{Size: n, Max: max}
 		}
-		putHeader(out, KindWAL)
-		putFrameHeader(out[headerLen:], out[FramedHeaderLen:])
+		putHeader(out[start:], KindWAL)
+		putFrameHeader(out[start+headerLen:], out[start+FramedHeaderLen:])
 		return out, nil
 	}
 	var body []byte
@@ -88,17 +95,18 @@ func encodeBatch(b *Batch, max int, compress bool) ([]byte, error) {
 		}
 	}()
 	if n := len(body); n > max {
-		return nil, &BatchTooLargeError{Size: n, Max: max}
+		return dst, &BatchTooLargeError{Size: n, Max: max}
 	}
-	out := make([]byte, FramedHeaderLen+s2.MaxEncodedLen(len(body)))
-	z := s2.Encode(out[FramedHeaderLen:], body)
+	full := start + FramedHeaderLen + s2.MaxEncodedLen(len(body))
+	out := slices.Grow(dst, full-start)[:full]
+	z := s2.Encode(out[start+FramedHeaderLen:], body)
 	version := VersionCompressed
 	if len(z) >= len(body) {
-		z, version = out[FramedHeaderLen:FramedHeaderLen+copy(out[FramedHeaderLen:], body)], Version
+		z, version = out[start+FramedHeaderLen:start+FramedHeaderLen+copy(out[start+FramedHeaderLen:], body)], Version
 	}
-	out = out[:FramedHeaderLen+len(z)]
-	putHeaderVersion(out, KindWAL, version)
-	putFrameHeader(out[headerLen:], z)
+	out = out[:start+FramedHeaderLen+len(z)]
+	putHeaderVersion(out[start:], KindWAL, version)
+	putFrameHeader(out[start+headerLen:], z)
 	return out, nil
 }
 

@@ -240,12 +240,12 @@ func TestHugeDeclaredLengths(t *testing.T) {
 func TestEncodeBatchRefusesOversizedFrames(t *testing.T) {
 	b := &Batch{Seq: 1, Writer: "w", Muts: []Mutation{{Op: OpPut, Key: "k", Value: make([]byte, 600)}}}
 	for _, compress := range []bool{false, true} {
-		_, err := encodeBatch(b, 512, compress)
+		_, err := encodeBatch(nil, b, 512, compress)
 		var tl *BatchTooLargeError
 		if !errors.As(err, &tl) || tl.Max != 512 || tl.Size <= 600 {
 			t.Fatalf("encodeBatch over the limit (compress %v) = %v, want a BatchTooLargeError", compress, err)
 		}
-		if _, err := encodeBatch(b, 1024, compress); err != nil {
+		if _, err := encodeBatch(nil, b, 1024, compress); err != nil {
 			t.Fatalf("encodeBatch under the limit (compress %v): %v", compress, err)
 		}
 	}
@@ -361,5 +361,37 @@ func TestSnapshotCompression(t *testing.T) {
 	bad = append(append(bad, fh[:]...), body...)
 	if _, err := ReadSnapshot(bytes.NewReader(bad), func(string, []byte) error { return nil }); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("bad compressed frame: err = %v, want ErrCorrupt", err)
+	}
+}
+
+// AppendBatch appends what EncodeBatch returns, after dst's bytes, which
+// it leaves alone, and leaves dst as it was on error.
+func TestAppendBatch(t *testing.T) {
+	b := &Batch{Seq: 7, Writer: "w", Txns: 2, Muts: []Mutation{
+		{Op: OpPut, Key: "k1", Value: bytes.Repeat([]byte("v"), 300)},
+		{Op: OpDelete, Key: "k2"},
+	}}
+	for _, compress := range []bool{false, true} {
+		want, err := encodeBatch(nil, b, MaxFrame, compress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dst := range [][]byte{nil, []byte("prefix"), make([]byte, 3, 10000)} {
+			keep := string(dst)
+			got, err := encodeBatch(dst, b, MaxFrame, compress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got[:len(keep)]) != keep || !bytes.Equal(got[len(keep):], want) {
+				t.Fatalf("compress %v, dst %q: appended bytes differ from the encoding", compress, keep)
+			}
+			if _, err := DecodeBatch(got[len(keep):]); err != nil {
+				t.Fatal(err)
+			}
+			got, err = encodeBatch(dst, b, 100, compress)
+			if err == nil || string(got) != keep {
+				t.Fatalf("compress %v: over the limit returned %q, %v; want dst, an error", compress, got, err)
+			}
+		}
 	}
 }

@@ -36,6 +36,11 @@ func FuzzDecodeBatch(f *testing.F) {
 		if _, err := DecodeBatch(again); err != nil {
 			t.Fatalf("re-encoded batch does not decode: %v", err)
 		}
+		// AppendBatch appends the same bytes after what dst holds.
+		appended, err := AppendBatch(append(make([]byte, 0, 8), "prefix"...), b)
+		if err != nil || string(appended[:6]) != "prefix" || !bytes.Equal(appended[6:], again) {
+			t.Fatalf("AppendBatch after a prefix differs from EncodeBatch (err %v)", err)
+		}
 	})
 }
 

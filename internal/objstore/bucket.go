@@ -163,6 +163,12 @@ type Segment interface {
 	// Sync makes every completed WriteAt durable. After a failed Sync the
 	// segment's content is unknown: do not retry, stop writing to it.
 	Sync() error
+	// WriteAtSync is WriteAt then Sync, in one request where the driver
+	// can (pwritev2 with RWF_DSYNC on Linux): p and every completed
+	// WriteAt before it are durable when it returns nil. After a failure
+	// the segment's content from off on is unknown, as after a failed
+	// Sync: do not retry, stop writing to it.
+	WriteAtSync(p []byte, off int64) error
 	// Close releases the segment. An unpublished segment is discarded.
 	Close() error
 }

@@ -249,3 +249,10 @@ func (s *countingSegment) Sync() error {
 	s.c.puts.Add(1)
 	return s.Segment.Sync()
 }
+
+// WriteAtSync counts as a WriteAt and a Sync: one put of p's bytes.
+func (s *countingSegment) WriteAtSync(p []byte, off int64) error {
+	s.c.bytesWritten.Add(int64(len(p)))
+	s.c.puts.Add(1)
+	return s.Segment.WriteAtSync(p, off)
+}

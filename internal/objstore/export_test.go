@@ -22,3 +22,14 @@ func FileCachedDirs(b Bucket) int { return b.(*fileBucket).dirs.len() }
 
 // MaxCachedDirs is the bound on FileCachedDirs.
 const MaxCachedDirs = maxCachedDirs
+
+// SetFileWriteDsync replaces how b writes a segment record with
+// RWF_DSYNC, for example to simulate a kernel without it. Call it before
+// using b.
+func SetFileWriteDsync(b Bucket, fn func(f *os.File, p []byte, off int64) error) {
+	b.(*fileBucket).writeDsync = fn
+}
+
+// FileWritesDsync reports whether b still writes segment records with
+// RWF_DSYNC (false once the kernel refused it).
+func FileWritesDsync(b Bucket) bool { return !b.(*fileBucket).noDsync.Load() }

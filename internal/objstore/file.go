@@ -45,6 +45,12 @@ type fileBucket struct {
 	// without O_TMPFILE. Set before the bucket is used.
 	openAnon func(dir string) (*os.File, error)
 	dirs     dirCache
+	// noDsync: the kernel or file system refused a write with RWF_DSYNC
+	// (see writeDsync); segment records are written and then
+	// fdatasynced. writeDsync is writeDsync; tests replace it to simulate
+	// such a kernel. Set before the bucket is used.
+	noDsync    atomic.Bool
+	writeDsync func(f *os.File, p []byte, off int64) error
 
 	mu       sync.Mutex
 	lockFile *os.File    // guarded by mu; non-nil while the lock is held
@@ -62,7 +68,7 @@ func openFile(loc *location) (Bucket, error) {
 	if !fileSupported {
 		return nil, opErr("open", loc.display, fmt.Errorf("file stores: %w on this platform", errors.ErrUnsupported))
 	}
-	f := &fileBucket{root: loc.name, tmp: filepath.Join(loc.name, fileTmpDir), openAnon: openAnon}
+	f := &fileBucket{root: loc.name, tmp: filepath.Join(loc.name, fileTmpDir), openAnon: openAnon, writeDsync: writeDsync}
 	if err := mkdirAllSync(f.tmp); err != nil {
 		return nil, opErr("open", loc.display, err)
 	}

@@ -17,3 +17,9 @@ func syncData(f *os.File) error { return f.Sync() }
 
 // writeBack is a no-op on macOS, which has no sync_file_range.
 func writeBack(*os.File, int64, int64, int64) {}
+
+// writeDsync is not available here: segment records are written, then
+// synced (see fileSegment.WriteAtSync).
+func writeDsync(*os.File, []byte, int64) error { return errors.ErrUnsupported }
+
+func dsyncUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }

@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -87,4 +88,37 @@ func writeBack(f *os.File, prevOff, off, n int64) {
 		}
 		return unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
 	})
+}
+
+// writeDsync writes p at off in f with RWF_DSYNC: pwritev2(2) returns
+// once the data, and the metadata needed to read it back, are durable,
+// as write(2) then fdatasync(2) would, in one system call. A short write
+// goes on with the rest (each part durable when its call returns).
+func writeDsync(f *os.File, p []byte, off int64) error {
+	iov := [][]byte{nil}
+	for len(p) > 0 {
+		var n int
+		err := withFd(f, func(fd int) error {
+			iov[0] = p
+			var err error
+			n, err = unix.Pwritev2(fd, iov, off, unix.RWF_DSYNC)
+			return err
+		})
+		if err != nil {
+			return &os.PathError{Op: "pwritev2", Path: f.Name(), Err: err}
+		}
+		if n <= 0 {
+			return &os.PathError{Op: "pwritev2", Path: f.Name(), Err: io.ErrShortWrite}
+		}
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
+}
+
+// dsyncUnsupported reports whether err from writeDsync means the kernel
+// has no pwritev2 (ENOSYS, before Linux 4.6) or no RWF_DSYNC (EOPNOTSUPP,
+// before 4.7), or the file system refuses it (ENOTSUP, EINVAL): nothing
+// was written, and a write then fdatasync does the same.
+func dsyncUnsupported(err error) bool {
+	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EINVAL)
 }

@@ -235,3 +235,80 @@ func openFdsUnder(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// A segment record written with WriteAtSync goes out in one pwritev2 with
+// RWF_DSYNC; a kernel or file system that refuses the flag (EOPNOTSUPP,
+// ENOTSUP, EINVAL, ENOSYS) makes the bucket write and fdatasync instead,
+// from that record on, with the record written all the same; any other
+// failure fails the write, not retryable (the segment is to be
+// abandoned, as after a failed fdatasync).
+func TestFileSegmentWriteAtSync(t *testing.T) {
+	ctx := t.Context()
+	write := func(t *testing.T, b objstore.Bucket, key string, p []byte) error {
+		t.Helper()
+		sg, _ := objstore.AsSegmenter(b)
+		seg, err := sg.NewSegment(ctx, 1<<16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer seg.Close()
+		if err := seg.Publish(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		return seg.WriteAtSync(p, 4096)
+	}
+	check := func(t *testing.T, b objstore.Bucket, key string, p []byte) {
+		t.Helper()
+		data, err := b.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(data[4096:4096+len(p)], p) {
+			t.Fatalf("%s holds %q at 4096, want %q", key, data[4096:4096+len(p)], p)
+		}
+	}
+
+	t.Run("dsync", func(t *testing.T) {
+		b := objstoretest.Open(t, objstoretest.FileURL(t))
+		if err := write(t, b, "seg/1", []byte("record one")); err != nil {
+			t.Fatal(err)
+		}
+		if !objstore.FileWritesDsync(b) {
+			t.Skip("this kernel or file system refuses RWF_DSYNC; the fallback is tested below")
+		}
+		check(t, b, "seg/1", []byte("record one"))
+	})
+	for _, errno := range []syscall.Errno{syscall.EOPNOTSUPP, syscall.EINVAL, syscall.ENOSYS} {
+		t.Run("fallback "+errno.Error(), func(t *testing.T) {
+			b := objstoretest.Open(t, objstoretest.FileURL(t))
+			calls := 0
+			objstore.SetFileWriteDsync(b, func(f *os.File, p []byte, off int64) error {
+				calls++
+				return &os.PathError{Op: "pwritev2", Path: f.Name(), Err: errno}
+			})
+			for i, key := range []string{"seg/1", "seg/2"} {
+				p := []byte(fmt.Sprintf("record %d", i))
+				if err := write(t, b, key, p); err != nil {
+					t.Fatalf("WriteAtSync %d with RWF_DSYNC refused: %v", i, err)
+				}
+				check(t, b, key, p)
+			}
+			if calls != 1 || objstore.FileWritesDsync(b) {
+				t.Errorf("RWF_DSYNC tried %d times, still on: %v; want once, then off", calls, objstore.FileWritesDsync(b))
+			}
+		})
+	}
+	t.Run("EIO", func(t *testing.T) {
+		b := objstoretest.Open(t, objstoretest.FileURL(t))
+		objstore.SetFileWriteDsync(b, func(f *os.File, p []byte, off int64) error {
+			return &os.PathError{Op: "pwritev2", Path: f.Name(), Err: syscall.EIO}
+		})
+		err := write(t, b, "seg/1", []byte("lost"))
+		if !errors.Is(err, syscall.EIO) || objstore.IsRetryable(err) {
+			t.Fatalf("WriteAtSync failing with EIO = %v (retryable %v); want EIO, not retryable", err, objstore.IsRetryable(err))
+		}
+		if !objstore.FileWritesDsync(b) {
+			t.Error("an I/O error turned RWF_DSYNC off")
+		}
+	})
+}

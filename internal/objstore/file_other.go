@@ -28,3 +28,9 @@ func lockFile(*os.File) error                         { return errors.ErrUnsuppo
 func isNotDir(error) bool                             { return false }
 func isDirErr(error) bool                             { return false }
 func writeBack(*os.File, int64, int64, int64)         {}
+
+// writeDsync is not available here: segment records are written, then
+// synced (see fileSegment.WriteAtSync).
+func writeDsync(*os.File, []byte, int64) error { return errors.ErrUnsupported }
+
+func dsyncUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }

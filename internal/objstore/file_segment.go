@@ -249,6 +249,44 @@ func (s *fileSegment) Sync() error {
 	return nil
 }
 
+// WriteAtSync writes p at off with RWF_DSYNC where the kernel has it: one
+// system call where WriteAt and Sync make two, with the same guarantee
+// (the write's data, and the metadata needed to read it back, are durable
+// when it returns, as after fdatasync; the zeros and records before it
+// were synced already, and fdatasync on the whole file would add
+// nothing). A kernel or file system that refuses the flag (ENOTSUP,
+// EOPNOTSUPP, EINVAL; ENOSYS before pwritev2) has written nothing: the
+// bucket then writes and fdatasyncs, from this record on.
+func (s *fileSegment) WriteAtSync(p []byte, off int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable("write", s.name()); err != nil {
+		return err
+	}
+	if off < 0 || off+int64(len(p)) > s.size {
+		return opErr("write", s.name(), fmt.Errorf("write of %d bytes at %d outside the segment's %d", len(p), off, s.size))
+	}
+	if !s.f.noDsync.Load() {
+		err := s.f.writeDsync(s.st.file, p, off)
+		if err == nil {
+			return nil
+		}
+		if !dsyncUnsupported(err) {
+			// Never retryable, as a failed Sync: the part written may
+			// have reached the cache and not the disk.
+			return opErr("write", s.name(), &permanentError{err})
+		}
+		s.f.noDsync.Store(true)
+	}
+	if _, err := s.st.file.WriteAt(p, off); err != nil {
+		return opErr("write", s.name(), &permanentError{err})
+	}
+	if err := syncData(s.st.file); err != nil {
+		return opErr("sync", s.name(), &permanentError{err})
+	}
+	return nil
+}
+
 func (s *fileSegment) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -736,6 +736,25 @@ func (s *faultSegment) WriteAt(p []byte, off int64) error {
 	return s.Segment.WriteAt(p, off)
 }
 
+// WriteAtSync fails as WriteAt would, then as Sync would; a failure of
+// the sync part comes after the bytes were written (not made durable), as
+// a failed fdatasync after a write would leave them.
+func (s *faultSegment) WriteAtSync(p []byte, off int64) error {
+	if err := s.f.diskOnly(OpPut, s.key, diskSegWrite("write", s.name(), "write")); err != nil {
+		return err
+	}
+	if err := s.f.before(context.Background(), OpPut, s.key, diskSegWrite("sync", s.name(), "fdatasync")); err != nil {
+		if werr := s.Segment.WriteAt(p, off); werr != nil {
+			return werr
+		}
+		return err
+	}
+	if err := s.Segment.WriteAtSync(p, off); err != nil {
+		return err
+	}
+	return s.f.after(s.key)
+}
+
 func (s *faultSegment) Sync() error {
 	if err := s.f.before(context.Background(), OpPut, s.key, diskSegWrite("sync", s.name(), "fdatasync")); err != nil {
 		return err
