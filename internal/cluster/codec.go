@@ -75,13 +75,51 @@ func Decode(data []byte, v any) error {
 	return nil
 }
 
-// Marshal implements encoding.CodecV2.
+// Marshal implements encoding.CodecV2. It hands gRPC the pooled buffer
+// the message was encoded in, not a copy: gRPC frees it once the message
+// is written (see encodePool). A small message is copied, as gRPC does not
+// pool buffers that small.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
-	b, err := Encode(v)
-	if err != nil {
-		return nil, err
+	m, ok := v.(Message)
+	if !ok {
+		return nil, fmt.Errorf("cluster: %T is not a Message", v)
 	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	p := buffers.Get().(*[]byte)
+	out, err := m.MarshalMsg((*p)[:0])
+	switch {
+	case err != nil:
+		buffers.Put(p)
+		return nil, err
+	case cap(out) > maxPooled:
+		buffers.Put(p)
+		return mem.BufferSlice{mem.SliceBuffer(out)}, nil
+	case mem.IsBelowBufferPoolingThreshold(cap(out)):
+		*p = out
+		out = bytes.Clone(out)
+		buffers.Put(p)
+		return mem.BufferSlice{mem.SliceBuffer(out)}, nil
+	}
+	*p = out
+	return mem.BufferSlice{mem.NewBuffer(p, encodePool{})}, nil
+}
+
+// encodePool takes back the buffers Marshal handed gRPC, for buffers.
+type encodePool struct{}
+
+// Get implements mem.BufferPool; gRPC only puts buffers back to it.
+func (encodePool) Get(n int) *[]byte {
+	p := buffers.Get().(*[]byte)
+	if cap(*p) < n {
+		*p = make([]byte, n)
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// Put implements mem.BufferPool.
+func (encodePool) Put(p *[]byte) {
+	*p = (*p)[:0]
+	buffers.Put(p)
 }
 
 // Unmarshal implements encoding.CodecV2. It decodes from a copy of data
