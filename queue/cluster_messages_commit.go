@@ -257,6 +257,10 @@ func (c *commitReply) MarshalMsg(b []byte) ([]byte, error) {
 	return w.End(), nil
 }
 
+// DecodesCopies implements cluster.Copier: UnmarshalMsg copies every byte
+// it keeps (format.NewCopyingReader, strings).
+func (*commitReply) DecodesCopies() {}
+
 // UnmarshalMsg implements message.
 func (c *commitReply) UnmarshalMsg(b []byte) ([]byte, error) {
 	*c = commitReply{}

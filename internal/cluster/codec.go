@@ -122,9 +122,24 @@ func (encodePool) Put(p *[]byte) {
 	buffers.Put(p)
 }
 
+// Copier is a Message whose decoder copies every byte it keeps (a
+// member's replies): Codec decodes it from gRPC's buffer in place, when
+// the message arrived in one, without copying the message first.
+type Copier interface {
+	Message
+	// DecodesCopies marks the message.
+	DecodesCopies()
+}
+
 // Unmarshal implements encoding.CodecV2. It decodes from a copy of data
-// (gRPC frees data's buffers when it returns), which the message may keep.
-func (Codec) Unmarshal(data mem.BufferSlice, v any) error { return Decode(data.Materialize(), v) }
+// (gRPC frees data's buffers when it returns), which the message may keep;
+// a Copier in one buffer is decoded from the buffer itself.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if _, ok := v.(Copier); ok && len(data) == 1 {
+		return Decode(data[0].ReadOnlyData(), v)
+	}
+	return Decode(data.Materialize(), v)
+}
 
 // Name implements encoding.CodecV2.
 func (Codec) Name() string { return CodecName }
