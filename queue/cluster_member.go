@@ -209,9 +209,10 @@ func (r *remote) flushLoop() {
 // backend looks for the next one.
 func (r *remote) markGone() { r.goneMu.Do(func() { close(r.gone) }) }
 
-// call makes one call. A refusal (stale epoch, wrong secret) changed
-// nothing: errWriterGone. Any other failure may have happened after the
-// writer acted: an *outcomeLostError, which also wraps errWriterGone.
+// call makes one call. A refusal (stale epoch, wrong secret, another
+// release's wire) changed nothing: errWriterGone. Any other failure may
+// have happened after the writer acted: an *outcomeLostError, which also
+// wraps errWriterGone.
 func (r *remote) call(ctx context.Context, method string, req, reply message) error {
 	r.calls.Add(1)
 	err := r.c.Call(ctx, method, req, reply)
@@ -225,7 +226,7 @@ func (r *remote) call(ctx context.Context, method string, req, reply message) er
 		return &outcomeLostError{err: errors.New("the member found another writer while the call was on its way")}
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, cluster.ErrStaleEpoch), errors.Is(err, cluster.ErrUnauthenticated):
+	case errors.Is(err, cluster.ErrStaleEpoch), errors.Is(err, cluster.ErrUnauthenticated), errors.Is(err, cluster.ErrWireVersion):
 		r.markGone()
 		return fmt.Errorf("%w: %v", errWriterGone, err)
 	case status.Code(err) == codes.ResourceExhausted:
