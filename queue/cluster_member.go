@@ -424,10 +424,11 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 			next++
 		}
 		er := EnqueueResult{JobID: e.JobID, Duplicate: e.Duplicate, claimed: e.Claimed.job()}
-		if er.claimed != nil && next < len(ops) {
-			// The writer left the payload out (see wireEnqueued): it
-			// is the enqueue's, as in a local commit.
-			er.claimed.Payload = ops[next].Value
+		if j := er.claimed; j != nil && next < len(ops) {
+			// The writer left out what the member has (see
+			// wireEnqueued): the enqueue's, as in a local commit.
+			op := &ops[next]
+			j.ID, j.Queue, j.Payload, j.Headers, j.Priority, j.DedupKey = e.JobID, op.Queue, op.Value, op.Headers, op.Priority, op.DedupKey
 		}
 		next++
 		if er.claimed != nil {

@@ -331,8 +331,9 @@ func (t *wireTxnResult) read(r *format.Reader) {
 type wireEnqueued struct {
 	JobID     string
 	Duplicate bool
-	// Claimed is the job if it was claimed at its enqueue, without its
-	// payload: the member has it (the enqueue's), and fills it in.
+	// Claimed is the job if it was claimed at its enqueue, without what
+	// the member has (JobID above, and the enqueue's queue, payload,
+	// headers, priority and dedup key), which it fills in.
 	Claimed *wireJob
 }
 
