@@ -142,8 +142,8 @@ func (s *Server) servePipe(methods map[string]Handler) grpc.StreamHandler {
 	return func(_ any, ss grpc.ServerStream) error {
 		ctx := ss.Context()
 		var (
-			smu     sync.Mutex // serializes SendMsg
-			running sync.WaitGroup
+			smu     sync.Mutex     // serializes SendMsg
+			running sync.WaitGroup // calls being served
 			work    = make(chan *pipeReq)
 		)
 		serve := func(req *pipeReq) {
@@ -177,11 +177,14 @@ func (s *Server) servePipe(methods map[string]Handler) grpc.StreamHandler {
 				}
 			}()
 		}
-		defer func() {
-			running.Wait() // every reply sent before the stream ends
-			close(work)
-		}()
-		recvd := make(chan *pipeReq)
+		// The receiver hands each call to a worker itself (one hand-off a
+		// call, as a unary call's). mu orders its dispatches with the
+		// end of the pipe: none after stopped (refused instead) or ended.
+		var (
+			mu      sync.Mutex
+			stopped bool // graceful stop: calls are refused
+			ended   bool // the handler returns: nothing more is sent
+		)
 		recvErr := make(chan error, 1)
 		go func() {
 			for {
@@ -190,48 +193,51 @@ func (s *Server) servePipe(methods map[string]Handler) grpc.StreamHandler {
 					recvErr <- err
 					return
 				}
-				select {
-				case recvd <- req:
-				case <-ctx.Done():
-					recvErr <- ctx.Err()
+				mu.Lock()
+				switch {
+				case ended:
+					mu.Unlock()
 					return
+				case stopped:
+					// Refused, having done nothing: the writer is stopping.
+					rep := &pipeReply{Seq: req.Seq, Epoch: s.cfg.Epoch, Code: uint32(codes.Unavailable), Msg: "cluster: the writer is stopping"}
+					smu.Lock()
+					_ = ss.SendMsg(rep)
+					smu.Unlock()
+					mu.Unlock()
+					continue
 				}
-			}
-		}()
-		for {
-			select {
-			case req := <-recvd:
 				running.Add(1)
+				mu.Unlock()
 				select {
 				case work <- req:
 				default:
 					go serve(req)
 				}
-			case err := <-recvErr:
-				if errors.Is(err, io.EOF) {
-					return nil // the client closed the pipe
-				}
-				return err
-			case <-s.stopping:
-				// Graceful stop: the calls on their way are answered, any
-				// that arrive meanwhile are refused, then the pipe ends.
-				done := make(chan struct{})
-				go func() {
-					running.Wait()
-					close(done)
-				}()
-				for {
-					select {
-					case req := <-recvd:
-						rep := &pipeReply{Seq: req.Seq, Epoch: s.cfg.Epoch, Code: uint32(codes.Unavailable), Msg: "cluster: the writer is stopping"}
-						smu.Lock()
-						_ = ss.SendMsg(rep)
-						smu.Unlock()
-					case <-done:
-						return status.Error(codes.Unavailable, "cluster: the writer is stopping")
-					}
-				}
 			}
+		}()
+		end := func() {
+			mu.Lock()
+			stopped = true
+			mu.Unlock()
+			running.Wait() // every reply sent before the stream ends
+			mu.Lock()
+			ended = true
+			mu.Unlock()
+			close(work)
+		}
+		select {
+		case err := <-recvErr:
+			end()
+			if errors.Is(err, io.EOF) {
+				return nil // the client closed the pipe
+			}
+			return err
+		case <-s.stopping:
+			// Graceful stop: the calls on their way are answered, any
+			// that arrive meanwhile are refused, then the pipe ends.
+			end()
+			return status.Error(codes.Unavailable, "cluster: the writer is stopping")
 		}
 	}
 }

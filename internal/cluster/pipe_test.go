@@ -305,5 +305,5 @@ func FuzzPipeFrames(f *testing.F) {
 // rawMessage encodes as its bytes.
 type rawMessage []byte
 
-func (m rawMessage) MarshalMsg(b []byte) ([]byte, error) { return append(b, m...), nil }
+func (m rawMessage) MarshalMsg(b []byte) ([]byte, error)   { return append(b, m...), nil }
 func (m rawMessage) UnmarshalMsg(b []byte) ([]byte, error) { return nil, nil }
