@@ -307,3 +307,54 @@ type rawMessage []byte
 
 func (m rawMessage) MarshalMsg(b []byte) ([]byte, error)   { return append(b, m...), nil }
 func (m rawMessage) UnmarshalMsg(b []byte) ([]byte, error) { return nil, nil }
+
+// Messages above gRPC's default 4 MiB cross the pipe both ways, as they
+// do a unary call (TestLargeMessages), beside small calls on it.
+func TestPipeLargeMessages(t *testing.T) {
+	cfg := Config{Epoch: 7, Secret: []byte("s3cret")}
+	s, calls, _ := serve(t, cfg)
+	cfg.Pipe = []string{"Echo"}
+	c := dial(t, s.Addr(), cfg)
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var reply echoReply
+		if err := c.Call(ctx, "Echo", &echoReq{Text: "s", Count: 3}, &reply); err != nil || reply.Text != "sss" {
+			t.Errorf("a small call beside: %q, %v", reply.Text, err)
+		}
+	})
+	var reply echoReply
+	if err := c.Call(ctx, "Echo", &echoReq{Text: strings.Repeat("x", 5<<20), Count: 2}, &reply); err != nil {
+		t.Fatalf("a 5 MiB request with a 10 MiB reply on the pipe: %v", err)
+	}
+	wg.Wait()
+	if len(reply.Text) != 10<<20 || calls.Load() != 2 {
+		t.Fatalf("reply of %d bytes after %d calls", len(reply.Text), calls.Load())
+	}
+}
+
+// A writer that dies with calls on the pipe fails them (their outcome is
+// unknown), rather than leaving them waiting; later calls fail too.
+func TestPipeBreaksWithItsWriter(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	s := serveHandlers(t, Config{Epoch: 1, Secret: []byte("s")}, map[string]Handler{
+		"Echo": echoHandler(release),
+	})
+	c := dial(t, s.Addr(), Config{Epoch: 1, Secret: []byte("s"), Pipe: []string{"Echo"}})
+	ctx := ctxT(t)
+	inFlight := make(chan error)
+	go func() {
+		var reply echoReply
+		inFlight <- c.Call(ctx, "Echo", &echoReq{Text: "slow", Count: 1}, &reply)
+	}()
+	<-started
+	s.Stop()
+	if err := <-inFlight; err == nil || ctx.Err() != nil {
+		t.Fatalf("the call in flight when the writer stopped: %v (ctx %v)", err, ctx.Err())
+	}
+	var reply echoReply
+	if err := c.Call(ctx, "Echo", &echoReq{Text: "late", Count: 1}, &reply); err == nil {
+		t.Fatal("a call after the writer stopped succeeded")
+	}
+}
