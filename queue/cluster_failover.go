@@ -104,7 +104,10 @@ func (c *clustered) becomeMember(ctx context.Context, own *format.Owner) error {
 	if own == nil || own.Closed || own.Addr == "" || len(own.Secret) == 0 {
 		return errNoWriter
 	}
-	cl, err := cluster.Dial(own.Addr, cluster.Config{Epoch: own.Epoch, Secret: own.Secret, TLS: c.cfg.TLS, Logger: c.log, Dialer: c.opts.clusterDialer})
+	// Commit calls go on the pipe: they are most of a member's calls, and
+	// the writer answers each without waiting for anything but its WAL.
+	cl, err := cluster.Dial(own.Addr, cluster.Config{Epoch: own.Epoch, Secret: own.Secret, TLS: c.cfg.TLS, Logger: c.log,
+		Dialer: c.opts.clusterDialer, Pipe: []string{rpcCommit}})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoWriter, err)
 	}

@@ -182,7 +182,7 @@ func (r *remote) flushLoop() {
 	for {
 		select {
 		case b := <-r.batches:
-			r.flush(b)
+			r.flushChain(b)
 		case <-r.ctx.Done():
 			r.bmu.Lock()
 			r.flushed = true
@@ -198,7 +198,7 @@ func (r *remote) flushLoop() {
 			}
 			r.bmu.Unlock()
 			for _, b := range left {
-				r.flush(b) // fails at once: r.ctx is done
+				r.flushChain(b) // fails at once: r.ctx is done
 			}
 			return
 		}
@@ -209,9 +209,10 @@ func (r *remote) flushLoop() {
 // backend looks for the next one.
 func (r *remote) markGone() { r.goneMu.Do(func() { close(r.gone) }) }
 
-// call makes one call. A refusal (stale epoch, wrong secret) changed
-// nothing: errWriterGone. Any other failure may have happened after the
-// writer acted: an *outcomeLostError, which also wraps errWriterGone.
+// call makes one call. A refusal (stale epoch, wrong secret, another
+// release's wire) changed nothing: errWriterGone. Any other failure may
+// have happened after the writer acted: an *outcomeLostError, which also
+// wraps errWriterGone.
 func (r *remote) call(ctx context.Context, method string, req, reply message) error {
 	r.calls.Add(1)
 	err := r.c.Call(ctx, method, req, reply)
@@ -225,7 +226,7 @@ func (r *remote) call(ctx context.Context, method string, req, reply message) er
 		return &outcomeLostError{err: errors.New("the member found another writer while the call was on its way")}
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, cluster.ErrStaleEpoch), errors.Is(err, cluster.ErrUnauthenticated):
+	case errors.Is(err, cluster.ErrStaleEpoch), errors.Is(err, cluster.ErrUnauthenticated), errors.Is(err, cluster.ErrWireVersion):
 		r.markGone()
 		return fmt.Errorf("%w: %v", errWriterGone, err)
 	case status.Code(err) == codes.ResourceExhausted:
@@ -423,10 +424,11 @@ func (r *remote) send(ctx context.Context, p *pendingCommit, o options) (TxnResu
 			next++
 		}
 		er := EnqueueResult{JobID: e.JobID, Duplicate: e.Duplicate, claimed: e.Claimed.job()}
-		if er.claimed != nil && next < len(ops) {
-			// The writer left the payload out (see wireEnqueued): it
-			// is the enqueue's, as in a local commit.
-			er.claimed.Payload = ops[next].Value
+		if j := er.claimed; j != nil && next < len(ops) {
+			// The writer left out what the member has (see
+			// wireEnqueued): the enqueue's, as in a local commit.
+			op := &ops[next]
+			j.ID, j.Queue, j.Payload, j.Headers, j.Priority, j.DedupKey = e.JobID, op.Queue, op.Value, op.Headers, op.Priority, op.DedupKey
 		}
 		next++
 		if er.claimed != nil {
@@ -467,9 +469,25 @@ func withdraw[T comparable](r *remote, waiting *[]T, item T, sent *bool) bool {
 //
 // REQUIRES: r.bmu held.
 func (r *remote) kickLocked() {
+	b, ok := r.takeBatchLocked()
+	switch {
+	case !ok:
+	case r.flushed:
+		go r.flushChain(b)
+	default:
+		r.batches <- b // never blocks: inflight < maxCommitsInFlight
+	}
+}
+
+// takeBatchLocked takes the next commit call's batch, if one may start
+// and transactions or claims wait (see maxCommitsInFlight), and counts it
+// in flight.
+//
+// REQUIRES: r.bmu held.
+func (r *remote) takeBatchLocked() (commitBatch, bool) {
 	if r.inflight >= maxCommitsInFlight || len(r.pending) == 0 && len(r.riders) == 0 ||
 		r.inflight > 0 && len(r.pending) < fullCommitBatch {
-		return
+		return commitBatch{}, false
 	}
 	// One call carries one set of queue settings: take the waiting
 	// transactions and claims that share the first one's.
@@ -502,11 +520,7 @@ func (r *remote) kickLocked() {
 	}
 	r.riders = riders
 	r.inflight++
-	if r.flushed {
-		go r.flush(b)
-	} else {
-		r.batches <- b // never blocks: inflight < maxCommitsInFlight
-	}
+	return b, true
 }
 
 func sameOpts(a, b wireOpts) bool {
@@ -514,8 +528,18 @@ func sameOpts(a, b wireOpts) bool {
 		a.BackoffMax == b.BackoffMax && reflect.ValueOf(a.Queues).UnsafePointer() == reflect.ValueOf(b.Queues).UnsafePointer()
 }
 
-// flush sends one commit call for b.
-func (r *remote) flush(b commitBatch) {
+// flushChain makes the commit call for b, then those of the batches
+// waiting when each call ends, on the calling goroutine: the next call
+// starts without a hand-off to another flusher.
+func (r *remote) flushChain(b commitBatch) {
+	for ok := true; ok; {
+		b, ok = r.flush(b)
+	}
+}
+
+// flush sends one commit call for b, and returns the next batch to send,
+// if one may start now.
+func (r *remote) flush(b commitBatch) (commitBatch, bool) {
 	req := commitReq{Member: r.member, Opts: b.opts, Txns: make([][]txnOp, len(b.txns)), Dispatch: true}
 	for i, p := range b.txns {
 		req.Txns[i] = p.ops
@@ -571,9 +595,9 @@ func (r *remote) flush(b commitBatch) {
 		close(c.done)
 	}
 	r.bmu.Lock()
+	defer r.bmu.Unlock()
 	r.inflight--
-	r.kickLocked()
-	r.bmu.Unlock()
+	return r.takeBatchLocked()
 }
 
 // get reads a key. Reads from many goroutines share calls (see batcher):

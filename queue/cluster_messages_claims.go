@@ -117,6 +117,10 @@ func (c *claimReply) read(r *format.Reader) {
 // MarshalMsg implements message.
 func (c *claimReply) MarshalMsg(b []byte) ([]byte, error) { return c.appendMsg(b), nil }
 
+// DecodesCopies implements cluster.Copier: decodeReply copies every byte
+// it keeps.
+func (*claimReply) DecodesCopies() {}
+
 // UnmarshalMsg implements message.
 func (c *claimReply) UnmarshalMsg(b []byte) ([]byte, error) {
 	return decodeReply(b, c, (*claimReply).read)

@@ -55,7 +55,9 @@ func (op *txnOp) appendMsg(b []byte) []byte {
 	return w.End()
 }
 
-func (op *txnOp) read(r *format.Reader) {
+// read reads an op; names, if not nil, gives the strings that repeat from
+// op to op (queue names) once each.
+func (op *txnOp) read(r *format.Reader, names *nameCache) {
 	*op = txnOp{}
 	r.Numbered("txnOp", func(f uint64) {
 		switch f {
@@ -70,7 +72,7 @@ func (op *txnOp) read(r *format.Reader) {
 		case fopAbsent:
 			op.Absent = r.Bool()
 		case fopQueue:
-			op.Queue = r.String()
+			op.Queue = names.string(r)
 		case fopJobID:
 			op.JobID = r.String()
 		case fopToken:
@@ -90,7 +92,7 @@ func (op *txnOp) read(r *format.Reader) {
 		case fopStates:
 			op.States = r.Uint32()
 		case fopDeadNotify:
-			op.DeadNotify = r.String()
+			op.DeadNotify = names.string(r)
 		case fopClaim:
 			op.Claim = r.Bool()
 		case fopDispatch:
@@ -99,6 +101,31 @@ func (op *txnOp) read(r *format.Reader) {
 			r.Skip()
 		}
 	})
+}
+
+// nameCache holds the last few queue names a call's decode read: most of
+// a call's ops name one or two queues (a step queue, its dead-letter
+// queue), whose strings are then made once a call, not once an op.
+type nameCache struct {
+	s [4]string
+	n int // the next slot to fill
+}
+
+// string reads a string, one of c's if it is there. A nil c reads it.
+func (c *nameCache) string(r *format.Reader) string {
+	if c == nil {
+		return r.String()
+	}
+	b := r.StringBytes()
+	for i := range c.s {
+		if c.s[i] == string(b) {
+			return c.s[i]
+		}
+	}
+	v := string(b)
+	c.s[c.n%len(c.s)] = v
+	c.n++
+	return v
 }
 
 type commitReq struct {
@@ -166,7 +193,9 @@ func (c *commitReq) UnmarshalMsg(b []byte) ([]byte, error) {
 		case fcOpts:
 			c.Opts.read(&r)
 		case fcTxns:
-			c.Txns = readList(&r, func(ops *[]txnOp, r *format.Reader) { *ops = readList(r, (*txnOp).read) })
+			var names nameCache
+			readOp := func(op *txnOp, r *format.Reader) { op.read(r, &names) }
+			c.Txns = readList(&r, func(ops *[]txnOp, r *format.Reader) { *ops = readList(r, readOp) })
 		case fcDispatch:
 			c.Dispatch = r.Bool()
 		case fcClaims:
@@ -257,6 +286,10 @@ func (c *commitReply) MarshalMsg(b []byte) ([]byte, error) {
 	return w.End(), nil
 }
 
+// DecodesCopies implements cluster.Copier: UnmarshalMsg copies every byte
+// it keeps (format.NewCopyingReader, strings).
+func (*commitReply) DecodesCopies() {}
+
 // UnmarshalMsg implements message.
 func (c *commitReply) UnmarshalMsg(b []byte) ([]byte, error) {
 	*c = commitReply{}
@@ -327,8 +360,9 @@ func (t *wireTxnResult) read(r *format.Reader) {
 type wireEnqueued struct {
 	JobID     string
 	Duplicate bool
-	// Claimed is the job if it was claimed at its enqueue, without its
-	// payload: the member has it (the enqueue's), and fills it in.
+	// Claimed is the job if it was claimed at its enqueue, without what
+	// the member has (JobID above, and the enqueue's queue, payload,
+	// headers, priority and dedup key), which it fills in.
 	Claimed *wireJob
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stepwell/stepwell/internal/format/codectest"
 	"github.com/stepwell/stepwell/internal/handoff"
 	"github.com/tinylib/msgp/msgp"
+	"google.golang.org/grpc/mem"
 )
 
 func randTxnOp(r *rand.Rand) txnOp {
@@ -425,6 +426,41 @@ func TestClusterWireRepliesOwnTheirBytes(t *testing.T) {
 		clear(data)
 		if string(got.Job.Payload) != "payload" || string(got.Prefetched) != "record" {
 			t.Fatalf("%T: after the message was cleared: payload %q, prefetched %q", v, got.Job.Payload, got.Prefetched)
+		}
+	}
+}
+
+// TestClusterWireCopiersOwnTheirBytes: the replies the codec decodes in
+// place from gRPC's buffer (cluster.Copier) keep nothing of the buffer,
+// which gRPC reuses once they are decoded.
+func TestClusterWireCopiersOwnTheirBytes(t *testing.T) {
+	r := codectest.New(t)
+	for range 200 {
+		reply := &commitReply{}
+		for range 1 + r.IntN(3) {
+			res := wireTxnResult{Err: randErr(r), Cancelled: []CancelOutcome{CancelOutcome(r.UintN(256))}}
+			for range 1 + r.IntN(3) {
+				res.Enqueued = append(res.Enqueued, wireEnqueued{JobID: codectest.String(r), Duplicate: r.IntN(2) == 0, Claimed: randWireJob(r)})
+			}
+			reply.Results = append(reply.Results, res)
+		}
+		reply.Claims = append(reply.Claims, randClaimReply(r))
+		claim := randClaimReply(r)
+		for _, pair := range [][2]cluster.Copier{{reply, new(commitReply)}, {&claim, new(claimReply)}} {
+			want, got := pair[0], pair[1]
+			data, err := cluster.Encode(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (cluster.Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, got); err != nil {
+				t.Fatalf("decoding %T: %v", want, err)
+			}
+			for i := range data {
+				data[i] = 0xc1 // never used in msgpack
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%T after its buffer was overwritten:\n got %#v\nwant %#v", want, got, want)
+			}
 		}
 	}
 }

@@ -1456,8 +1456,8 @@ func TestClusterClaimedPayloadStaysWithMember(t *testing.T) {
 	if len(res) != 1 || res[0].Err != nil || len(res[0].Enqueued) != 1 || res[0].Enqueued[0].Claimed == nil {
 		t.Fatalf("%+v", res)
 	}
-	if j := res[0].Enqueued[0].Claimed.Job; j.Payload != nil {
-		t.Fatalf("the reply carries %d bytes of payload", len(j.Payload))
+	if j := res[0].Enqueued[0].Claimed.Job; j.Payload != nil || j.ID != "" || j.Queue != "" || j.Headers != nil {
+		t.Fatalf("the reply carries what the member has: %d bytes of payload, %+v", len(j.Payload), j)
 	}
 
 	// A duplicate (dedup key) before the claimed enqueue: each result
@@ -1466,7 +1466,7 @@ func TestClusterClaimedPayloadStaysWithMember(t *testing.T) {
 	res2, err := m.Commit(t0ctx, new(Txn).
 		Enqueue("q", []byte("dup"), EnqueueOptions{DedupKey: "d"}).
 		Put([]byte("k2"), []byte("v")).
-		Enqueue("q", payload, EnqueueOptions{claim: true}))
+		Enqueue("q", payload, EnqueueOptions{claim: true, Headers: map[string]string{"h": "v"}, Priority: 3, DedupKey: "d2"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1475,6 +1475,8 @@ func TestClusterClaimedPayloadStaysWithMember(t *testing.T) {
 	}
 	if j := res2.Enqueued[1].claimed; !bytes.Equal(j.Payload, payload) || j.ID != res2.Enqueued[1].JobID {
 		t.Fatalf("the claimed job %s has %d bytes of payload, want %d", j.ID, len(j.Payload), len(payload))
+	} else if j.Queue != "q" || j.Headers["h"] != "v" || j.Priority != 3 || j.DedupKey != "d2" || j.State != JobClaimed || j.Attempt != 1 {
+		t.Fatalf("the claimed job, as the member has it: %+v", j)
 	}
 	if err := m.Ack(t0ctx, res2.Enqueued[1].claimed); err != nil {
 		t.Fatal(err)

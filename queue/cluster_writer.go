@@ -123,8 +123,10 @@ func (l *local) methods() map[string]cluster.Handler {
 				for _, e := range res.Enqueued {
 					claimed := e.claimed
 					if claimed != nil {
+						// The member has these: its enqueue's (see
+						// wireEnqueued).
 						j := *claimed
-						j.Payload = nil // the member has it (see wireEnqueued)
+						j.ID, j.Queue, j.Payload, j.Headers, j.Priority, j.DedupKey = "", "", nil, nil, 0, ""
 						claimed = &j
 					}
 					w.Enqueued = append(w.Enqueued, wireEnqueued{JobID: e.JobID, Duplicate: e.Duplicate, Claimed: toWireJob(claimed)})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -19,6 +20,10 @@ import (
 type Client struct {
 	conn  *grpc.ClientConn
 	epoch string
+	piped map[string]bool // methods called on the pipe (Config.Pipe)
+
+	pmu  sync.Mutex
+	pipe *pipe // the open pipe; nil: none (opened by the next piped call)
 }
 
 // Dial returns a client of the writer at addr for the epoch in cfg. It
@@ -45,17 +50,35 @@ func Dial(addr string, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)
 	}
-	return &Client{conn: conn, epoch: epoch}, nil
+	c := &Client{conn: conn, epoch: epoch, piped: map[string]bool{}}
+	for _, m := range cfg.Pipe {
+		c.piped[m] = true
+	}
+	return c, nil
 }
 
 // Call calls method with req and decodes the reply into reply. A refused
-// call returns ErrUnauthenticated or ErrStaleEpoch; a reply from a writer
-// of another epoch is discarded with ErrStaleEpoch.
+// call returns ErrUnauthenticated, ErrStaleEpoch or ErrWireVersion; a reply
+// from a writer of another epoch or wire version is discarded with
+// ErrStaleEpoch or ErrWireVersion. The methods of Config.Pipe go on the
+// pipe (see pipeMethod), the others as a unary call each.
 func (c *Client) Call(ctx context.Context, method string, req, reply Message) error {
+	if c.piped[method] {
+		return c.callPipe(ctx, method, req, reply)
+	}
 	var hdr metadata.MD
 	err := c.conn.Invoke(ctx, "/"+ServiceName+"/"+method, req, reply, grpc.Header(&hdr))
 	if err != nil {
 		return mapErr(err)
+	}
+	return c.checkEpoch(hdr)
+}
+
+// checkEpoch checks a reply's header: the writer's epoch and wire version
+// must be the client's.
+func (c *Client) checkEpoch(hdr metadata.MD) error {
+	if got := hdr.Get(mdWire); len(got) != 1 || got[0] != WireVersion {
+		return fmt.Errorf("%w: the writer speaks %v, this process %s", ErrWireVersion, got, WireVersion)
 	}
 	if got := hdr.Get(mdEpoch); len(got) != 1 || got[0] != c.epoch {
 		return fmt.Errorf("%w: the reply came from epoch %v, not %s", ErrStaleEpoch, got, c.epoch)
@@ -85,7 +108,7 @@ func (c *Client) Close() error { return c.conn.Close() }
 type callCreds struct{ epoch, secret string }
 
 func (c callCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{mdEpoch: c.epoch, mdSecret: c.secret}, nil
+	return map[string]string{mdEpoch: c.epoch, mdSecret: c.secret, mdWire: WireVersion}, nil
 }
 
 func (callCreds) RequireTransportSecurity() bool { return false }

@@ -75,18 +75,71 @@ func Decode(data []byte, v any) error {
 	return nil
 }
 
-// Marshal implements encoding.CodecV2.
+// Marshal implements encoding.CodecV2. It hands gRPC the pooled buffer
+// the message was encoded in, not a copy: gRPC frees it once the message
+// is written (see encodePool). A small message is copied, as gRPC does not
+// pool buffers that small.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
-	b, err := Encode(v)
-	if err != nil {
-		return nil, err
+	m, ok := v.(Message)
+	if !ok {
+		return nil, fmt.Errorf("cluster: %T is not a Message", v)
 	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	p := buffers.Get().(*[]byte)
+	out, err := m.MarshalMsg((*p)[:0])
+	switch {
+	case err != nil:
+		buffers.Put(p)
+		return nil, err
+	case cap(out) > maxPooled:
+		buffers.Put(p)
+		return mem.BufferSlice{mem.SliceBuffer(out)}, nil
+	case mem.IsBelowBufferPoolingThreshold(cap(out)):
+		*p = out
+		out = bytes.Clone(out)
+		buffers.Put(p)
+		return mem.BufferSlice{mem.SliceBuffer(out)}, nil
+	}
+	*p = out
+	return mem.BufferSlice{mem.NewBuffer(p, encodePool{})}, nil
+}
+
+// encodePool takes back the buffers Marshal handed gRPC, for buffers.
+type encodePool struct{}
+
+// Get implements mem.BufferPool; gRPC only puts buffers back to it.
+func (encodePool) Get(n int) *[]byte {
+	p := buffers.Get().(*[]byte)
+	if cap(*p) < n {
+		*p = make([]byte, n)
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// Put implements mem.BufferPool.
+func (encodePool) Put(p *[]byte) {
+	*p = (*p)[:0]
+	buffers.Put(p)
+}
+
+// Copier is a Message whose decoder copies every byte it keeps (a
+// member's replies): Codec decodes it from gRPC's buffer in place, when
+// the message arrived in one, without copying the message first.
+type Copier interface {
+	Message
+	// DecodesCopies marks the message.
+	DecodesCopies()
 }
 
 // Unmarshal implements encoding.CodecV2. It decodes from a copy of data
-// (gRPC frees data's buffers when it returns), which the message may keep.
-func (Codec) Unmarshal(data mem.BufferSlice, v any) error { return Decode(data.Materialize(), v) }
+// (gRPC frees data's buffers when it returns), which the message may keep;
+// a Copier in one buffer is decoded from the buffer itself.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if _, ok := v.(Copier); ok && len(data) == 1 {
+		return Decode(data[0].ReadOnlyData(), v)
+	}
+	return Decode(data.Materialize(), v)
+}
 
 // Name implements encoding.CodecV2.
 func (Codec) Name() string { return CodecName }

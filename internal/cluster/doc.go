@@ -12,6 +12,12 @@
 // field-numbered structs of internal/format (see its documentation,
 // "Field-numbered messages"), without reflection.
 //
+// The hot methods (Config.Pipe: a member's commit calls) go over one
+// long-lived bidirectional stream per client, the pipe, instead of a
+// unary call each: a call is then one message each way, without a new
+// HTTP/2 stream, headers and trailers, or authentication of its own (see
+// pipeMethod). Calls on the pipe are concurrent and answered in any order.
+//
 // # Trust
 //
 // A writer serves one epoch (the WAL sequence of its open marker) and
@@ -26,7 +32,14 @@
 //     own): the member read an older or newer owner object than the
 //     writer it reached, and must read the owner object again;
 //
-// before any handler runs, so a refused call changes nothing. Refusals are
+// before any handler runs, so a refused call changes nothing. The pipe is
+// authenticated once, as it opens, and each reply on it names the
+// writer's epoch, which the client checks as it does a unary reply's
+// header. Every call and reply also carries the wire version
+// (WireVersion): a member and a writer of releases whose messages differ
+// refuse each other (codes.FailedPrecondition, ErrWireVersion), so a
+// cluster of mixed releases fails clearly instead of misreading messages.
+// Refusals are
 // logged at WARN, at most one line per second with a count of the rest.
 // Every reply carries the server's epoch in its header, and the client
 // refuses a reply from another epoch: a member never acts on a deposed

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,12 +18,26 @@ var (
 	// date, or a deposed writer answered). Nothing was done. Read the owner
 	// object again, then retry.
 	ErrStaleEpoch = errors.New("cluster: call refused: writer epoch differs")
+	// ErrWireVersion: the writer and the member speak different versions
+	// of the wire (WireVersion): processes of different releases in one
+	// cluster. Nothing was done. Every process of a store must be
+	// upgraded together.
+	ErrWireVersion = errors.New("cluster: call refused: the writer and the member speak different wire versions (upgrade every process of the store together)")
 )
+
+// WireVersion names the wire a process speaks: the messages of its
+// methods and the pipe. A writer serves only calls of its own version, and
+// a member takes only replies of its own, so that processes of releases
+// that do not understand each other refuse each other (ErrWireVersion)
+// rather than misread a message. Version 1 is every release before the
+// header was sent; 2 added the pipe.
+const WireVersion = "2"
 
 // Metadata keys every call carries, and the reply header key.
 const (
 	mdEpoch  = "stepwell-epoch"
 	mdSecret = "stepwell-secret"
+	mdWire   = "stepwell-wire"
 )
 
 // mapErr turns a refused call's status into this package's errors; other
@@ -37,6 +52,8 @@ func mapErr(err error) error {
 	case codes.FailedPrecondition:
 		if s, _ := status.FromError(err); s != nil && s.Message() == ErrStaleEpoch.Error() {
 			return errors.Join(ErrStaleEpoch, err)
+		} else if s != nil && strings.HasPrefix(s.Message(), ErrWireVersion.Error()) {
+			return errors.Join(ErrWireVersion, err)
 		}
 	}
 	return err

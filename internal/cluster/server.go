@@ -48,6 +48,11 @@ type Config struct {
 	// Dialer, if set, makes a client's connections (tests inject network
 	// faults with it). Nil: TCP.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// Pipe names the methods a client calls on its pipe, one long-lived
+	// stream (see pipeMethod), rather than as a unary call each: the hot
+	// ones, which never wait long on the server. A server serves every
+	// method both ways.
+	Pipe []string
 }
 
 // Keepalive: a connection idle for keepaliveTime is pinged, and closed if
@@ -76,6 +81,9 @@ type Server struct {
 	// every call is checked twice, see tap and check).
 	secret []byte
 	epoch  string
+	// stopping is closed when the server starts stopping: its pipes end.
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // NewServer returns a server of methods on lis, for the epoch in cfg. Call
@@ -85,7 +93,8 @@ func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{lis: lis, cfg: cfg, refuse: refusalLog{log: cfg.Logger},
-		secret: []byte(hex.EncodeToString(cfg.Secret)), epoch: strconv.FormatUint(cfg.Epoch, 10)}
+		secret: []byte(hex.EncodeToString(cfg.Secret)), epoch: strconv.FormatUint(cfg.Epoch, 10),
+		stopping: make(chan struct{})}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(s.tap),
 		grpc.ChainUnaryInterceptor(s.authUnary),
@@ -117,6 +126,8 @@ func NewServer(lis net.Listener, cfg Config, methods map[string]Handler) *Server
 			},
 		})
 	}
+	desc.Streams = append(desc.Streams, grpc.StreamDesc{StreamName: pipeMethod, Handler: s.servePipe(methods),
+		ServerStreams: true, ClientStreams: true})
 	s.g.RegisterService(&desc, struct{}{})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.g, s.health)
@@ -131,6 +142,7 @@ func (s *Server) Serve() error { return s.g.Serve(s.lis) }
 
 // Stop closes every connection at once; calls in progress fail.
 func (s *Server) Stop() {
+	s.stopOnce.Do(func() { close(s.stopping) })
 	s.g.Stop()
 	s.refuse.stop()
 }
@@ -139,6 +151,7 @@ func (s *Server) Stop() {
 // ctx ends, then stops.
 func (s *Server) GracefulStop(ctx context.Context) {
 	s.health.Shutdown()
+	s.stopOnce.Do(func() { close(s.stopping) })
 	done := make(chan struct{})
 	go func() {
 		s.g.GracefulStop()
@@ -169,7 +182,7 @@ func (s *Server) check(ctx context.Context, method string) error {
 	if err := s.authenticate(md, method); err != nil {
 		return err
 	}
-	return grpc.SetHeader(ctx, metadata.MD{mdEpoch: {s.epoch}})
+	return grpc.SetHeader(ctx, metadata.MD{mdEpoch: {s.epoch}, mdWire: {WireVersion}})
 }
 
 // authenticate checks a call's metadata: nil, or the status it is refused
@@ -190,6 +203,15 @@ func (s *Server) authenticate(md metadata.MD, method string) error {
 		why, err = "stale epoch "+epoch[0], status.Error(codes.FailedPrecondition, ErrStaleEpoch.Error())
 	case subtle.ConstantTimeCompare([]byte(secret[0]), s.secret) != 1:
 		why, err = "wrong secret", status.Error(codes.Unauthenticated, "wrong secret")
+	case len(md.Get(mdWire)) != 1 || md.Get(mdWire)[0] != WireVersion:
+		// A member of another release: refused before anything runs,
+		// rather than misreading its messages.
+		got := "1 (none said)"
+		if w := md.Get(mdWire); len(w) > 0 {
+			got = w[0]
+		}
+		why = "wire version " + got + ", this writer's is " + WireVersion
+		err = status.Error(codes.FailedPrecondition, ErrWireVersion.Error()+": the member speaks "+got+", the writer "+WireVersion)
 	default:
 		return nil
 	}
@@ -205,7 +227,12 @@ func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := s.check(ss.Context(), info.FullMethod); err != nil {
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	if err := s.authenticate(md, info.FullMethod); err != nil {
+		return err
+	}
+	// Sent at once: the client of a pipe checks it before its first call.
+	if err := ss.SendHeader(metadata.MD{mdEpoch: {s.epoch}, mdWire: {WireVersion}}); err != nil {
 		return err
 	}
 	return h(srv, ss)
