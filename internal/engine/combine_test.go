@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // TestApplyConcurrentRollbacks applies transactions from many goroutines
@@ -164,4 +165,66 @@ func TestApplyInAndOutOfSynctestBubble(t *testing.T) {
 	e := mustOpen(t, Options{Bucket: b})
 	defer e.Close(ctx)
 	applyMany(t, e)
+}
+
+// TestApplyPanicReachesItsOwnCaller: a transaction function that panics
+// while another caller combines is rolled back, its panic raised in its
+// own caller's Apply, and the combiner's caller and the engine go on.
+func TestApplyPanicReachesItsOwnCaller(t *testing.T) {
+	ctx := context.Background()
+	b, _ := memBucket(t)
+	e := mustOpen(t, Options{Bucket: b})
+	inA, releaseA := make(chan struct{}), make(chan struct{})
+	errA, panicA := make(chan error, 1), make(chan any, 1)
+	go func() {
+		defer func() { panicA <- recover() }()
+		_, err := e.Apply(ctx, func(tx *Tx) error { // A: the combiner
+			close(inA)
+			<-releaseA
+			tx.Put("a", []byte("1"))
+			return nil
+		})
+		errA <- err
+	}()
+	<-inA
+	panicB := make(chan any, 1)
+	go func() {
+		defer func() { panicB <- recover() }()
+		_, _ = e.Apply(ctx, func(tx *Tx) error { // B: queued behind A
+			tx.Put("b", []byte("1"))
+			panic("B's bug")
+		})
+	}()
+	for queued := false; !queued; {
+		e.amu.Lock()
+		queued = len(e.applyQ) > 0
+		e.amu.Unlock()
+		if !queued {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(releaseA)
+	if p := <-panicB; p != "B's bug" {
+		t.Errorf("B's Apply recovered %v, want its own panic", p)
+	}
+	if p := <-panicA; p != nil {
+		t.Fatalf("A's Apply panicked with %v", p)
+	}
+	if err := <-errA; err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	if err := e.Update(ctx, func(tx *Tx) error { tx.Put("c", []byte("1")); return nil }); err != nil {
+		t.Fatalf("the engine after the panic: %v", err)
+	}
+	err := e.View(ctx, func(r *Reader) error {
+		for k, want := range map[string]bool{"a": true, "b": false, "c": true} {
+			if _, ok := r.Get(k); ok != want {
+				return fmt.Errorf("key %s: present %v, want %v", k, ok, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -272,6 +272,9 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(co
 	r.fn, r.b, r.err, r.lead = nil, nil, nil, false
 	r.ready.Unlock()
 	applyReqs.Put(r)
+	if p, ok := err.(*fnPanic); ok {
+		panic(p.value) // on the goroutine of the caller whose fn panicked
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -282,6 +285,24 @@ func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(co
 }
 
 func noWait(context.Context) error { return nil }
+
+// fnPanic is a transaction function's panic, recovered by the combiner
+// (which may be another caller's goroutine) once it rolled the
+// transaction back, and raised again by Apply on the goroutine of the
+// caller whose function it was.
+type fnPanic struct{ value any }
+
+func (p *fnPanic) Error() string { return fmt.Sprintf("engine: transaction function panicked: %v", p.value) }
+
+// callFn calls fn, turning a panic into a *fnPanic.
+func callFn(fn func(tx *Tx) error, tx *Tx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &fnPanic{value: v}
+		}
+	}()
+	return fn(tx)
+}
 
 // waitFor waits for b's outcome until ctx ends (then ErrOutcomeUnknown).
 // Its method value is b.wait, what Apply returns.
@@ -385,7 +406,7 @@ func (e *Engine) applyLocked(fn func(tx *Tx) error) (*batch, error) {
 	tx := &e.tx
 	tx.Reader = Reader{e: e}
 	defer tx.reset()
-	if err := fn(tx); err != nil {
+	if err := callFn(fn, tx); err != nil {
 		tx.rollback()
 		return nil, err
 	}
