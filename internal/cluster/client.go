@@ -58,10 +58,11 @@ func Dial(addr string, cfg Config) (*Client, error) {
 }
 
 // Call calls method with req and decodes the reply into reply. A refused
-// call returns ErrUnauthenticated, ErrStaleEpoch or ErrWireVersion; a reply
-// from a writer of another epoch or wire version is discarded with
-// ErrStaleEpoch or ErrWireVersion. The methods of Config.Pipe go on the
-// pipe (see pipeMethod), the others as a unary call each.
+// call returns ErrUnauthenticated, ErrStaleEpoch or ErrWireVersion; a unary
+// reply from a writer of another epoch or wire version is discarded with
+// ErrStaleEpoch or ErrWireVersion (on the pipe: see readPipe). The
+// methods of Config.Pipe go on the pipe (see pipeMethod), the others as
+// a unary call each.
 func (c *Client) Call(ctx context.Context, method string, req, reply Message) error {
 	if c.piped[method] {
 		return c.callPipe(ctx, method, req, reply)

@@ -35,7 +35,9 @@
 // before any handler runs, so a refused call changes nothing. The pipe is
 // authenticated once, as it opens, and each reply on it names the
 // writer's epoch, which the client checks as it does a unary reply's
-// header. Every call and reply also carries the wire version
+// header; a reply of another epoch breaks the pipe, and the calls on it
+// fail as a broken pipe's do (codes.Unavailable: their outcome is
+// unknown, for they reached a writer), not as refused. Every call and reply also carries the wire version
 // (WireVersion): a member and a writer of releases whose messages differ
 // refuse each other (codes.FailedPrecondition, ErrWireVersion), so a
 // cluster of mixed releases fails clearly instead of misreading messages.

@@ -303,7 +303,10 @@ func (c *Client) readPipe(p *pipe) {
 		var rep pipeReply
 		err := p.stream.RecvMsg(&rep)
 		if err == nil && strconv.FormatUint(rep.Epoch, 10) != c.epoch {
-			err = fmt.Errorf("%w: a reply on the pipe came from epoch %d, not %s", ErrStaleEpoch, rep.Epoch, c.epoch)
+			// Not a refusal (ErrStaleEpoch says nothing was done): the
+			// calls on the pipe reached a writer, which may have done
+			// them, so their outcome is unknown, as when a pipe breaks.
+			err = status.Errorf(codes.Unavailable, "cluster: a reply on the pipe came from epoch %d, not %s", rep.Epoch, c.epoch)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {

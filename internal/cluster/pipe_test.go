@@ -79,8 +79,50 @@ func TestPipeReplyOfAnotherEpochIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.epoch = "9" // the pipe is open: the check is the reply's own
-	if err := c.Call(ctxT(t), "Echo", &echoReq{Text: "x", Count: 1}, &reply); !errors.Is(err, ErrStaleEpoch) {
-		t.Fatalf("reply of epoch 8 on the pipe of a client of epoch 9: %v, want ErrStaleEpoch", err)
+	err := c.Call(ctxT(t), "Echo", &echoReq{Text: "x", Count: 1}, &reply)
+	if err == nil || errors.Is(err, ErrStaleEpoch) || status.Code(err) != codes.Unavailable {
+		// ErrStaleEpoch says nothing was done; this call reached a writer.
+		t.Fatalf("reply of epoch 8 on the pipe of a client of epoch 9: %v, want an Unavailable (outcome unknown)", err)
+	}
+}
+
+// TestPipeStaleReplyLeavesOutcomesUnknown: a reply of another epoch breaks
+// the pipe, and the calls pending on it, which the writer may have done
+// (here: is doing), fail as a broken pipe's do (outcome unknown), never
+// as a refusal (ErrStaleEpoch: nothing done), which a member would retry.
+func TestPipeStaleReplyLeavesOutcomesUnknown(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	s := serveHandlers(t, Config{Epoch: 8, Secret: []byte("s")}, map[string]Handler{
+		"Echo": func(ctx context.Context, decode func(Message) error) (Message, error) {
+			var req echoReq
+			if err := decode(&req); err != nil {
+				return nil, err
+			}
+			if req.Text == "slow" {
+				started <- struct{}{}
+				<-release
+			}
+			return &echoReply{Text: req.Text}, nil
+		},
+	})
+	defer close(release)
+	c := dial(t, s.Addr(), Config{Epoch: 8, Secret: []byte("s"), Pipe: []string{"Echo"}})
+	var r0 echoReply
+	if err := c.Call(ctxT(t), "Echo", &echoReq{Text: "open", Count: 1}, &r0); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		var reply echoReply
+		slow <- c.Call(ctxT(t), "Echo", &echoReq{Text: "slow", Count: 1}, &reply)
+	}()
+	<-started // the writer acts on the call
+	c.epoch = "9"
+	var r1 echoReply
+	_ = c.Call(ctxT(t), "Echo", &echoReq{Text: "x", Count: 1}, &r1)
+	if err := <-slow; err == nil || errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("a call the writer was doing ended with %v, want outcome unknown (not ErrStaleEpoch)", err)
 	}
 }
 
