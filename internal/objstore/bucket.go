@@ -163,9 +163,10 @@ type Segment interface {
 	// Sync makes every completed WriteAt durable. After a failed Sync the
 	// segment's content is unknown: do not retry, stop writing to it.
 	Sync() error
-	// WriteAtSync is WriteAt then Sync, in one request where the driver
-	// can (pwritev2 with RWF_DSYNC on Linux): p and every completed
-	// WriteAt before it are durable when it returns nil. After a failure
+	// WriteAtSync writes p at off and makes it durable, in one request
+	// where the driver can (pwritev2 with RWF_DSYNC on Linux): p is
+	// durable when it returns nil. Earlier WriteAts are not made durable
+	// by it (RWF_DSYNC syncs the range it wrote): Sync them. After a failure
 	// the segment's content from off on is unknown, as after a failed
 	// Sync: do not retry, stop writing to it.
 	WriteAtSync(p []byte, off int64) error
