@@ -247,10 +247,7 @@ func (r *remote) watch(w *claimWatch) {
 		w.tell(&ClaimLostError{JobID: w.id})
 		return
 	}
-	if c.cancelled {
-		w.tell(ErrJobCancelled)
-	}
-	w.next, c.watchers = c.watchers, w
+	w.attach(&c.watchers, c.cancelled)
 }
 
 func (r *remote) unwatch(w *claimWatch) {

@@ -174,10 +174,18 @@ func (l *local) watch(w *claimWatch) {
 		w.tell(&ClaimLostError{JobID: w.id})
 		return
 	}
-	if ls.cancelled {
+	w.attach(&ls.watchers, ls.cancelled)
+}
+
+// attach adds w to a claim's watchers, telling it at once if the claim's
+// job is cancelled already.
+//
+// REQUIRES: the lock guarding watchers held.
+func (w *claimWatch) attach(watchers **claimWatch, cancelled bool) {
+	if cancelled {
 		w.tell(ErrJobCancelled)
 	}
-	w.next, ls.watchers = ls.watchers, w
+	w.next, *watchers = *watchers, w
 }
 
 func (l *local) unwatch(w *claimWatch) {

@@ -220,14 +220,22 @@ func (s *fileSegment) usable(op, key string) error {
 	return nil
 }
 
-func (s *fileSegment) WriteAt(p []byte, off int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// writable checks a write of p at off: the segment open, the range in it.
+func (s *fileSegment) writable(p []byte, off int64) error {
 	if err := s.usable("write", s.name()); err != nil {
 		return err
 	}
 	if off < 0 || off+int64(len(p)) > s.size {
 		return opErr("write", s.name(), fmt.Errorf("write of %d bytes at %d outside the segment's %d", len(p), off, s.size))
+	}
+	return nil
+}
+
+func (s *fileSegment) WriteAt(p []byte, off int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.writable(p, off); err != nil {
+		return err
 	}
 	if _, err := s.st.file.WriteAt(p, off); err != nil {
 		return opErr("write", s.name(), &permanentError{err})
@@ -260,11 +268,8 @@ func (s *fileSegment) Sync() error {
 func (s *fileSegment) WriteAtSync(p []byte, off int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.usable("write", s.name()); err != nil {
+	if err := s.writable(p, off); err != nil {
 		return err
-	}
-	if off < 0 || off+int64(len(p)) > s.size {
-		return opErr("write", s.name(), fmt.Errorf("write of %d bytes at %d outside the segment's %d", len(p), off, s.size))
 	}
 	if !s.f.noDsync.Load() {
 		err := s.f.writeDsync(s.st.file, p, off)
