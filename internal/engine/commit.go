@@ -292,7 +292,9 @@ func noWait(context.Context) error { return nil }
 // caller whose function it was.
 type fnPanic struct{ value any }
 
-func (p *fnPanic) Error() string { return fmt.Sprintf("engine: transaction function panicked: %v", p.value) }
+func (p *fnPanic) Error() string {
+	return fmt.Sprintf("engine: transaction function panicked: %v", p.value)
+}
 
 // callFn calls fn, turning a panic into a *fnPanic.
 func callFn(fn func(tx *Tx) error, tx *Tx) (err error) {
