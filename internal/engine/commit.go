@@ -101,16 +101,22 @@ func (tx *Tx) Put(key string, val []byte) {
 // PutInline is Put(prefix+string(key), Inline(data)) with one allocation,
 // the tree's item: neither the key nor the encoded value is built apart.
 func (tx *Tx) PutInline(prefix string, key, data []byte) {
-	n := len(prefix) + len(key)
-	if uint64(n) > math.MaxUint32 || uint64(len(data)) >= math.MaxUint32 {
+	tx.put(itemIn(prefix, key, []byte{tagInline}, data))
+}
+
+// itemIn returns the item of key prefix+key and value head+val in one
+// allocation.
+func itemIn[K ~string | ~[]byte](prefix string, key K, head, val []byte) item {
+	n, v := len(prefix)+len(key), len(head)+len(val)
+	if uint64(n) > math.MaxUint32 || uint64(v) > math.MaxUint32 {
 		panic("engine: key or value over 4 GiB")
 	}
-	buf := make([]byte, n+1+len(data))
+	buf := make([]byte, max(n+v, 1))
 	copy(buf, prefix)
 	copy(buf[len(prefix):], key)
-	buf[n] = tagInline
-	copy(buf[n+1:], data)
-	tx.put(item{p: &buf[0], klen: uint32(n), vlen: uint32(1 + len(data))})
+	copy(buf[n:], head)
+	copy(buf[n+len(head):], val)
+	return item{p: &buf[0], klen: uint32(n), vlen: uint32(v)}
 }
 
 func (tx *Tx) put(it item) {
@@ -126,47 +132,33 @@ func (tx *Tx) PutIn(prefix, key string, val []byte) {
 	if val == nil {
 		panic("engine: Put with a nil encoded value")
 	}
-	n := len(prefix) + len(key)
-	if uint64(n) > math.MaxUint32 || uint64(len(val)) > math.MaxUint32 {
-		panic("engine: key or value over 4 GiB")
-	}
-	buf := make([]byte, max(n+len(val), 1))
-	copy(buf, prefix)
-	copy(buf[len(prefix):], key)
-	copy(buf[n:], val)
-	tx.put(item{p: &buf[0], klen: uint32(n), vlen: uint32(len(val))})
+	tx.put(itemIn(prefix, key, nil, val))
 }
 
 // GetIn is Get(prefix+key) without building the key.
 func (tx *Tx) GetIn(prefix, key string) ([]byte, bool) {
-	return tx.Get(tx.scratchKeyIn(prefix, key))
+	return tx.Get(scratchKey(tx, prefix, key))
 }
 
 // DeleteIn is Delete(prefix+key) without building the key.
 func (tx *Tx) DeleteIn(prefix, key string) bool {
-	return tx.Delete(tx.scratchKeyIn(prefix, key))
-}
-
-// scratchKeyIn is scratchKey for a key held as a string.
-func (tx *Tx) scratchKeyIn(prefix, key string) string {
-	tx.e.kbuf = append(append(tx.e.kbuf[:0], prefix...), key...)
-	return unsafe.String(unsafe.SliceData(tx.e.kbuf), len(tx.e.kbuf))
+	return tx.Delete(scratchKey(tx, prefix, key))
 }
 
 // GetKey is Get(prefix+string(key)) without building the key.
 func (tx *Tx) GetKey(prefix string, key []byte) ([]byte, bool) {
-	return tx.Get(tx.scratchKey(prefix, key))
+	return tx.Get(scratchKey(tx, prefix, key))
 }
 
 // DeleteKey is Delete(prefix+string(key)) without building the key.
 func (tx *Tx) DeleteKey(prefix string, key []byte) bool {
-	return tx.Delete(tx.scratchKey(prefix, key))
+	return tx.Delete(scratchKey(tx, prefix, key))
 }
 
 // scratchKey returns prefix+key in the engine's scratch buffer: valid
 // until the next call, for lookups that keep no reference to it (Get,
 // Delete: the tree's own copy of a key is what they keep).
-func (tx *Tx) scratchKey(prefix string, key []byte) string {
+func scratchKey[K ~string | ~[]byte](tx *Tx, prefix string, key K) string {
 	tx.e.kbuf = append(append(tx.e.kbuf[:0], prefix...), key...)
 	return unsafe.String(unsafe.SliceData(tx.e.kbuf), len(tx.e.kbuf))
 }
