@@ -237,6 +237,11 @@ func (s *fileSegment) WriteAt(p []byte, off int64) error {
 	if err := s.writable(p, off); err != nil {
 		return err
 	}
+	return s.writeLocked(p, off)
+}
+
+// writeLocked writes p at off. REQUIRES: s.mu held, the write checked.
+func (s *fileSegment) writeLocked(p []byte, off int64) error {
 	if _, err := s.st.file.WriteAt(p, off); err != nil {
 		return opErr("write", s.name(), &permanentError{err})
 	}
@@ -249,6 +254,11 @@ func (s *fileSegment) Sync() error {
 	if err := s.usable("sync", s.name()); err != nil {
 		return err
 	}
+	return s.syncLocked()
+}
+
+// syncLocked fdatasyncs the segment. REQUIRES: s.mu held.
+func (s *fileSegment) syncLocked() error {
 	if err := syncData(s.st.file); err != nil {
 		// Never retryable (see IsRetryable): the failed write-back may
 		// have been dropped, and a second fdatasync would not see it.
@@ -283,13 +293,10 @@ func (s *fileSegment) WriteAtSync(p []byte, off int64) error {
 		}
 		s.f.noDsync.Store(true)
 	}
-	if _, err := s.st.file.WriteAt(p, off); err != nil {
-		return opErr("write", s.name(), &permanentError{err})
+	if err := s.writeLocked(p, off); err != nil {
+		return err
 	}
-	if err := syncData(s.st.file); err != nil {
-		return opErr("sync", s.name(), &permanentError{err})
-	}
-	return nil
+	return s.syncLocked()
 }
 
 func (s *fileSegment) Close() error {
