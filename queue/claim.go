@@ -10,6 +10,7 @@ import (
 
 	"github.com/stepwell/stepwell/internal/cluster"
 	"github.com/stepwell/stepwell/internal/engine"
+	"github.com/stepwell/stepwell/internal/handoff"
 )
 
 // ClaimOptions configure Claim.
@@ -109,12 +110,14 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 // durable (claimAwait). A member's commit call applies its claims with its
 // transactions, so that they share a WAL write.
 type claimState struct {
-	o     options
-	s     *slots
-	jobs  []*Job
-	encs  [][]byte // payload values not in the records (see payloadValue)
-	wait  func(context.Context) error
-	taken int // slots of s taken
+	o        options
+	queue    string           // a refill's queue (see refillApply)
+	prefetch handoff.Prefetch // read with each job (see prefetchIn); zero: none
+	s        *slots
+	jobs     []*Job
+	encs     [][]byte // payload values not in the records (see payloadValue)
+	wait     func(context.Context) error
+	taken    int // slots of s taken
 }
 
 // putTaken gives back the slots the claim took.
@@ -142,6 +145,11 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 		return nil, err
 	}
 	c := &claimState{o: o, s: s}
+	if o.member == "" {
+		// A Work loop of this process: its claims bring what it
+		// prefetches. (A member's come with it through wireJobs.)
+		c.prefetch, _ = handoff.PrefetchOf(ctx)
+	}
 	now := l.now()
 	var size int64 // payload bytes claimed
 	var taken limitTaken
@@ -158,6 +166,7 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 			return err
 		}
 		l.grantLeases(c.jobs, cfg, now, o.member)
+		l.prefetchIn(&tx.Reader, c.jobs, c.prefetch)
 		return nil
 	})
 	if err != nil {
@@ -218,6 +227,71 @@ func (l *local) claimReady(tx *engine.Tx, qi *queueIndex, c *claimState, n int, 
 		c.encs = append(c.encs, l.payloadValue(&tx.Reader, id, rec))
 	}
 	return nil
+}
+
+// prefetchIn sets the prefetched value (see handoff.Prefetch) of each of
+// jobs, claimed just now, if it is in the engine's records; one that is
+// absent or in a blob is left for the handler to read.
+//
+// REQUIRES: inside an engine transaction or view.
+func (l *local) prefetchIn(r *engine.Reader, jobs []*Job, p handoff.Prefetch) {
+	if p.Header == "" {
+		return
+	}
+	for _, j := range jobs {
+		v, ok := r.Get(kvSpace + p.Prefix + j.Headers[p.Header])
+		if !ok {
+			continue
+		}
+		if d, err := engine.Decode(v); err == nil && d.BlobKey == "" {
+			j.prefetched = bytes.Clone(d.Data)
+		}
+	}
+}
+
+// refillApply claims the next job of rf's queue into rf, for the Work slot
+// whose job the transaction settles (see refillFor), within the slot: it
+// takes no slot of its own. It claims nothing when the store is stalled
+// or no job is claimable now, and a failure to claim fails only the claim,
+// not the settlement.
+//
+// REQUIRES: inside the settlement's engine transaction.
+func (l *local) refillApply(tx *engine.Tx, rf *claimState, now time.Time, taken *limitTaken) {
+	rf.jobs, rf.encs = nil, nil
+	qi := l.ix.queues[rf.queue]
+	if qi == nil || l.eng.Stalled() {
+		return
+	}
+	qi.promote(now.UnixNano())
+	var used, size int64
+	if l.claimReady(tx, qi, rf, 1, nil, &used, &size, now, taken) != nil {
+		rf.jobs, rf.encs = nil, nil
+		return
+	}
+	l.grantLeases(rf.jobs, rf.o.config(rf.queue), now, "")
+	l.prefetchIn(&tx.Reader, rf.jobs, rf.prefetch)
+}
+
+// refill hands the jobs refillApply claimed to the caller's slot once
+// their claim is durable; one the slot cannot take is given back.
+func (l *local) refill(ctx context.Context, rf *claimState, wait func(context.Context) error) {
+	if len(rf.jobs) == 0 {
+		return
+	}
+	rf.wait = wait
+	jobs, err := l.claimAwait(ctx, rf)
+	if err != nil {
+		return
+	}
+	var unrun []*Job
+	for _, j := range jobs {
+		if !handoff.Give(ctx, rf.queue, j, j.carried()) {
+			unrun = append(unrun, j)
+		}
+	}
+	if len(unrun) > 0 {
+		go l.releaseUnrun(unrun, rf.o)
+	}
 }
 
 // claimAwait waits until the claim claimApply applied is durable, and

@@ -16,12 +16,25 @@ import (
 // (slotTable.takeSlots), apply its operations in one engine transaction
 // (applyOps), and once the outcome is known, do what follows it
 // (committed).
+//
+// A settlement of the job that the caller's Work slot runs also claims the
+// slot's next job, in the same engine transaction (see refillFor and
+// refillApply), and hands it to the slot: the slot's next job costs no
+// claim transaction, WAL write or hand-off of its own.
 func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, error) {
-	c, wait, err := l.apply(ctx, ops, o)
+	var rf *claimState
+	if w := refillFor(ctx, ops); w != nil {
+		rf = &claimState{o: o, queue: w.Queue, prefetch: w.Prefetch}
+	}
+	c, wait, err := l.apply(ctx, ops, o, rf)
 	if err != nil {
 		return TxnResult{}, err
 	}
-	return l.await(ctx, c, wait)
+	res, err := l.await(ctx, c, wait)
+	if rf != nil {
+		l.refill(ctx, rf, wait)
+	}
+	return res, err
 }
 
 // commitAll commits independent transactions, as many calls of commit at
@@ -41,7 +54,7 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 		if l.stagesBlob(ops) {
 			release()
 		}
-		cs[i], waits[i], errs[i] = l.apply(ctx, ops, o)
+		cs[i], waits[i], errs[i] = l.apply(ctx, ops, o, nil)
 	}
 	claims := make([]claimOutcome, len(wants))
 	states := make([]*claimState, len(wants))
@@ -91,8 +104,10 @@ type claimOutcome struct {
 }
 
 // apply runs commit's first three stages: the transaction is applied and
-// on its way to a WAL write, or failed and changed nothing.
-func (l *local) apply(ctx context.Context, ops []txnOp, o options) (*commitState, func(context.Context) error, error) {
+// on its way to a WAL write, or failed and changed nothing. With rf, the
+// transaction also claims a job for the caller's slot into rf (see
+// refillApply).
+func (l *local) apply(ctx context.Context, ops []txnOp, o options, rf *claimState) (*commitState, func(context.Context) error, error) {
 	c := &commitState{ops: ops, o: o, now: l.now()}
 	c.sizeResults()
 	if err := l.stageValues(ctx, c); err != nil {
@@ -105,8 +120,12 @@ func (l *local) apply(ctx context.Context, ops []txnOp, o options) (*commitState
 		err := l.applyOps(tx, c)
 		if err != nil {
 			c.taken.untake() // rolled back: the claims it made are undone
+			return err
 		}
-		return err
+		if rf != nil {
+			l.refillApply(tx, rf, c.now, &c.taken)
+		}
+		return nil
 	})
 	if err != nil {
 		var cfe *ConditionFailedError

@@ -70,7 +70,11 @@ type WorkOptions struct {
 // Leases of long jobs are renewed automatically; a panic in h is a failed
 // attempt whose error carries the panic message. Enqueues of this process
 // dispatched by the runtime start jobs directly in its idle slots; those
-// count against Concurrency like the jobs it claims itself.
+// count against Concurrency like the jobs it claims itself. The
+// settlement that frees a slot (Ack, Nack or DeadLetter of its job, by
+// the loop once h returns or by h with its ctx) also claims the slot's
+// next job, in the same transaction (a member's: in the same call), and
+// the slot runs it next; a stopping loop's claims nothing.
 func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOptions) error {
 	if err := q.checkClaim(queue, 1); err != nil {
 		return err

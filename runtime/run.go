@@ -44,7 +44,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	defer unobserve()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		// A member's claims bring each step's run record (see stepRun).
+		// Claims bring each step's run record (see stepRun).
 		pf := handoff.WithPrefetch(gctx, handoff.Prefetch{Header: HeaderRunID, Prefix: kvrecord.RunPrefix})
 		return rt.q.Work(pf, rt.opts.queueName, rt.handleStep, manualSettle(queue.WorkOptions{
 			Concurrency: rt.opts.maxConcurrent, DrainTimeout: rt.opts.drainTimeout,
@@ -178,10 +178,10 @@ func (rt *Runtime) handleDeadStep(ctx context.Context, notice *queue.Job) error 
 // started the job wrote it, if that transaction carried the record along
 // (a settlement that chained the job to this slot, a Submit that
 // dispatched step 0 to it: a *carriedRun, decoded already), or as the
-// writer read it with the claim (a member's claim prefetches its bytes:
-// see Run), else as read from the store. A member saves a call to the
-// writer per step. A carried record is stale when a Cancel, Pause or
-// signal committed since; the step's settlement then fails its
+// store's writer read it with the claim (claims prefetch its bytes: see
+// Run), else as read from the store. A member saves a call to the writer
+// per step, one process a read of the store. A carried record is stale
+// when a Cancel, Pause or signal committed since; the step's settlement then fails its
 // compare-and-put and reads the record again, as it does when the record
 // changes while the step runs. A cancel that reached the claim already is
 // read at once, so that the step does not start.

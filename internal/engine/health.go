@@ -165,6 +165,15 @@ func (h *health) wait() <-chan struct{} {
 // which writes nothing, is always healthy.
 func (e *Engine) Health() Health { return e.health.get() }
 
+// Stalled reports whether the store is stalled now (Health's Healthy is
+// false), without waiting.
+func (e *Engine) Stalled() bool {
+	h := e.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.unhealthyLocked(h.now())
+}
+
 // StallTime returns how long, in total since Open, the store has been
 // stalled (see Health), the current stall included. It only grows; the
 // layer above subtracts two readings to learn how much of an interval the

@@ -1,0 +1,104 @@
+package queue
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/handoff"
+	"github.com/stepwell/stepwell/internal/testenv"
+)
+
+// TestSettlementRefillsSlot: in one process, the settlement that frees a
+// Work slot also claims the slot's next job in the same transaction, and
+// the job runs there next: no claim of the loop's, no transaction of its
+// own. Each job comes with the value its loop prefetches (see
+// handoff.Prefetch), read with the claim, whether the loop claimed it or
+// a settlement did.
+func TestSettlementRefillsSlot(t *testing.T) {
+	q := openT(t, testenv.MemURL(t.Name()))
+	for _, run := range []string{"a", "b"} {
+		if err := q.Put(t0ctx, []byte("rec/"+run), []byte("record of "+run)); err != nil {
+			t.Fatal(err)
+		}
+		mustEnqueue(t, q, "w", run, EnqueueOptions{Headers: map[string]string{"run": run}})
+	}
+	var claims atomic.Int32
+	testHookClaimWait = func() { claims.Add(1) }
+	t.Cleanup(func() { testHookClaimWait = nil })
+
+	type ran struct {
+		payload, carried string
+		claims           int32
+		txns             uint64
+	}
+	got := make(chan ran, 4)
+	ctx, cancel := context.WithCancel(handoff.WithPrefetch(t0ctx, handoff.Prefetch{Header: "run", Prefix: "rec/"}))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, "w", func(ctx context.Context, j *Job) error {
+			c, _ := handoff.Carried[*Job](ctx).([]byte)
+			got <- ran{string(j.Payload), string(c), claims.Load(), q.StorageStats().Transactions}
+			return nil
+		}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
+	}()
+	var runs []ran
+	for range 2 {
+		select {
+		case r := <-got:
+			runs = append(runs, r)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ran %+v; a job did not run", runs)
+		}
+	}
+	for i, want := range []string{"a", "b"} {
+		if r := runs[i]; r.payload != want || r.carried != "record of "+want {
+			t.Errorf("run %d: %+v, want job %s with its record prefetched", i, r, want)
+		}
+	}
+	// One claim of the loop's (a's); b was claimed by a's settlement,
+	// the one transaction between the two runs.
+	if runs[1].claims != 1 || runs[1].txns != runs[0].txns+1 {
+		t.Errorf("b ran after %d claims of the loop and %d transactions since a ran; want 1 and 1 (a's settlement)",
+			runs[1].claims, runs[1].txns-runs[0].txns)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStoppingWorkerRefillsNothing: a settlement in a Work loop that is
+// stopping claims no next job: the job stays pending for another worker,
+// its attempt not counted.
+func TestStoppingWorkerRefillsNothing(t *testing.T) {
+	q := openT(t, testenv.MemURL(t.Name()))
+	mustEnqueue(t, q, "w", "a", EnqueueOptions{})
+	b := mustEnqueue(t, q, "w", "b", EnqueueOptions{}).JobID
+	started, release := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(t0ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, "w", func(ctx context.Context, j *Job) error {
+			if string(j.Payload) == "b" {
+				t.Error("b ran in a stopping worker")
+			}
+			close(started)
+			<-release
+			return nil
+		}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
+	}()
+	<-started
+	cancel() // the loop stops; a's settlement comes after
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	j, err := q.GetJob(t0ctx, b)
+	if err != nil || j.State != JobPending || j.Attempt != 0 {
+		t.Fatalf("b after the worker stopped: %+v, %v; want pending, no attempt", j, err)
+	}
+}
