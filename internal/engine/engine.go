@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,10 +203,11 @@ type Engine struct {
 	kick     chan struct{} // wakes the committer; buffered 1
 	noLinger atomic.Bool   // the committer's linger is off (SetLinger)
 	bg       sync.WaitGroup
-	loopWG   sync.WaitGroup // the committer alone
-	walBuf   []byte         // the committer's: the previous batch's encoding, reused
-	swept    chan struct{}  // closed when the sweep at Open ends
-	follow   readerFollow   // a reader's place in the WAL
+	loopWG   sync.WaitGroup    // the committer alone
+	walBuf   []byte            // the committer's: the previous batch's encoding, reused
+	sched    [2]metrics.Sample // the committer's: goroutines running and runnable (see othersIdle)
+	swept    chan struct{}     // closed when the sweep at Open ends
+	follow   readerFollow      // a reader's place in the WAL
 	// marked is the durable sequence last recorded in the owner object
 	// (stores with an OS lock; see recordMark).
 	marked atomic.Uint64
@@ -296,6 +298,7 @@ func newEngine(opts Options) (*Engine, error) {
 		opts:   opts,
 		log:    opts.Logger,
 		kick:   make(chan struct{}, 1),
+		sched:  [2]metrics.Sample{{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}},
 		tree:   newTree(),
 		dirty:  map[string]*batch{},
 	}

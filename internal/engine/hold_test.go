@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -84,10 +85,32 @@ func TestHoldReleasedDuringClose(t *testing.T) {
 	})
 }
 
-// With the linger off, the committer writes what is open at once, even
-// after a batch of lingerMinTxns or more; with it on, it waits (up to half
-// the last write) for as many as the last batch held.
-func TestSetLinger(t *testing.T) {
+// batchOf8 commits a batch of 8 transactions (a hold, then 8), so that
+// the committer lingers after it (lingerMinTxns).
+func batchOf8(t *testing.T, e *Engine) {
+	t.Helper()
+	ctx := context.Background()
+	release := e.Hold()
+	var waits []func(context.Context) error
+	for i := range 8 {
+		w, err := e.Apply(ctx, func(tx *Tx) error { tx.Put(string(rune('a'+i)), Inline([]byte("v"))); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, w)
+	}
+	release()
+	for _, w := range waits {
+		if err := w(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A lone commit after a batch of lingerMinTxns or more is written at once,
+// linger on or off, when nothing else runs: no other goroutine can add to
+// its batch before the write.
+func TestLingerEndsWhenNothingRuns(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
@@ -95,35 +118,55 @@ func TestSetLinger(t *testing.T) {
 			e := mustOpen(t, Options{Bucket: &slowPut{Bucket: b, d: 10 * time.Millisecond}})
 			defer e.Close(ctx)
 			e.SetLinger(on)
-			// A batch of 8: a hold, then 8 transactions.
-			release := e.Hold()
-			var waits []func(context.Context) error
-			for i := range 8 {
-				w, err := e.Apply(ctx, func(tx *Tx) error { tx.Put(string(rune('a'+i)), Inline([]byte("v"))); return nil })
-				if err != nil {
-					t.Fatal(err)
-				}
-				waits = append(waits, w)
-			}
-			release()
-			for _, w := range waits {
-				if err := w(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			batchOf8(t, e)
 			start := time.Now()
 			if err := e.Update(ctx, func(tx *Tx) error { tx.Put("z", Inline([]byte("v"))); return nil }); err != nil {
 				t.Fatal(err)
 			}
-			took := time.Since(start) // fake time: exactly the waits
-			want := 10 * time.Millisecond
-			if on {
-				want += 5 * time.Millisecond // half the last write
-			}
-			if took != want {
-				t.Errorf("linger %v: a lone commit after a batch of 8 took %v, want %v", on, took, want)
+			if took := time.Since(start); took != 10*time.Millisecond { // fake time: exactly the waits
+				t.Errorf("linger %v: a lone commit after a batch of 8 took %v, want the write's 10ms alone", on, took)
 			}
 		})
+	}
+}
+
+// With the linger on, a commit after a batch of lingerMinTxns or more
+// waits (up to half the last write) while other goroutines run, and
+// shares its write with the one they commit; with it off, it is written
+// at once, alone.
+func TestSetLinger(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		ctx := context.Background()
+		b, _ := memBucket(t)
+		// Writes of 200ms: the linger lasts up to 100ms, the other
+		// goroutine commits after 1ms of work.
+		e := mustOpen(t, Options{Bucket: &slowPut{Bucket: b, d: 200 * time.Millisecond}})
+		e.SetLinger(on)
+		batchOf8(t, e)
+		before := e.Stats().Batches
+		other := make(chan error, 1)
+		go func() {
+			for start := time.Now(); time.Since(start) < time.Millisecond; {
+				runtime.Gosched() // running: work that ends in a commit
+			}
+			other <- e.Update(ctx, func(tx *Tx) error { tx.Put("y", Inline([]byte("v"))); return nil })
+		}()
+		if err := e.Update(ctx, func(tx *Tx) error { tx.Put("z", Inline([]byte("v"))); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-other; err != nil {
+			t.Fatal(err)
+		}
+		want := uint64(2)
+		if on {
+			want = 1
+		}
+		if got := e.Stats().Batches - before; got != want {
+			t.Errorf("linger %v: the two commits took %d writes, want %d", on, got, want)
+		}
+		if err := e.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
