@@ -112,6 +112,8 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 type claimState struct {
 	o        options
 	queue    string           // a refill's queue (see refillApply)
+	n        int              // a refill's jobs at most (0: 1)
+	used     *int64           // a member's refill: the payload bytes its call's claims took (see maxMemberClaimBytes)
 	prefetch handoff.Prefetch // read with each job (see prefetchIn); zero: none
 	s        *slots
 	jobs     []*Job
@@ -145,11 +147,9 @@ func (l *local) claimApply(ctx context.Context, queue string, n int, o options, 
 		return nil, err
 	}
 	c := &claimState{o: o, s: s}
-	if o.member == "" {
-		// A Work loop of this process: its claims bring what it
-		// prefetches. (A member's come with it through wireJobs.)
-		c.prefetch, _ = handoff.PrefetchOf(ctx)
-	}
+	// The claims of a Work loop bring what it prefetches (a member's:
+	// its call's ctx carries its Prefetch).
+	c.prefetch, _ = handoff.PrefetchOf(ctx)
 	now := l.now()
 	var size int64 // payload bytes claimed
 	var taken limitTaken
@@ -249,11 +249,11 @@ func (l *local) prefetchIn(r *engine.Reader, jobs []*Job, p handoff.Prefetch) {
 	}
 }
 
-// refillApply claims the next job of rf's queue into rf, for the Work slot
-// whose job the transaction settles (see refillFor), within the slot: it
-// takes no slot of its own. It claims nothing when the store is stalled
-// or no job is claimable now, and a failure to claim fails only the claim,
-// not the settlement.
+// refillApply claims the next job (rf.n jobs at most) of rf's queue into
+// rf, for the Work slot whose job the transaction settles (see
+// refillFor), within the slot: it takes no slot of its own. It claims
+// nothing when the store is stalled or no job is claimable now, and a
+// failure to claim fails only the claim, not the settlement.
 //
 // REQUIRES: inside the settlement's engine transaction.
 func (l *local) refillApply(tx *engine.Tx, rf *claimState, now time.Time, taken *limitTaken) {
@@ -263,12 +263,17 @@ func (l *local) refillApply(tx *engine.Tx, rf *claimState, now time.Time, taken 
 		return
 	}
 	qi.promote(now.UnixNano())
-	var used, size int64
-	if l.claimReady(tx, qi, rf, 1, nil, &used, &size, now, taken) != nil {
+	used := rf.used
+	if used == nil {
+		used = new(int64)
+	}
+	var size int64
+	if l.claimReady(tx, qi, rf, max(rf.n, 1), nil, used, &size, now, taken) != nil {
 		rf.jobs, rf.encs = nil, nil
 		return
 	}
-	l.grantLeases(rf.jobs, rf.o.config(rf.queue), now, "")
+	*used += size
+	l.grantLeases(rf.jobs, rf.o.config(rf.queue), now, rf.o.member)
 	l.prefetchIn(&tx.Reader, rf.jobs, rf.prefetch)
 }
 

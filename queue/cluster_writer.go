@@ -87,8 +87,9 @@ func (l *local) wireJobs(ctx context.Context, jobs []*Job, prefetch handoff.Pref
 	var out []*wireJob
 	for _, j := range jobs {
 		w := toWireJob(j)
-		if prefetch.Header != "" {
-			// Absent, or unreadable now: the member reads it itself.
+		if w.Prefetched = j.prefetched; w.Prefetched == nil && prefetch.Header != "" {
+			// Not read with the claim (a blob, or absent), or unreadable
+			// now: the member reads it itself.
 			w.Prefetched, _ = l.get(ctx, kvSpace+prefetch.Prefix+j.Headers[prefetch.Header])
 		}
 		out = append(out, w)
@@ -159,14 +160,14 @@ func (l *local) methods() map[string]cluster.Handler {
 					case <-wctx.Done():
 					}
 				}()
-				jobs, err = l.claimWait(wctx, req.Queue, req.N, o, nil)
+				jobs, err = l.claimWait(handoff.WithPrefetch(wctx, req.Prefetch), req.Queue, req.N, o, nil)
 				stop()
 				cancel()
 				if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 					err = nil // the wait ended: no job
 				}
 			} else {
-				jobs, err = l.claim(ctx, req.Queue, req.N, o, nil)
+				jobs, err = l.claim(handoff.WithPrefetch(ctx, req.Prefetch), req.Queue, req.N, o, nil)
 			}
 			return &claimReply{Jobs: l.wireJobs(ctx, jobs, req.Prefetch), Err: toWireErr(err)}, nil
 		},

@@ -50,24 +50,39 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 	// engine.Hold), unless one uploads a blob first: the hold ends there.
 	release := l.eng.Hold()
 	defer func() { release() }()
-	for i, ops := range txns {
-		if l.stagesBlob(ops) {
-			release()
-		}
-		cs[i], waits[i], errs[i] = l.apply(ctx, ops, o, nil)
-	}
 	claims := make([]claimOutcome, len(wants))
 	states := make([]*claimState, len(wants))
 	var used int64 // payload bytes the call's claims took
+	// A claim that depends on a transaction (a settlement's refill) is
+	// applied in it: one engine transaction, as in one process.
+	refills := make([]*claimState, len(txns))
 	for i, w := range wants {
-		if w.IfTxn > 0 && (w.IfTxn > len(txns) || errs[w.IfTxn-1] != nil) {
-			continue // its transaction failed: no claim, no jobs
-		}
 		if w.N < 1 || w.Queue == "" {
 			claims[i].err = invalid("claim of %d jobs of queue %q", w.N, w.Queue)
 			continue
 		}
-		states[i], claims[i].err = l.claimApply(ctx, w.Queue, w.N, o, nil, &used)
+		if w.IfTxn > 0 && w.IfTxn <= len(txns) && refills[w.IfTxn-1] == nil {
+			states[i] = &claimState{o: o, queue: w.Queue, n: w.N, used: &used, prefetch: w.Prefetch}
+			refills[w.IfTxn-1] = states[i]
+		}
+	}
+	for i, ops := range txns {
+		if l.stagesBlob(ops) {
+			release()
+		}
+		cs[i], waits[i], errs[i] = l.apply(ctx, ops, o, refills[i])
+		if rf := refills[i]; rf != nil {
+			rf.wait = waits[i]
+		}
+	}
+	for i, w := range wants {
+		if states[i] != nil || claims[i].err != nil {
+			continue
+		}
+		if w.IfTxn > 0 {
+			continue // its transaction failed, or is not in the call: no claim, no jobs
+		}
+		states[i], claims[i].err = l.claimApply(handoff.WithPrefetch(ctx, w.Prefetch), w.Queue, w.N, o, nil, &used)
 	}
 	release()
 	for i, c := range cs {
@@ -76,7 +91,7 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 		}
 	}
 	for i, c := range states {
-		if c != nil && claims[i].err == nil {
+		if c != nil && c.wait != nil && claims[i].err == nil {
 			claims[i].jobs, claims[i].err = l.claimAwait(ctx, c)
 		}
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,5 +101,46 @@ func TestStoppingWorkerRefillsNothing(t *testing.T) {
 	j, err := q.GetJob(t0ctx, b)
 	if err != nil || j.State != JobPending || j.Attempt != 0 {
 		t.Fatalf("b after the worker stopped: %+v, %v; want pending, no attempt", j, err)
+	}
+}
+
+// TestClusterClaimsPrefetch: a member's claims, the Work loop's and a
+// settlement's refill, come with the value the loop prefetches, read by
+// the writer with the claim; one kept as a blob is read apart.
+func TestClusterClaimsPrefetch(t *testing.T) {
+	url := "file://" + t.TempDir()
+	w := openMember(t, url, WithLargeValueThreshold(1024))
+	m := openMember(t, url, WithLargeValueThreshold(1024))
+	recs := map[string]string{"a": "record of a", "b": "record of b", "c": strings.Repeat("c", 4096)}
+	for _, run := range []string{"a", "b", "c"} {
+		if err := w.Put(t0ctx, []byte("rec/"+run), []byte(recs[run])); err != nil {
+			t.Fatal(err)
+		}
+		mustEnqueue(t, w, "w", run, EnqueueOptions{Headers: map[string]string{"run": run}})
+	}
+	got := make(chan [2]string, 4)
+	ctx, cancel := context.WithCancel(handoff.WithPrefetch(t0ctx, handoff.Prefetch{Header: "run", Prefix: "rec/"}))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- m.Work(ctx, "w", func(ctx context.Context, j *Job) error {
+			c, _ := handoff.Carried[*Job](ctx).([]byte)
+			got <- [2]string{string(j.Payload), string(c)}
+			return nil
+		}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
+	}()
+	for _, want := range []string{"a", "b", "c"} {
+		select {
+		case r := <-got:
+			if r[0] != want || r[1] != recs[want] {
+				t.Errorf("ran %q with %d bytes carried, want %q with its record (%d bytes)", r[0], len(r[1]), want, len(recs[want]))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("job %q did not run", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
