@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -142,5 +143,49 @@ func TestClusterClaimsPrefetch(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRefillGivenBackWhenCallerGivesUp: a settlement whose caller stops
+// waiting before its WAL write lands (ErrOutcomeUnknown) still claimed the
+// slot's next job in its transaction; once the write lands, nobody runs
+// that job, so it is given back: pending again, its attempt not counted.
+func TestRefillGivenBackWhenCallerGivesUp(t *testing.T) {
+	q, f, _ := openFaulty(t)
+	mustEnqueue(t, q, "v", "j", EnqueueOptions{})
+	j := mustClaim(t, q, "v")
+	k := mustEnqueue(t, q, "v", "k", EnqueueOptions{}).JobID
+
+	f.Stall()
+	puts := q.StorageStats().Puts
+	ctx, cancel := context.WithCancel(handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v", JobID: j.ID}))
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		_, err := q.Commit(ctx, new(Txn).Ack(j))
+		res <- err
+	}()
+	// Applied (the ack and k's claim) and on its way to the store.
+	testenv.Eventually(t, 10*time.Second, "the settlement's WAL write to start", func() bool { return q.StorageStats().Puts > puts })
+	l := q.be.(*local)
+	l.lmu.Lock()
+	_, claimed := l.leases[k]
+	l.lmu.Unlock()
+	if !claimed {
+		t.Fatal("the settlement did not claim k for the slot")
+	}
+	cancel()
+	if err := <-res; !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("Commit = %v, want ErrOutcomeUnknown", err)
+	}
+	f.Unstall()
+	testenv.Eventually(t, 10*time.Second, "j done or gone, k pending again", func() bool {
+		jj, err1 := q.GetJob(t0ctx, j.ID)
+		jk, err2 := q.GetJob(t0ctx, k)
+		jDone := errors.Is(err1, ErrJobNotFound) || err1 == nil && jj.State == JobDone
+		return jDone && err2 == nil && jk.State == JobPending
+	})
+	if jk, err := q.GetJob(t0ctx, k); err != nil || jk.State != JobPending || jk.Attempt != 0 {
+		t.Fatalf("k = %+v, %v: want pending, no attempt counted", jk, err)
 	}
 }
