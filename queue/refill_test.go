@@ -38,14 +38,11 @@ func TestSettlementRefillsSlot(t *testing.T) {
 	got := make(chan ran, 4)
 	ctx, cancel := context.WithCancel(handoff.WithPrefetch(t0ctx, handoff.Prefetch{Header: "run", Prefix: "rec/"}))
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- q.Work(ctx, "w", func(ctx context.Context, j *Job) error {
-			c, _ := handoff.Carried[*Job](ctx).([]byte)
-			got <- ran{string(j.Payload), string(c), claims.Load(), q.StorageStats().Transactions}
-			return nil
-		}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
-	}()
+	done := workIn(ctx, q, "w", func(ctx context.Context, j *Job) error {
+		c, _ := handoff.Carried[*Job](ctx).([]byte)
+		got <- ran{string(j.Payload), string(c), claims.Load(), q.StorageStats().Transactions}
+		return nil
+	}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
 	var runs []ran
 	for range 2 {
 		select {
@@ -82,17 +79,14 @@ func TestStoppingWorkerRefillsNothing(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	ctx, cancel := context.WithCancel(t0ctx)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- q.Work(ctx, "w", func(ctx context.Context, j *Job) error {
-			if string(j.Payload) == "b" {
-				t.Error("b ran in a stopping worker")
-			}
-			close(started)
-			<-release
-			return nil
-		}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
-	}()
+	done := workIn(ctx, q, "w", func(ctx context.Context, j *Job) error {
+		if string(j.Payload) == "b" {
+			t.Error("b ran in a stopping worker")
+		}
+		close(started)
+		<-release
+		return nil
+	}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
 	<-started
 	cancel() // the loop stops; a's settlement comes after
 	close(release)
@@ -122,14 +116,11 @@ func TestClusterClaimsPrefetch(t *testing.T) {
 	got := make(chan [2]string, 4)
 	ctx, cancel := context.WithCancel(handoff.WithPrefetch(t0ctx, handoff.Prefetch{Header: "run", Prefix: "rec/"}))
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- m.Work(ctx, "w", func(ctx context.Context, j *Job) error {
-			c, _ := handoff.Carried[*Job](ctx).([]byte)
-			got <- [2]string{string(j.Payload), string(c)}
-			return nil
-		}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
-	}()
+	done := workIn(ctx, m, "w", func(ctx context.Context, j *Job) error {
+		c, _ := handoff.Carried[*Job](ctx).([]byte)
+		got <- [2]string{string(j.Payload), string(c)}
+		return nil
+	}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
 	for _, want := range []string{"a", "b", "c"} {
 		select {
 		case r := <-got:
@@ -188,4 +179,11 @@ func TestRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 	if jk, err := q.GetJob(t0ctx, k); err != nil || jk.State != JobPending || jk.Attempt != 0 {
 		t.Fatalf("k = %+v, %v: want pending, no attempt counted", jk, err)
 	}
+}
+
+// workIn runs q.Work in the background; its error comes on the channel.
+func workIn(ctx context.Context, q *Queue, queue string, h Handler, opts WorkOptions) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- q.Work(ctx, queue, h, opts) }()
+	return done
 }
