@@ -697,8 +697,11 @@ const (
 // ms that the released cohort left short lasted a millisecond, the whole
 // process idle (measured in a saturated run: every goroutine blocked 27%
 // of the time with sleeps, 15% with yields, and 18% more transitions a
-// second). Its iterations are bounded too, for a clock that stands still
-// while goroutines run (a testing/synctest bubble).
+// second). The price: while goroutines of the process run on other Ps
+// and none waits for this one, a linger keeps its P busy yielding, for
+// up to max (half the last write). Its iterations are bounded too, for a
+// clock that stands still while goroutines run (a testing/synctest
+// bubble).
 //
 // REQUIRES: e.mu held; it is released while waiting.
 func (e *Engine) lingerLocked(want uint32, max time.Duration) {
