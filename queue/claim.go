@@ -253,7 +253,7 @@ func (l *local) prefetchIn(r *engine.Reader, jobs []*Job, p handoff.Prefetch) {
 // rf, for the Work slot whose job the transaction settles (see
 // refillFor), within the slot: it takes no slot of its own. It claims
 // nothing when the store is stalled or no job is claimable now, and a
-// failure to claim fails only the claim, not the settlement.
+// failure to claim ends only the claim, not the settlement.
 //
 // REQUIRES: inside the settlement's engine transaction.
 func (l *local) refillApply(tx *engine.Tx, rf *claimState, now time.Time, taken *limitTaken) {
@@ -268,10 +268,9 @@ func (l *local) refillApply(tx *engine.Tx, rf *claimState, now time.Time, taken 
 		used = new(int64)
 	}
 	var size int64
-	if l.claimReady(tx, qi, rf, max(rf.n, 1), nil, used, &size, now, taken) != nil {
-		rf.jobs, rf.encs = nil, nil
-		return
-	}
+	// An error (a record that does not decode) ends the claim there: the
+	// jobs claimed before it are kept, with their leases.
+	_ = l.claimReady(tx, qi, rf, max(rf.n, 1), nil, used, &size, now, taken)
 	*used += size
 	l.grantLeases(rf.jobs, rf.o.config(rf.queue), now, rf.o.member)
 	l.prefetchIn(&tx.Reader, rf.jobs, rf.prefetch)

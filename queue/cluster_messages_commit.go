@@ -138,9 +138,9 @@ type commitReq struct {
 	// no job dispatched).
 	Dispatch bool
 	// Claims ride the call (see remote.claimRide, refillFor): the writer
-	// claims for the member after the transactions, before it waits for
-	// their WAL write (which the claims usually share), without waiting
-	// for a job.
+	// claims for the member after the transactions (a refill, IfTxn: in
+	// its transaction), before it waits for their WAL write (which the
+	// claims usually share), without waiting for a job.
 	Claims []claimWant
 }
 

@@ -1241,14 +1241,16 @@ func TestClusterSettlementRefillsSlot(t *testing.T) {
 	for _, slot := range []*handoff.Slot[*Job]{{Queue: "v", JobID: "another"}, {Queue: "v", JobID: jc.ID, Stopping: stopping}} {
 		jo := *jc
 		jo.token++ // a settlement that fails: nothing changes
-		if _, err := m.Commit(handoff.With(t0ctx, slot), new(Txn).Ack(&jo)); !IsClaimLost(err) {
+		sctx := handoff.With(t0ctx, slot)
+		handoff.Settling[*Job](sctx)
+		if _, err := m.Commit(sctx, new(Txn).Ack(&jo)); !IsClaimLost(err) {
 			t.Fatalf("Ack with a wrong token = %v", err)
 		}
 	}
 	if n := refills.Load(); n != 0 {
 		t.Fatalf("%d refills for settlements of another job or in a stopping worker", n)
 	}
-	ctx := handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v", JobID: jc.ID})
+	ctx := settlingSlot(t0ctx, "v", jc.ID)
 	mustEnqueue(t, w, "v", "waiting", EnqueueOptions{})
 	if _, err := m.Commit(ctx, new(Txn).Ack(jc).Enqueue("v", []byte("next"), EnqueueOptions{claim: true})); err != nil {
 		t.Fatal(err)
@@ -1401,7 +1403,7 @@ func TestClusterRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 			<-unblock
 		}
 	})
-	ctx, cancel := context.WithCancel(handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v", JobID: j.ID}))
+	ctx, cancel := context.WithCancel(settlingSlot(t0ctx, "v", j.ID))
 	res := make(chan error, 1)
 	go func() {
 		_, err := m.Commit(ctx, new(Txn).Ack(j))

@@ -40,7 +40,9 @@ func (l *local) commit(ctx context.Context, ops []txnOp, o options) (TxnResult, 
 // commitAll commits independent transactions, as many calls of commit at
 // once would, but from one goroutine: it applies them all, then waits for
 // their outcomes (which come with the same WAL writes). A cluster writer
-// commits each call of a member this way. The claims in wants are applied
+// commits each call of a member this way. A claim in wants that depends
+// on a transaction (IfTxn: a settlement's refill) is applied in it, and
+// sees what the transactions before it enqueued; the others are applied
 // after the transactions (they see the jobs those enqueued), before it
 // waits: they usually share its WAL write.
 func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants []claimWant) ([]TxnResult, []error, []claimOutcome) {

@@ -149,7 +149,7 @@ func TestRefillGivenBackWhenCallerGivesUp(t *testing.T) {
 
 	f.Stall()
 	puts := q.StorageStats().Puts
-	ctx, cancel := context.WithCancel(handoff.With(t0ctx, &handoff.Slot[*Job]{Queue: "v", JobID: j.ID}))
+	ctx, cancel := context.WithCancel(settlingSlot(t0ctx, "v", j.ID))
 	defer cancel()
 	res := make(chan error, 1)
 	go func() {
@@ -186,4 +186,58 @@ func workIn(ctx context.Context, q *Queue, queue string, h Handler, opts WorkOpt
 	done := make(chan error, 1)
 	go func() { done <- q.Work(ctx, queue, h, opts) }()
 	return done
+}
+
+// settlingSlot returns ctx carrying the Work slot of a handler running
+// jobID of queue that is settling it (see handoff.Settling), as a Work
+// loop's handler is once it returned.
+func settlingSlot(ctx context.Context, queue, jobID string) context.Context {
+	ctx = handoff.With(ctx, &handoff.Slot[*Job]{Queue: queue, JobID: jobID})
+	handoff.Settling[*Job](ctx)
+	return ctx
+}
+
+// TestAckFirstDoesNotRefill: a handler that settles its job and works on
+// (Ack first) claims no next job with that settlement: the job would wait
+// for the handler to return, its lease running and not renewed, and could
+// lose an attempt it never ran. It stays pending for the loop (here: the
+// only slot is busy), and runs once the handler returns, as attempt 1.
+func TestAckFirstDoesNotRefill(t *testing.T) {
+	q := openT(t, testenv.MemURL(t.Name()), WithLease(300*time.Millisecond))
+	mustEnqueue(t, q, "w", "a", EnqueueOptions{})
+	b := mustEnqueue(t, q, "w", "b", EnqueueOptions{}).JobID
+	acked, release := make(chan struct{}), make(chan struct{})
+	ranB := make(chan uint32, 1)
+	ctx, cancel := context.WithCancel(t0ctx)
+	defer cancel()
+	done := workIn(ctx, q, "w", func(ctx context.Context, j *Job) error {
+		if string(j.Payload) == "b" {
+			ranB <- j.Attempt
+			return nil
+		}
+		if err := q.Ack(ctx, j); err != nil {
+			return err
+		}
+		close(acked)
+		<-release // works on, past b's lease
+		return nil
+	}, WorkOptions{Concurrency: 1, PollInterval: time.Hour})
+	<-acked
+	time.Sleep(400 * time.Millisecond) // longer than a lease
+	if j, err := q.GetJob(t0ctx, b); err != nil || j.State != JobPending || j.Attempt != 0 {
+		t.Errorf("b while a's handler works on after its Ack: %+v, %v; want pending, no attempt", j, err)
+	}
+	close(release)
+	select {
+	case attempt := <-ranB:
+		if attempt != 1 {
+			t.Errorf("b ran as attempt %d, want 1", attempt)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b did not run")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

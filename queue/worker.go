@@ -71,10 +71,11 @@ type WorkOptions struct {
 // attempt whose error carries the panic message. Enqueues of this process
 // dispatched by the runtime start jobs directly in its idle slots; those
 // count against Concurrency like the jobs it claims itself. The
-// settlement that frees a slot (Ack, Nack or DeadLetter of its job, by
-// the loop once h returns or by h with its ctx) also claims the slot's
-// next job, in the same transaction (a member's: in the same call), and
-// the slot runs it next; a stopping loop's claims nothing.
+// settlement the loop makes once h returned (Ack, Nack or DeadLetter of
+// its job) also claims the slot's next job, in the same transaction (a
+// member's: in the same call), and the slot runs it next; a stopping
+// loop's claims nothing, and nor does a settlement h makes itself (h
+// may work on after it: the next job would wait, its lease running).
 func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOptions) error {
 	if err := q.checkClaim(queue, 1); err != nil {
 		return err
@@ -294,6 +295,7 @@ func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, man
 	}()
 	jctx := cc.ctx
 	err := callHandler(jctx, j, h)
+	handoff.Settling[*Job](base) // h returned: its settlement may refill the slot
 	settle := context.WithoutCancel(base)
 	cause := context.Cause(jctx)
 	var panicked *panicError

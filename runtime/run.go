@@ -396,6 +396,9 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		rt.opts.beforeSettle(settleCtx, job)
 	}
 	reread := errors.Is(context.Cause(claimCtx), queue.ErrJobCancelled)
+	// The step ran: what follows settles it, and the settlement may claim
+	// the slot's next job (see handoff.Settling).
+	handoff.Settling[*queue.Job](claimCtx)
 	var unsettleable error
 	for first := true; ; first = false {
 		if !first || reread {

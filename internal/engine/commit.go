@@ -699,15 +699,16 @@ const (
 // of the time with sleeps, 15% with yields, and 18% more transitions a
 // second). The price: while goroutines of the process run on other Ps
 // and none waits for this one, a linger keeps its P busy yielding, for
-// up to max (half the last write). Its iterations are bounded too, for a
-// clock that stands still while goroutines run (a testing/synctest
-// bubble).
+// up to max (half the last write, at most lingerMax). Its iterations are
+// bounded too, for a clock that stands still while goroutines run (a
+// testing/synctest bubble).
 //
 // REQUIRES: e.mu held; it is released while waiting.
 func (e *Engine) lingerLocked(want uint32, max time.Duration) {
 	if max <= 0 {
 		return
 	}
+	max = min(max, lingerMax)
 	deadline := time.Now().Add(max)
 	for n := max / lingerYield; e.open.txns < want && e.err == nil && !e.closing; n-- {
 		e.mu.Unlock()
@@ -719,6 +720,10 @@ func (e *Engine) lingerLocked(want uint32, max time.Duration) {
 		}
 	}
 }
+
+// lingerMax bounds a linger: after a slow write (a stall), half of it
+// would keep a busy process's P yielding for as long.
+const lingerMax = time.Millisecond
 
 // lingerYield is less than the time an iteration of lingerLocked takes:
 // a Gosched with nothing else to run and a read of the scheduler's

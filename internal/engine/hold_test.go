@@ -131,42 +131,41 @@ func TestLingerEndsWhenNothingRuns(t *testing.T) {
 }
 
 // With the linger on, a commit after a batch of lingerMinTxns or more
-// waits (up to half the last write) while other goroutines run, and
-// shares its write with the one they commit; with it off, it is written
-// at once, alone.
+// waits (up to half the last write, at most lingerMax) while other
+// goroutines run, and shares its write with the one they commit; with it
+// off, it is written at once, alone. In a synctest bubble, where the
+// linger's clock stands still while goroutines run, its yields bound it.
 func TestSetLinger(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		ctx := context.Background()
-		b, _ := memBucket(t)
-		// Writes of 200ms: the linger lasts up to 100ms, the other
-		// goroutine commits after 1ms of work.
-		e := mustOpen(t, Options{Bucket: &slowPut{Bucket: b, d: 200 * time.Millisecond}})
-		e.SetLinger(on)
-		batchOf8(t, e)
-		before := e.Stats().Batches
-		other := make(chan error, 1)
-		go func() {
-			for start := time.Now(); time.Since(start) < time.Millisecond; {
-				runtime.Gosched() // running: work that ends in a commit
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			b, _ := memBucket(t)
+			e := mustOpen(t, Options{Bucket: &slowPut{Bucket: b, d: 10 * time.Millisecond}})
+			defer e.Close(ctx)
+			e.SetLinger(on)
+			batchOf8(t, e)
+			before := e.Stats().Batches
+			other := make(chan error, 1)
+			go func() {
+				for range 1000 {
+					runtime.Gosched() // running: work that ends in a commit
+				}
+				other <- e.Update(ctx, func(tx *Tx) error { tx.Put("y", Inline([]byte("v"))); return nil })
+			}()
+			if err := e.Update(ctx, func(tx *Tx) error { tx.Put("z", Inline([]byte("v"))); return nil }); err != nil {
+				t.Fatal(err)
 			}
-			other <- e.Update(ctx, func(tx *Tx) error { tx.Put("y", Inline([]byte("v"))); return nil })
-		}()
-		if err := e.Update(ctx, func(tx *Tx) error { tx.Put("z", Inline([]byte("v"))); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-other; err != nil {
-			t.Fatal(err)
-		}
-		want := uint64(2)
-		if on {
-			want = 1
-		}
-		if got := e.Stats().Batches - before; got != want {
-			t.Errorf("linger %v: the two commits took %d writes, want %d", on, got, want)
-		}
-		if err := e.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
+			if err := <-other; err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(2)
+			if on {
+				want = 1
+			}
+			if got := e.Stats().Batches - before; got != want {
+				t.Errorf("linger %v: the two commits took %d writes, want %d", on, got, want)
+			}
+		})
 	}
 }
 

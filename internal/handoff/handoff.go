@@ -3,11 +3,17 @@
 // run next in the same slot, with a value of its choosing carried along.
 // The queue package puts a Slot in each handler's context; the runtime
 // chains a run's steps with Give, carrying the run record its settlement
-// wrote so that the next step need not read it back. It is internal: the
+// wrote so that the next step need not read it back. A handler that is
+// settling its job as its last act (Settling) opens its slot to a
+// settlement's refill: the queue claims the slot's next job in the
+// settlement's transaction and gives it to the slot. It is internal: the
 // queue's public API need not carry the runtime's plumbing.
 package handoff
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Slot is the handoff point of one handler run: the job handed to it, and
 // what came with the job this run handles. With makes it the context that
@@ -24,10 +30,13 @@ type Slot[J any] struct {
 	Stopping func() bool
 	// Carried is what the handler that handed over this run's job gave
 	// with it (nil for a job the worker claimed or was dispatched).
-	Carried any
-	next    J
-	carry   any
-	taken   bool
+	Carried  any
+	mu       sync.Mutex // guards the fields below: Give may come from another goroutine
+	next     J
+	carry    any
+	taken    bool
+	settling bool // see Settling
+	closed   bool // see Next
 }
 
 type key[J any] struct{}
@@ -51,18 +60,43 @@ func (s *Slot[J]) Value(k any) any {
 // Give hands job (of queue) to the slot of the handler whose context is
 // ctx, with carried for the handler that runs it. It reports false,
 // leaving the job to the caller, when ctx carries no slot, the slot serves
-// another queue, or it holds a job already.
+// another queue, holds a job already, or was done with (see Next).
 func Give[J any](ctx context.Context, queue string, job J, carried any) bool {
 	s, _ := ctx.Value(key[J]{}).(*Slot[J])
-	if s == nil || s.taken || queue != s.Queue {
+	if s == nil || queue != s.Queue {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.taken || s.closed {
 		return false
 	}
 	s.next, s.carry, s.taken = job, carried, true
 	return true
 }
 
-// Next returns the job handed to s, if any, and what came with it.
-func (s *Slot[J]) Next() (job J, carried any, ok bool) { return s.next, s.carry, s.taken }
+// Next returns the job handed to s, if any, and what came with it. The
+// slot takes no job after: a later Give reports false.
+func (s *Slot[J]) Next() (job J, carried any, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return s.next, s.carry, s.taken
+}
+
+// Settling marks the handler run whose context is ctx as settling its
+// job as its last act (the worker once the handler returned, or the
+// runtime's settlement of a step): a settlement from then on may claim the
+// slot's next job (see Open). One made before, by a handler that settles
+// first and works on, does not: the job would wait for the handler to
+// return, its lease running and not renewed.
+func Settling[J any](ctx context.Context) {
+	if s, _ := ctx.Value(key[J]{}).(*Slot[J]); s != nil {
+		s.mu.Lock()
+		s.settling = true
+		s.mu.Unlock()
+	}
+}
 
 // Carried returns what came with the job of the handler whose context is
 // ctx (nil: nothing, or no slot).
@@ -114,11 +148,12 @@ func DispatchedCarry(ctx context.Context, jobID string) any {
 
 type prefetchKey struct{}
 
-// Prefetch names a value to read with each job a Work loop claims from a
-// cluster's writer: the key Prefix followed by the job's header Header.
-// The value comes with the job in the claim's reply, and the handler
-// finds it with Carried (nil when the key is absent). The runtime's step
-// loop prefetches each step's run record this way.
+// Prefetch names a value to read with each job a Work loop claims: the
+// key Prefix followed by the job's header Header. The store's writer
+// reads it in the claim's transaction (a member's comes in the claim's
+// reply), and the handler finds it with Carried (nil when the key is
+// absent). The runtime's step loop prefetches each step's run record
+// this way.
 type Prefetch struct {
 	Header, Prefix string
 }
@@ -135,11 +170,18 @@ func PrefetchOf(ctx context.Context) (p Prefetch, ok bool) {
 }
 
 // Open returns the queue of the slot of the handler whose context is ctx,
-// and the job it runs, if no job has been handed to it yet and its worker
-// is not stopping (ok false: no slot, or one that holds a job or stops).
+// and the job it runs, if its handler is settling its job (see Settling),
+// no job has been handed to it yet and its worker is not stopping (ok
+// false: no slot, or one that is not settling, holds a job or stops).
 func Open[J any](ctx context.Context) (queue, jobID string, ok bool) {
 	s, _ := ctx.Value(key[J]{}).(*Slot[J])
-	if s == nil || s.taken || s.Stopping != nil && s.Stopping() {
+	if s == nil {
+		return "", "", false
+	}
+	s.mu.Lock()
+	open := s.settling && !s.taken && !s.closed
+	s.mu.Unlock()
+	if !open || s.Stopping != nil && s.Stopping() {
 		return "", "", false
 	}
 	return s.Queue, s.JobID, true

@@ -29,6 +29,37 @@ func TestGive(t *testing.T) {
 	}
 }
 
+// A slot is open to a refill only while its handler settles, before a
+// job was handed to it, while its worker runs; once the worker took its
+// next job (Next), no Give lands there.
+func TestOpenAndNext(t *testing.T) {
+	stopping := false
+	s := &Slot[*int]{Queue: "q", JobID: "j", Stopping: func() bool { return stopping }}
+	ctx := With(context.Background(), s)
+	if _, _, ok := Open[*int](ctx); ok {
+		t.Fatal("Open before Settling: the handler may work on after its settlement")
+	}
+	Settling[*int](ctx)
+	if q, id, ok := Open[*int](ctx); !ok || q != "q" || id != "j" {
+		t.Fatalf("Open while settling = %q, %q, %v", q, id, ok)
+	}
+	stopping = true
+	if _, _, ok := Open[*int](ctx); ok {
+		t.Fatal("Open in a stopping worker")
+	}
+	stopping = false
+	if _, _, ok := s.Next(); ok {
+		t.Fatal("Next found a job never given")
+	}
+	one := 1
+	if Give(ctx, "q", &one, nil) {
+		t.Fatal("Give after Next succeeded: the job would never run")
+	}
+	if _, _, ok := Open[*int](ctx); ok {
+		t.Fatal("Open after Next")
+	}
+}
+
 func TestCarried(t *testing.T) {
 	if c := Carried[*int](context.Background()); c != nil {
 		t.Fatalf("Carried without a slot = %v", c)
