@@ -337,11 +337,13 @@ func dispatchOnly(ops []txnOp, slotFor map[int]*slots) []txnOp {
 
 // refillFor returns the claim that refills the Work slot running the
 // caller when ops settle the slot's job without claiming the next one
-// (queuex.API.WithClaim), and its worker is not stopping: the slot is
-// about to be free, and the claim rides the settlement (a member's call,
-// or in one process its transaction: see local.commit), so that its next
-// job comes without a claim, a call or a round trip of its own. Nil: ops
-// do not free a slot.
+// (queuex.API.WithClaim), as the handler's last act (handoff.Settling: the
+// Work loop's settlement once the handler returned, the runtime's of a
+// step), and its worker is not stopping: the slot is about to be free,
+// and the claim rides the settlement (a member's call, or in one process
+// its transaction: see local.commit), so that its next job comes without
+// a claim, a call or a round trip of its own. Nil: ops do not free a
+// slot.
 func refillFor(ctx context.Context, ops []txnOp) *claimWant {
 	queue, jobID, ok := handoff.Open[*Job](ctx)
 	if !ok {
