@@ -287,13 +287,7 @@ func (l *local) refill(ctx context.Context, rf *claimState, wait func(context.Co
 	if err != nil {
 		return
 	}
-	var unrun []*Job
-	for _, j := range jobs {
-		if !handoff.Give(ctx, rf.queue, j, j.carried()) {
-			unrun = append(unrun, j)
-		}
-	}
-	if len(unrun) > 0 {
+	if unrun := giveRefill(ctx, rf.queue, jobs); len(unrun) > 0 {
 		go l.releaseUnrun(unrun, rf.o)
 	}
 }

@@ -375,15 +375,21 @@ func (r *remote) refill(ctx context.Context, queue string, reply claimReply, o o
 	if err != nil {
 		return
 	}
-	var unrun []*Job
+	if unrun := giveRefill(ctx, queue, jobs); len(unrun) > 0 {
+		go r.releaseUnrun(unrun, o)
+	}
+}
+
+// giveRefill hands the jobs a settlement's refill claimed (of queue) to
+// the caller's slot, to run next, and returns those the slot cannot take
+// (see handoff.Give), for the caller to give back.
+func giveRefill(ctx context.Context, queue string, jobs []*Job) (unrun []*Job) {
 	for _, j := range jobs {
 		if !handoff.Give(ctx, queue, j, j.carried()) {
 			unrun = append(unrun, j)
 		}
 	}
-	if len(unrun) > 0 {
-		go r.releaseUnrun(unrun, o)
-	}
+	return unrun
 }
 
 // send commits p's transaction through a commit call, shared with the
