@@ -85,6 +85,18 @@ func TestHoldReleasedDuringClose(t *testing.T) {
 	})
 }
 
+// lingerAfterBatchOf8 opens an engine whose writes take 10ms (fake time
+// in a synctest bubble), with its linger on or off, that has just written
+// a batch of 8 transactions (see batchOf8).
+func lingerAfterBatchOf8(t *testing.T, on bool) *Engine {
+	t.Helper()
+	b, _ := memBucket(t)
+	e := mustOpen(t, Options{Bucket: &slowPut{Bucket: b, d: 10 * time.Millisecond}})
+	e.SetLinger(on)
+	batchOf8(t, e)
+	return e
+}
+
 // batchOf8 commits a batch of 8 transactions (a hold, then 8), so that
 // the committer lingers after it (lingerMinTxns).
 func batchOf8(t *testing.T, e *Engine) {
@@ -114,11 +126,8 @@ func TestLingerEndsWhenNothingRuns(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
-			b, _ := memBucket(t)
-			e := mustOpen(t, Options{Bucket: &slowPut{Bucket: b, d: 10 * time.Millisecond}})
+			e := lingerAfterBatchOf8(t, on)
 			defer e.Close(ctx)
-			e.SetLinger(on)
-			batchOf8(t, e)
 			start := time.Now()
 			if err := e.Update(ctx, func(tx *Tx) error { tx.Put("z", Inline([]byte("v"))); return nil }); err != nil {
 				t.Fatal(err)
@@ -139,11 +148,8 @@ func TestSetLinger(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
-			b, _ := memBucket(t)
-			e := mustOpen(t, Options{Bucket: &slowPut{Bucket: b, d: 10 * time.Millisecond}})
+			e := lingerAfterBatchOf8(t, on)
 			defer e.Close(ctx)
-			e.SetLinger(on)
-			batchOf8(t, e)
 			before := e.Stats().Batches
 			other := make(chan error, 1)
 			go func() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 	"testing"
+
+	"github.com/stepwell/stepwell/internal/objstore"
 )
 
 // TestPutInlineGetKeyDeleteKey: the key-building forms do what Put, Get
@@ -29,18 +31,7 @@ func TestPutInlineGetKeyDeleteKey(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"kv/a": "one", "kv/b": ""}
-	if got := dump(t, e); !maps.Equal(got, want) {
-		t.Fatalf("state %v, want %v", got, want)
-	}
-	if err := e.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e = mustOpen(t, Options{Bucket: reopen()})
-	defer e.Close(ctx)
-	if got := dump(t, e); !maps.Equal(got, want) {
-		t.Fatalf("reopened: state %v, want %v", got, want)
-	}
+	checkStateAndReopen(t, e, reopen, map[string]string{"kv/a": "one", "kv/b": ""})
 }
 
 // TestPutInGetInDeleteIn: the string forms do what Put, Get and Delete
@@ -69,15 +60,21 @@ func TestPutInGetInDeleteIn(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"j/a": "one", "j/b": ""}
+	checkStateAndReopen(t, e, reopen, map[string]string{"j/a": "one", "j/b": ""})
+}
+
+// checkStateAndReopen checks that e's state is want, closes e, and checks
+// that a reopen of its bucket finds the same state.
+func checkStateAndReopen(t *testing.T, e *Engine, reopen func() objstore.Bucket, want map[string]string) {
+	t.Helper()
 	if got := dump(t, e); !maps.Equal(got, want) {
 		t.Fatalf("state %v, want %v", got, want)
 	}
-	if err := e.Close(ctx); err != nil {
+	if err := e.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	e = mustOpen(t, Options{Bucket: reopen()})
-	defer e.Close(ctx)
+	defer e.Close(context.Background())
 	if got := dump(t, e); !maps.Equal(got, want) {
 		t.Fatalf("reopened: state %v, want %v", got, want)
 	}
