@@ -231,7 +231,8 @@ func (l *local) claimReady(tx *engine.Tx, qi *queueIndex, c *claimState, n int, 
 
 // prefetchIn sets the prefetched value (see handoff.Prefetch) of each of
 // jobs, claimed just now, if it is in the engine's records; one that is
-// absent or in a blob is left for the handler to read.
+// absent is left for the handler to read, and one kept as a blob too, but
+// for a member's claim (see wireJobs), which keeps its reference.
 //
 // REQUIRES: inside an engine transaction or view.
 func (l *local) prefetchIn(r *engine.Reader, jobs []*Job, p handoff.Prefetch) {
@@ -243,8 +244,12 @@ func (l *local) prefetchIn(r *engine.Reader, jobs []*Job, p handoff.Prefetch) {
 		if !ok {
 			continue
 		}
-		if d, err := engine.Decode(v); err == nil && d.BlobKey == "" {
+		switch d, err := engine.Decode(v); {
+		case err != nil:
+		case d.BlobKey == "":
 			j.prefetched = bytes.Clone(d.Data)
+		default:
+			j.prefetchRef = bytes.Clone(v)
 		}
 	}
 }

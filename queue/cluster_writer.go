@@ -82,15 +82,15 @@ const maxWait = 20 * time.Second
 var testHookServe atomic.Pointer[func(method string, req any)]
 
 // wireJobs returns claimed jobs as they go to the member, each with the
-// value prefetch names (see handoff.Prefetch; zero: none).
-func (l *local) wireJobs(ctx context.Context, jobs []*Job, prefetch handoff.Prefetch) []*wireJob {
+// value its claim prefetched (see prefetchIn): read in the claim's
+// transaction, or kept as a blob and read now (unreadable now: the member
+// reads it itself).
+func (l *local) wireJobs(ctx context.Context, jobs []*Job) []*wireJob {
 	var out []*wireJob
 	for _, j := range jobs {
 		w := toWireJob(j)
-		if w.Prefetched = j.prefetched; w.Prefetched == nil && prefetch.Header != "" {
-			// Not read with the claim (a blob, or absent), or unreadable
-			// now: the member reads it itself.
-			w.Prefetched, _ = l.get(ctx, kvSpace+prefetch.Prefix+j.Headers[prefetch.Header])
+		if w.Prefetched = j.prefetched; w.Prefetched == nil && j.prefetchRef != nil {
+			w.Prefetched, _ = l.resolve(ctx, j.prefetchRef)
 		}
 		out = append(out, w)
 	}
@@ -134,8 +134,8 @@ func (l *local) methods() map[string]cluster.Handler {
 				}
 				reply.Results[i] = w
 			}
-			for i, c := range claims {
-				reply.Claims = append(reply.Claims, claimReply{Jobs: l.wireJobs(ctx, c.jobs, req.Claims[i].Prefetch), Err: toWireErr(c.err)})
+			for _, c := range claims {
+				reply.Claims = append(reply.Claims, claimReply{Jobs: l.wireJobs(ctx, c.jobs), Err: toWireErr(c.err)})
 			}
 			return reply, nil
 		},
@@ -169,7 +169,7 @@ func (l *local) methods() map[string]cluster.Handler {
 			} else {
 				jobs, err = l.claim(handoff.WithPrefetch(ctx, req.Prefetch), req.Queue, req.N, o, nil)
 			}
-			return &claimReply{Jobs: l.wireJobs(ctx, jobs, req.Prefetch), Err: toWireErr(err)}, nil
+			return &claimReply{Jobs: l.wireJobs(ctx, jobs), Err: toWireErr(err)}, nil
 		},
 		rpcRenew: func(ctx context.Context, dec func(cluster.Message) error) (cluster.Message, error) {
 			var req renewReq

@@ -352,6 +352,10 @@ type Job struct {
 
 	token      uint64 // claim token; 0 when not claimed by this process
 	prefetched []byte // read with the claim (see handoff.Prefetch); nil: none
+	// prefetchRef is the engine value of a prefetched value kept as a
+	// blob, read with the claim for the writer to resolve outside its
+	// lock (see wireJobs); nil: none.
+	prefetchRef []byte
 }
 
 // carried is what the handler of j finds with handoff.Carried when a Work
