@@ -82,7 +82,7 @@ func (l *local) commitAll(ctx context.Context, txns [][]txnOp, o options, wants 
 			continue
 		}
 		if w.IfTxn > 0 {
-			continue // its transaction failed, or is not in the call: no claim, no jobs
+			continue // a refill of no transaction of the call, or a second for one: no claim, no jobs
 		}
 		states[i], claims[i].err = l.claimApply(handoff.WithPrefetch(ctx, w.Prefetch), w.Queue, w.N, o, nil, &used)
 	}
