@@ -129,6 +129,78 @@ type strandProc struct {
 	role    string
 	running int
 	killed  time.Time
+	roles   []roleAt // each change of role, when the parent read it
+}
+
+type roleAt struct {
+	role string
+	at   time.Time
+}
+
+// tenure is a span in which a helper was the writer, as the parent saw
+// it: from its report to its kill, or to its report that it is a member
+// again (deposed: another helper fenced it, the cluster having judged it
+// dead: its heartbeat stopped and it did not answer).
+type tenure struct {
+	helper   string
+	from, to time.Time
+	deposed  bool
+}
+
+// tenures lists the writer tenures of procs.
+func tenures(procs []*strandProc) []tenure {
+	var out []tenure
+	for _, p := range procs {
+		p.mu.Lock()
+		var open *tenure
+		for _, r := range p.roles {
+			switch {
+			case r.role == RoleWriter.String() && open == nil:
+				open = &tenure{helper: p.name, from: r.at}
+			case r.role != RoleWriter.String() && open != nil:
+				open.to, open.deposed = r.at, true
+				out = append(out, *open)
+				open = nil
+			}
+		}
+		if open != nil {
+			open.to = p.killed
+			if open.to.IsZero() {
+				open.to = time.Now().Add(time.Hour) // alive at the end
+			}
+			out = append(out, *open)
+		}
+		p.mu.Unlock()
+	}
+	return out
+}
+
+// strandDue is when a step whose lease ended at leaseEnd, and which ran
+// again at rerun, was due to run again: at leaseEnd if a writer was up
+// then, else when the next one came up. If the writer up then was
+// deposed before the step ran again, the step is due when the next
+// writer came up: a writer stalled on its store (it stops beating, and
+// is fenced once it does not answer either) requeues nothing, and the
+// cluster judged it dead.
+func strandDue(ts []tenure, leaseEnd, rerun time.Time) time.Time {
+	due := leaseEnd
+	for {
+		var cur *tenure
+		var next time.Time // the first writer up after due
+		for i := range ts {
+			t := &ts[i]
+			if !t.from.After(due) && due.Before(t.to) && (cur == nil || cur.deposed) {
+				cur = t
+			}
+			if t.from.After(due) && (next.IsZero() || t.from.Before(next)) {
+				next = t.from
+			}
+		}
+		if cur != nil && (!cur.deposed || !cur.to.Before(rerun)) || next.IsZero() {
+			return due
+		}
+		due = next
+	}
 }
 
 func (p *strandProc) state() (role string, running int) {
@@ -252,6 +324,9 @@ func strandRun(t *testing.T, url string, kills int) {
 			if len(f) == 3 && f[0] == "state" {
 				n, _ := strconv.Atoi(f[2])
 				p.mu.Lock()
+				if f[1] != p.role {
+					p.roles = append(p.roles, roleAt{role: f[1], at: time.Now()})
+				}
 				p.role, p.running = f[1], n
 				p.mu.Unlock()
 			}
@@ -315,11 +390,9 @@ func strandRun(t *testing.T, url string, kills int) {
 	}
 	var failovers []time.Duration
 	var lastKill time.Time
-	var ups, downs []time.Time // when the parent saw each writer, and killed it
 	for k := range kills + 1 {
 		var w *strandProc
 		waitFor("a writer", func() bool { w = writer(); return w != nil })
-		ups = append(ups, time.Now())
 		if k > 0 {
 			failovers = append(failovers, time.Since(lastKill))
 		}
@@ -340,7 +413,6 @@ func strandRun(t *testing.T, url string, kills int) {
 		_ = w.cmd.Process.Signal(syscall.SIGKILL)
 		<-w.exited
 		lastKill = w.killed
-		downs = append(downs, w.killed)
 		start()
 	}
 
@@ -383,11 +455,20 @@ func strandRun(t *testing.T, url string, kills int) {
 	// again within the slack of when it was due: the end of its lease, as
 	// its holder last had it (a lease from its start, or the kill if it
 	// ran over a lease), or if no writer was up then, when the next one
-	// was.
+	// was (strandDue; a writer deposed before the step ran again counts
+	// as down).
 	// A writer killed soon after it requeued a step (before a worker
 	// claimed it again), or before its grace ran out, passes the step on
 	// to the next writer: a failover more.
 	slack := strandSlack + 2*slices.Max(failovers)
+	writers := tenures(procs)
+	deposed := 0
+	for _, tn := range writers {
+		if tn.deposed {
+			deposed++
+			t.Logf("writer %s deposed: writer %s..%s", tn.helper, tn.from.Format("15:04:05.000"), tn.to.Format("15:04:05.000"))
+		}
+	}
 	perHelper := map[string]int{}
 	var afterStart, late []time.Duration
 	var failures []string
@@ -399,18 +480,7 @@ func strandRun(t *testing.T, url string, kills int) {
 		if leaseEnd.Before(killed) {
 			leaseEnd = killed // renewed until the kill
 		}
-		// Due when its lease ends, or if no writer is up then, when the
-		// next one is.
-		due := leaseEnd
-		for i, up := range ups {
-			if !up.After(leaseEnd) && (i == len(downs) || leaseEnd.Before(downs[i])) {
-				break // writer i was up
-			}
-			if up.After(leaseEnd) {
-				due = up
-				break
-			}
-		}
+		due := strandDue(writers, leaseEnd, r.start)
 		afterStart = append(afterStart, r.start.Sub(e.start))
 		over := r.start.Sub(due)
 		late = append(late, over)
@@ -453,10 +523,18 @@ func strandRun(t *testing.T, url string, kills int) {
 		r := func(x time.Duration) time.Duration { return x.Round(time.Millisecond) }
 		return fmt.Sprintf("%v..%v (median %v)", r(d[0]), r(d[len(d)-1]), r(d[len(d)/2]))
 	}
-	t.Logf("%d kills, failover %s; %d steps interrupted; ran again %s after their start, %s after they were due (lease %v); %d steps of live helpers lost their claim",
-		kills, span(failovers), len(interrupted), span(afterStart), span(late), strandLease, len(lostLive))
+	t.Logf("%d kills, failover %s, %d writers deposed; %d steps interrupted; ran again %s after their start, %s after they were due (lease %v); %d steps of live helpers lost their claim",
+		kills, span(failovers), deposed, len(interrupted), span(afterStart), span(late), strandLease, len(lostLive))
 	if len(failures) > 0 {
-		t.Errorf("%d of %d interrupted steps ran again over %v after they were due:\n%s", len(failures), len(interrupted), slack.Round(time.Millisecond), strings.Join(failures, "\n"))
+		var ws []string
+		for _, tn := range writers {
+			how := "killed"
+			if tn.deposed {
+				how = "deposed"
+			}
+			ws = append(ws, fmt.Sprintf("%s %s..%s %s", tn.helper, tn.from.Format("15:04:05.000"), tn.to.Format("15:04:05.000"), how))
+		}
+		t.Errorf("%d of %d interrupted steps ran again over %v after they were due:\n%s\nwriters: %s", len(failures), len(interrupted), slack.Round(time.Millisecond), strings.Join(failures, "\n"), strings.Join(ws, ", "))
 	}
 }
 
@@ -466,4 +544,26 @@ func tailLines(s string, n int) string {
 		l = l[len(l)-n:]
 	}
 	return strings.Join(l, "")
+}
+
+func TestStrandDue(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	for _, c := range []struct {
+		name       string
+		ts         []tenure
+		end, rerun int
+		want       int
+	}{
+		{"writer up", []tenure{{from: at(0), to: at(20)}}, 5, 7, 5},
+		{"none up, next later", []tenure{{from: at(0), to: at(3)}, {from: at(8), to: at(20)}}, 5, 9, 8},
+		{"deposed before the rerun", []tenure{{from: at(0), to: at(12), deposed: true}, {from: at(11), to: at(30)}}, 5, 14, 11},
+		{"deposed after the rerun", []tenure{{from: at(0), to: at(12), deposed: true}, {from: at(11), to: at(30)}}, 5, 7, 5},
+		{"deposed twice", []tenure{{from: at(0), to: at(12), deposed: true}, {from: at(11), to: at(16), deposed: true}, {from: at(15), to: at(30)}}, 5, 18, 15},
+		{"deposed, none after", []tenure{{from: at(0), to: at(12), deposed: true}}, 5, 14, 5},
+	} {
+		if got := strandDue(c.ts, at(c.end), at(c.rerun)); !got.Equal(at(c.want)) {
+			t.Errorf("%s: due %v, want %v", c.name, got.Sub(t0), at(c.want).Sub(t0))
+		}
+	}
 }
