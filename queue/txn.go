@@ -36,24 +36,26 @@ const (
 // txnOp is the serializable form of one transaction operation: a remote
 // writer receives exactly these values.
 type txnOp struct {
+	// Ordered for size (192 bytes; a settlement's four fill one 768-byte
+	// allocation): the small fields first.
 	Kind        uint8
+	Absent      bool // CompareAndPut: the key must be absent
+	Claim       bool // Enqueue: claim it for the enqueuer (queuex.API.WithClaim)
+	Dispatch    bool // Enqueue: start it in a Work slot (queuex.API.WithDispatch)
+	Priority    int32
+	MaxAttempts uint32
+	States      uint32 // requireJobStates: bit 1<<State for each allowed state
+	Token       uint64 // settlement: the claim token
+	RunAt       int64  // Enqueue: unix ns, 0 = now; Nack: explicit retry time, 0 = backoff
 	Key         []byte
 	Value       []byte // Put, CompareAndPut: new value; Enqueue: payload
 	Expect      []byte
-	Absent      bool // CompareAndPut: the key must be absent
 	Queue       string
 	JobID       string
-	Token       uint64 // settlement: the claim token
-	Priority    int32
-	RunAt       int64 // Enqueue: unix ns, 0 = now; Nack: explicit retry time, 0 = backoff
-	MaxAttempts uint32
 	Headers     map[string]string
 	DedupKey    string
 	Error       string // Nack, DeadLetter: reason recorded in the history
-	States      uint32 // requireJobStates: bit 1<<State for each allowed state
 	DeadNotify  string // Enqueue: EnqueueOptions.DeadLetterQueue
-	Claim       bool   // Enqueue: claim it for the enqueuer (queuex.API.WithClaim)
-	Dispatch    bool   // Enqueue: start it in a Work slot (queuex.API.WithDispatch)
 }
 
 // add appends op. The first one allocates room for four: a settlement

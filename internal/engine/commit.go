@@ -420,6 +420,10 @@ func (e *Engine) applyLocked(fn func(tx *Tx) error) (*batch, error) {
 	return b, nil
 }
 
+// maxSpareMuts bounds the mutations array the committer keeps for the
+// next batch.
+const maxSpareMuts = 64 << 10
+
 // maxTxScratch bounds the slices a Tx keeps for the next transaction: a
 // rare huge one's are dropped.
 const maxTxScratch = 1024
@@ -526,6 +530,7 @@ func (e *Engine) commitLoop() {
 		b.seq = e.nextSeq
 		e.nextSeq++
 		e.open = newBatch()
+		e.open.muts, e.spare = e.spare, nil
 		e.inflight = b
 		snap := e.maybeSnapshotLocked(b)
 		e.mu.Unlock()
@@ -582,6 +587,13 @@ func (e *Engine) commitLoop() {
 		} else if e.seg != nil {
 			e.singles = append(e.singles, b.seq)
 		}
+		// Nothing reads a durable batch's mutations again: the next
+		// open batch appends to their array (not a rare huge one's).
+		if cap(b.muts) <= maxSpareMuts {
+			clear(b.muts)
+			e.spare = b.muts[:0]
+		}
+		b.muts = nil
 		e.mu.Unlock()
 		close(b.done)
 		if len(b.freed) > 0 {
