@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stepwell/stepwell/internal/queuex"
 )
 
 // lease is this process's hold on a claimed job. Lease renewal is process
@@ -261,28 +263,45 @@ func removeWatch(head **claimWatch, w *claimWatch) {
 	}
 }
 
-// claimCtx is a running job's claim context: its watch, and its renewals
-// (see renewer).
+// claimCtx is a running job's claim context: the handler's context, its
+// watch, and its renewals (see renewer).
 type claimCtx struct {
+	// Context is cancelled when the claim ends (see watchClaim).
+	context.Context
 	w      claimWatch
-	ctx    context.Context
 	cancel context.CancelCauseFunc
 	job    *Job
 	// lost: the loss was told, or a renewal failed: no more renewals.
 	lost atomic.Bool
+	// ended is told when the claim ends while the handler runs
+	// (queuex.API.OnClaimEnd); under hmu.
+	hmu   sync.Mutex
+	ended queuex.ClaimEnder
 	// every, due and idx: its renewals, guarded by the renewer's mu.
 	every time.Duration
 	due   time.Time
 	idx   int
 }
 
+// claimKey is the context key under which a claim context finds itself.
+type claimKey struct{}
+
+// Value returns cc for claimKey, else its context's value.
+func (cc *claimCtx) Value(k any) any {
+	if _, ok := k.(claimKey); ok {
+		return cc
+	}
+	return cc.Context.Value(k)
+}
+
 // watchClaim returns the claim context of job, derived from parent: it is
 // cancelled when the job's claim is lost (cause: a *ClaimLostError, or
 // ErrClaimLost once settled) or the job is cancelled (cause:
-// ErrJobCancelled). Call stop when done with the job.
+// ErrJobCancelled), or when parent is (a drain's timeout). Call stop when
+// done with the job.
 func (q *Queue) watchClaim(parent context.Context, job *Job) *claimCtx {
 	cc := &claimCtx{job: job}
-	cc.ctx, cc.cancel = context.WithCancelCause(parent)
+	cc.Context, cc.cancel = context.WithCancelCause(parent)
 	cc.w = claimWatch{id: job.ID, token: job.token, tell: cc.told}
 	q.be.watch(&cc.w)
 	return cc
@@ -297,11 +316,48 @@ func (cc *claimCtx) told(cause error) {
 		cc.lost.Store(true)
 	}
 	cc.cancel(cause)
+	cc.tellEnded()
+}
+
+// tellEnded tells cc's ended, if set, that its context was cancelled: in
+// a goroutine of its own, as context.AfterFunc would, since the backend
+// tells a loss under its locks.
+func (cc *claimCtx) tellEnded() {
+	cc.hmu.Lock()
+	e := cc.ended
+	cc.hmu.Unlock()
+	if e != nil {
+		go e.ClaimEnded()
+	}
+}
+
+// onClaimEnd sets (or with nil, clears) what is told when the claim
+// context ctx is cancelled by the end of its claim or by its parent, as
+// context.AfterFunc(ctx, e.ClaimEnded) would but with no allocation: told
+// at once if it is cancelled already. It reports false if ctx is not a
+// claim context. Its end may be told twice; a cancel after stop is not.
+func onClaimEnd(ctx context.Context, e queuex.ClaimEnder) bool {
+	cc, _ := ctx.Value(claimKey{}).(*claimCtx)
+	if cc == nil {
+		return false
+	}
+	cc.hmu.Lock()
+	cc.ended = e
+	cc.hmu.Unlock()
+	// A cancel before the set is told here; one after, by its teller
+	// (told, or the renewer's drainEnded): one of the two sees the other.
+	if e != nil && cc.Err() != nil {
+		go e.ClaimEnded()
+	}
+	return true
 }
 
 // stop ends the claim context: its watch, and its context.
 func (cc *claimCtx) stop(q *Queue) {
 	q.be.unwatch(&cc.w)
+	cc.hmu.Lock()
+	cc.ended = nil
+	cc.hmu.Unlock()
 	cc.cancel(context.Canceled)
 }
 
@@ -310,7 +366,7 @@ func (cc *claimCtx) stop(q *Queue) {
 // (cause: ErrJobCancelled). Call stop when done with the job.
 func (q *Queue) claimContext(parent context.Context, job *Job) (ctx context.Context, stop func()) {
 	cc := q.watchClaim(parent, job)
-	return cc.ctx, func() { cc.stop(q) }
+	return cc, func() { cc.stop(q) }
 }
 
 // renewer renews the leases of the running jobs of a Work loop, each every
@@ -345,6 +401,16 @@ func (r *renewer) add(cc *claimCtx, every time.Duration) {
 		case r.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// drainEnded tells the ended of each running job's claim context that it
+// was cancelled: a drain's timeout cancelled their parent (see Work).
+func (r *renewer) drainEnded() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, cc := range r.jobs {
+		cc.tellEnded()
 	}
 }
 

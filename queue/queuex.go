@@ -17,6 +17,7 @@ func init() {
 		WithManualSettle: func(o WorkOptions, on bool) WorkOptions { o.manualSettle = on; return o },
 		RequireJobState:  func(t Txn, id string, in queuex.States) Txn { t.requireJobStates(id, in); return t },
 		Release:          func(q *Queue, ctx context.Context, j *Job) error { return q.release(ctx, j) },
+		OnClaimEnd:       onClaimEnd,
 		WatchKey: func(q *Queue, ctx context.Context, key, v []byte, found bool) (<-chan struct{}, func(), error) {
 			return q.watchKey(ctx, key, v, found)
 		},

@@ -158,6 +158,7 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 		case <-done:
 		case <-t.C:
 			stopJobs(ErrDrainTimeout)
+			rn.drainEnded()
 			<-done
 		}
 	} else {
@@ -293,7 +294,7 @@ func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, man
 		rn.remove(cc)
 		cc.stop(q)
 	}()
-	jctx := cc.ctx
+	jctx := context.Context(cc)
 	err := callHandler(jctx, j, h)
 	handoff.Settling[*Job](base) // h returned: its settlement may refill the slot
 	settle := context.WithoutCancel(base)

@@ -219,7 +219,7 @@ type stepCtl struct {
 	claimCtx  context.Context
 	cancelled func() error
 	cancel    context.CancelCauseFunc
-	stopAfter func() bool
+	stopAfter func() bool // the AfterFunc of a claimCtx that is no handler's, else nil
 }
 
 // detached has the values of its Context and none of its cancellation,
@@ -251,13 +251,17 @@ func (c *stepCtl) start(values context.Context, cancelled func() error) context.
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	c.cancel, c.cancelled = cancel, cancelled
-	c.stopAfter = context.AfterFunc(c.claimCtx, c.claimEnded)
+	// A Work handler's context tells c itself, with no allocation; any
+	// other (a test's) through an AfterFunc.
+	if !qx.OnClaimEnd(c.claimCtx, c) {
+		c.stopAfter = context.AfterFunc(c.claimCtx, c.ClaimEnded)
+	}
 	return ctx
 }
 
-// claimEnded cancels the step's context with the steprunner cause of the
-// claim context's.
-func (c *stepCtl) claimEnded() {
+// ClaimEnded cancels the step's context with the steprunner cause of the
+// claim context's (queuex.ClaimEnder).
+func (c *stepCtl) ClaimEnded() {
 	cause := context.Cause(c.claimCtx)
 	switch {
 	case errors.Is(cause, queue.ErrJobCancelled) && c.cancelled != nil:
@@ -273,7 +277,11 @@ func (c *stepCtl) claimEnded() {
 
 // stop ends the step's context that start returned.
 func (c *stepCtl) stop() {
-	c.stopAfter()
+	if c.stopAfter != nil {
+		c.stopAfter()
+	} else {
+		qx.OnClaimEnd(c.claimCtx, nil)
+	}
 	c.cancel(context.Canceled)
 }
 
