@@ -181,8 +181,7 @@ type commitState struct {
 	o   options
 	now time.Time
 
-	encs    [][]byte       // per op: the engine value of its value (nil: in the job record, or a key's inline value)
-	ids     []string       // per enqueue op: the new job's ID
+	vals    []opVal        // per op: its staged value, and a new job's ID
 	staged  [][]byte       // large values uploaded for the transaction
 	slotFor map[int]*slots // op index -> Work slot taken for a dispatched enqueue
 
@@ -200,6 +199,13 @@ type commitState struct {
 	afterBuf  [2]afterOp
 	enqBuf    [1]EnqueueResult
 	signalBuf [1]*lease
+	valsBuf   [4]opVal // a settlement's (an ack, an enqueue, a record and its history entry)
+}
+
+// opVal is what stageValues made of an operation's value.
+type opVal struct {
+	enc []byte // the engine value of its value (nil: in the job record, or a key's inline value)
+	id  string // an enqueue's: the new job's ID
 }
 
 // sizeResults points c's result slices at its buffers, or at new ones
@@ -254,8 +260,11 @@ func (l *local) discard(ctx context.Context, refs [][]byte) {
 // its new jobs. Large values are uploaded to objects of their own first:
 // the transaction refers to them.
 func (l *local) stageValues(ctx context.Context, c *commitState) error {
-	c.encs = make([][]byte, len(c.ops))
-	c.ids = make([]string, len(c.ops))
+	c.vals = c.valsBuf[:0]
+	if len(c.ops) > len(c.valsBuf) {
+		c.vals = make([]opVal, 0, len(c.ops))
+	}
+	c.vals = c.vals[:len(c.ops)]
 	for i := range c.ops {
 		op := &c.ops[i]
 		switch op.Kind {
@@ -264,9 +273,9 @@ func (l *local) stageValues(ctx context.Context, c *commitState) error {
 			continue
 		}
 		if op.Kind == opEnqueue {
-			c.ids[i] = op.JobID
-			if c.ids[i] == "" {
-				c.ids[i] = ulid.Make().String()
+			c.vals[i].id = op.JobID
+			if c.vals[i].id == "" {
+				c.vals[i].id = ulid.Make().String()
 			}
 		}
 		if op.Kind == opEnqueue && l.inlinePayload(op.Value) {
@@ -279,9 +288,9 @@ func (l *local) stageValues(ctx context.Context, c *commitState) error {
 				return err
 			}
 			c.staged = append(c.staged, ref)
-			c.encs[i] = ref
+			c.vals[i].enc = ref
 		} else if op.Kind == opEnqueue {
-			c.encs[i] = engine.Inline(op.Value)
+			c.vals[i].enc = engine.Inline(op.Value)
 		} // else nil: the value goes inline into the tree (putKV)
 	}
 	return nil
@@ -299,7 +308,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 		var err error
 		switch op.Kind {
 		case opPut:
-			putKV(tx, op, c.encs[i])
+			putKV(tx, op, c.vals[i].enc)
 		case opDelete:
 			tx.DeleteKey(kvSpace, op.Key)
 		case opCompareAndPut:
@@ -307,7 +316,7 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 			if op.Absent && ok || !op.Absent && (!ok || !valueMatches(cur, op.Expect)) {
 				return &ConditionFailedError{Key: op.Key}
 			}
-			putKV(tx, op, c.encs[i])
+			putKV(tx, op, c.vals[i].enc)
 		case opCompareAndDelete:
 			cur, ok := tx.GetKey(kvSpace, op.Key)
 			if !ok || !valueMatches(cur, op.Expect) {
@@ -320,9 +329,9 @@ func (l *local) applyOps(tx *engine.Tx, c *commitState) error {
 					return fmt.Errorf("%w: %s", ErrJobExists, op.JobID)
 				}
 			}
-			r := l.enqueueTx(tx, op, c.ids[i], c.encs[i], *o, now, c.slotFor[i] != nil || o.member != "" && op.Dispatch, &c.taken)
+			r := l.enqueueTx(tx, op, c.vals[i].id, c.vals[i].enc, *o, now, c.slotFor[i] != nil || o.member != "" && op.Dispatch, &c.taken)
 			if r.Duplicate && len(op.Value) > l.opts.largeValue {
-				c.unused = append(c.unused, c.encs[i])
+				c.unused = append(c.unused, c.vals[i].enc)
 			}
 			if j := r.claimed; j != nil {
 				j.Payload = op.Value

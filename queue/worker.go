@@ -297,28 +297,28 @@ func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, man
 	jctx := context.Context(cc)
 	err := callHandler(jctx, j, h)
 	handoff.Settling[*Job](base) // h returned: its settlement may refill the slot
-	settle := context.WithoutCancel(base)
+	// Made only to settle: the runtime's handler settles its own jobs.
+	settle := func() context.Context { return context.WithoutCancel(base) }
 	cause := context.Cause(jctx)
-	var panicked *panicError
 	switch {
 	case IsClaimLost(cause):
 		return // the reaper or a settle elsewhere owns the job now
 	case manual && errors.Is(cause, ErrDrainTimeout):
-		err = q.release(settle, j) // stopped by the drain: the attempt does not count
-	case manual && errors.As(err, &panicked):
-		err = q.Nack(settle, j, err, 0)
+		err = q.release(settle(), j) // stopped by the drain: the attempt does not count
+	case manual && err != nil && isPanic(err):
+		err = q.Nack(settle(), j, err, 0)
 	case manual:
 		return
 	case errors.Is(cause, ErrJobCancelled) || j.CancelRequested:
-		err = q.Ack(settle, j) // cancelled: the job is finished
+		err = q.Ack(settle(), j) // cancelled: the job is finished
 	case errors.Is(cause, ErrDrainTimeout):
-		err = q.release(settle, j) // stopped by the drain: the attempt does not count
+		err = q.release(settle(), j) // stopped by the drain: the attempt does not count
 	case err == nil:
-		err = q.Ack(settle, j)
+		err = q.Ack(settle(), j)
 	case IsPermanent(err):
-		err = q.DeadLetter(settle, j, err.Error())
+		err = q.DeadLetter(settle(), j, err.Error())
 	default:
-		err = q.Nack(settle, j, err, 0)
+		err = q.Nack(settle(), j, err, 0)
 	}
 	if err != nil && !IsClaimLost(err) {
 		q.opts.logf("stepwell: settling job %s failed: %v", j.ID, err)
@@ -329,6 +329,13 @@ func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, man
 type panicError struct {
 	value any
 	stack []byte
+}
+
+// isPanic reports whether err is a recovered handler panic (a function
+// of its own: its target escapes, and only a failed job pays for it).
+func isPanic(err error) bool {
+	var p *panicError
+	return errors.As(err, &p)
 }
 
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n%s", e.value, e.stack) }
