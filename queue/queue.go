@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/stepwell/stepwell/internal/objstore"
 )
@@ -16,8 +17,7 @@ type Queue struct {
 	be   backend
 	sh   *shared
 
-	mu     sync.Mutex
-	closed bool
+	closed atomic.Bool // set once, by Close
 }
 
 // shared is one open store in this process, shared by every Queue handle
@@ -108,13 +108,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 // waiting for the flush and returns ErrOutcomeUnknown, as do the calls
 // still waiting for their transactions.
 func (q *Queue) Close(ctx context.Context) error {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
+	if q.closed.Swap(true) {
 		return nil
 	}
-	q.closed = true
-	q.mu.Unlock()
 	registry.Lock()
 	q.sh.refs--
 	last := q.sh.refs == 0
@@ -130,9 +126,7 @@ func (q *Queue) Close(ctx context.Context) error {
 
 // checkOpen returns ErrClosed for a closed handle.
 func (q *Queue) checkOpen() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
+	if q.closed.Load() {
 		return ErrClosed
 	}
 	return nil

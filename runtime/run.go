@@ -603,10 +603,22 @@ func (rt *Runtime) callRunner(ctx context.Context, s *steprunner.Step) (out step
 	return rt.runner.RunStep(ctx, s)
 }
 
+// userHeaders returns the headers of h that are not reserved: nil if
+// there are none (a run submitted without headers), as is most common.
 func userHeaders(h map[string]string) map[string]string {
-	out := make(map[string]string, len(h))
+	user := func(k string) bool { return len(k) < len(ReservedPrefix) || k[:len(ReservedPrefix)] != ReservedPrefix }
+	n := 0
+	for k := range h {
+		if user(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make(map[string]string, n)
 	for k, v := range h {
-		if len(k) < len(ReservedPrefix) || k[:len(ReservedPrefix)] != ReservedPrefix {
+		if user(k) {
 			out[k] = v
 		}
 	}

@@ -11,8 +11,8 @@ type Step struct {
 	// Payload is RunSpec.Input for step 0 and the previous step's Continue
 	// payload for step n>0.
 	Payload []byte
-	// Headers are the submitter's headers. Reserved "workflow." keys never
-	// appear.
+	// Headers are the submitter's headers (nil if it gave none). Reserved
+	// "workflow." keys never appear.
 	Headers map[string]string
 	// JobID identifies the queue job carrying this delivery.
 	JobID string
