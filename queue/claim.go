@@ -120,6 +120,12 @@ type claimState struct {
 	encs     [][]byte // payload values not in the records (see payloadValue)
 	wait     func(context.Context) error
 	taken    int // slots of s taken
+
+	// claimApply's transaction (see ApplyTx).
+	l      *local
+	now    time.Time
+	size   int64      // payload bytes claimed
+	limits limitTaken // tokens of queue limits taken
 }
 
 // putTaken gives back the slots the claim took.
@@ -140,42 +146,42 @@ var maxMemberClaimBytes = int64(cluster.MaxMessage / 4)
 // their way to a WAL write. For a member, *used counts the payload bytes
 // its call's claims took (see maxMemberClaimBytes).
 func (l *local) claimApply(ctx context.Context, queue string, n int, o options, s *slots, used *int64) (*claimState, error) {
-	cfg := o.config(queue)
 	// A stalled store claims nothing: a claim now would only wait for the
 	// store, holding jobs another process could run once it is back.
 	if err := l.eng.WaitHealthy(ctx); err != nil {
 		return nil, err
 	}
-	c := &claimState{o: o, s: s}
+	c := &claimState{o: o, s: s, l: l, queue: queue, n: n, used: used, now: l.now()}
 	// The claims of a Work loop bring what it prefetches (a member's:
 	// its call's ctx carries its Prefetch).
 	c.prefetch, _ = handoff.PrefetchOf(ctx)
-	now := l.now()
-	var size int64 // payload bytes claimed
-	var taken limitTaken
-	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
-		c.jobs, c.encs, size = nil, nil, 0
-		qi := l.ix.queues[queue]
-		if qi == nil {
-			return nil
-		}
-		qi.promote(now.UnixNano())
-		err := l.claimReady(tx, qi, c, n, s, used, &size, now, &taken)
-		if err != nil {
-			taken.untake()
-			return err
-		}
-		l.grantLeases(c.jobs, cfg, now, o.member)
-		l.prefetchIn(&tx.Reader, c.jobs, c.prefetch)
-		return nil
-	})
+	wait, err := l.eng.ApplyTo(ctx, c)
 	if err != nil {
 		c.putTaken()
 		return nil, err
 	}
-	*used += size
+	*used += c.size
 	c.wait = wait
 	return c, nil
+}
+
+// ApplyTx claims c's jobs: claimApply's transaction (engine.Applier).
+func (c *claimState) ApplyTx(tx *engine.Tx) error {
+	l := c.l
+	c.jobs, c.encs, c.size = nil, nil, 0
+	qi := l.ix.queues[c.queue]
+	if qi == nil {
+		return nil
+	}
+	qi.promote(c.now.UnixNano())
+	err := l.claimReady(tx, qi, c, c.n, c.s, c.used, &c.size, c.now, &c.limits)
+	if err != nil {
+		c.limits.untake()
+		return err
+	}
+	l.grantLeases(c.jobs, c.o.config(c.queue), c.now, c.o.member)
+	l.prefetchIn(&tx.Reader, c.jobs, c.prefetch)
+	return nil
 }
 
 // claimReady claims up to n of qi's ready jobs into c, as far as the

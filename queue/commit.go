@@ -133,17 +133,8 @@ func (l *local) apply(ctx context.Context, ops []txnOp, o options, rf *claimStat
 	if o.member == "" {
 		c.slotFor = l.takeSlots(ops, c.now)
 	} // else a member's enqueues with Dispatch have a slot there
-	wait, err := l.eng.Apply(ctx, func(tx *engine.Tx) error {
-		err := l.applyOps(tx, c)
-		if err != nil {
-			c.taken.untake() // rolled back: the claims it made are undone
-			return err
-		}
-		if rf != nil {
-			l.refillApply(tx, rf, c.now, &c.taken)
-		}
-		return nil
-	})
+	c.l, c.rf = l, rf
+	wait, err := l.eng.ApplyTo(ctx, c)
 	if err != nil {
 		var cfe *ConditionFailedError
 		var cle *ClaimLostError
@@ -156,6 +147,18 @@ func (l *local) apply(ctx context.Context, ops []txnOp, o options, rf *claimStat
 		return nil, nil, err
 	}
 	return c, wait, nil
+}
+
+// ApplyTx applies c's operations, and its refill (engine.Applier).
+func (c *commitState) ApplyTx(tx *engine.Tx) error {
+	if err := c.l.applyOps(tx, c); err != nil {
+		c.taken.untake() // rolled back: the claims it made are undone
+		return err
+	}
+	if c.rf != nil {
+		c.l.refillApply(tx, c.rf, c.now, &c.taken)
+	}
+	return nil
 }
 
 // await waits for the outcome of a transaction that apply applied, and
@@ -177,9 +180,11 @@ func (l *local) await(ctx context.Context, c *commitState, wait func(context.Con
 
 // commitState is one transaction on its way through commit's stages.
 type commitState struct {
+	l   *local
 	ops []txnOp
 	o   options
 	now time.Time
+	rf  *claimState // the refill claimed in the transaction, or nil
 
 	vals    []opVal        // per op: its staged value, and a new job's ID
 	staged  [][]byte       // large values uploaded for the transaction

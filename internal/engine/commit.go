@@ -241,6 +241,26 @@ func (e *Engine) Update(ctx context.Context, fn func(tx *Tx) error) error {
 // then wakes their callers (see combine). Each transaction is applied on
 // its own, as before: its own Tx, its own rollback and error.
 func (e *Engine) Apply(ctx context.Context, fn func(tx *Tx) error) (wait func(context.Context) error, err error) {
+	return e.ApplyTo(ctx, ApplyFunc(fn))
+}
+
+// Applier is a transaction: what ApplyTo applies.
+type Applier interface {
+	// ApplyTx makes the transaction's reads and writes in tx; an error
+	// rolls them back. It may be called more than once (see Tx).
+	ApplyTx(tx *Tx) error
+}
+
+// ApplyFunc is a function as an Applier.
+type ApplyFunc func(tx *Tx) error
+
+// ApplyTx calls f.
+func (f ApplyFunc) ApplyTx(tx *Tx) error { return f(tx) }
+
+// ApplyTo is Apply of an Applier: a caller whose transaction state is
+// allocated anyway makes it the Applier, rather than allocate a closure
+// over it.
+func (e *Engine) ApplyTo(ctx context.Context, fn Applier) (wait func(context.Context) error, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -291,13 +311,13 @@ func (p *fnPanic) Error() string {
 }
 
 // callFn calls fn, turning a panic into a *fnPanic.
-func callFn(fn func(tx *Tx) error, tx *Tx) (err error) {
+func callFn(fn Applier, tx *Tx) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &fnPanic{value: v}
 		}
 	}()
-	return fn(tx)
+	return fn.ApplyTx(tx)
 }
 
 // waitFor waits for b's outcome until ctx ends (then ErrOutcomeUnknown).
@@ -318,7 +338,7 @@ func (b *batch) waitFor(ctx context.Context) error {
 
 // applyReq is a transaction queued for the combiner (see Apply).
 type applyReq struct {
-	fn func(tx *Tx) error
+	fn Applier
 	// Set by the combiner before it signals ready.
 	err  error
 	b    *batch // the batch to wait for, or nil
@@ -393,7 +413,7 @@ func (e *Engine) combine(own *applyReq) {
 // undone.
 //
 // REQUIRES: e.mu held.
-func (e *Engine) applyLocked(fn func(tx *Tx) error) (*batch, error) {
+func (e *Engine) applyLocked(fn Applier) (*batch, error) {
 	if err := e.usableLocked(); err != nil {
 		return nil, err
 	}
