@@ -300,7 +300,7 @@ func readRun(rd *format.Reader, r *Run) {
 	r.MaxAttempts = rd.Uint32()
 	r.Status = rd.Uint8()
 	r.EndedAt = rd.Int64()
-	r.NotifyQueue = rd.String()
+	r.NotifyQueue = rd.Name()
 	// Other counts in range leave bytes unread: Finish fails, and the
 	// reflective decoder refuses them.
 	if n < runFieldsV2 {
@@ -331,7 +331,7 @@ func readRun(rd *format.Reader, r *Run) {
 		r.MemoBytes = rd.Uint64()
 	}
 	if n >= runFieldsV5 {
-		r.Queue = rd.String()
+		r.Queue = rd.Name()
 	}
 	if n >= runFieldsV6 {
 		r.Parent = rd.String()

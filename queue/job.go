@@ -169,7 +169,7 @@ func appendJob(b []byte, r *jobRec) []byte {
 // records. The payload aliases the input.
 func readJob(rd *format.Reader, r *jobRec) {
 	n := rd.FieldsIn(jobFieldsV1, jobFields)
-	r.Queue = rd.String()
+	r.Queue = rd.Name()
 	r.State = rd.Uint8()
 	r.Priority = rd.Int32()
 	r.Order = rd.Uint64()
@@ -186,7 +186,7 @@ func readJob(rd *format.Reader, r *jobRec) {
 		readAttempt(rd, &r.History[i])
 	}
 	r.Size = rd.Int64()
-	r.DeadNotify = rd.String()
+	r.DeadNotify = rd.Name()
 	if n >= jobFieldsV2 {
 		r.Payload = rd.BytesZC()
 	}

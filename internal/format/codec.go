@@ -285,7 +285,7 @@ func (r *Reader) StringMap() map[string]string {
 		if r.err != nil {
 			return nil
 		}
-		m[string(k)] = v
+		m[intern(k)] = v // keys recur: a header's name
 	}
 	return m
 }
