@@ -23,15 +23,18 @@ func (e *ender) wait(t *testing.T, what string) {
 	}
 }
 
-// claimed claims a job of a new queue and returns its claim context,
-// stopped at the test's end (stop may be called before).
+// claimed claims a job of a new queue and returns its claim context, as
+// a Work handler's (runJob's), stopped at the test's end (stop may be
+// called before).
 func claimed(t *testing.T) (*Queue, *Job, context.Context, func()) {
 	q, _ := openJobs(t)
 	mustEnqueue(t, q, "q", "a", EnqueueOptions{})
 	j := mustClaim(t, q, "q")
-	ctx, stop := q.claimContext(t0ctx, j)
+	cc := q.watchClaim(t0ctx, j)
+	cc.handler = true
+	stop := func() { cc.stop(q) }
 	t.Cleanup(stop)
-	return q, j, ctx, stop
+	return q, j, cc, stop
 }
 
 // TestOnClaimEnd: what a claim context tells in place of an AfterFunc,
@@ -40,12 +43,25 @@ func TestOnClaimEnd(t *testing.T) {
 	if onClaimEnd(t0ctx, newEnder()) {
 		t.Fatal("onClaimEnd took a context that is no claim's")
 	}
+	t.Run("refused", func(t *testing.T) {
+		q, j, ctx, _ := claimed(t)
+		for name, c := range map[string]context.Context{
+			"derived":    context.WithValue(ctx, ender{}, 1),
+			"detached":   context.WithoutCancel(ctx),
+			"cancelable": func() context.Context { c, cancel := context.WithCancel(ctx); t.Cleanup(cancel); return c }(),
+			"manual":     func() context.Context { c, stop := q.claimContext(t0ctx, j); t.Cleanup(stop); return c }(),
+		} {
+			if onClaimEnd(c, newEnder()) {
+				t.Errorf("onClaimEnd took a %s context: its cancellations are not the claim's", name)
+			}
+		}
+	})
 
 	t.Run("settled elsewhere", func(t *testing.T) {
 		q, j, ctx, _ := claimed(t)
 		e := newEnder()
-		if !onClaimEnd(context.WithValue(ctx, ender{}, 1), e) { // found through a value
-			t.Fatal("onClaimEnd refused a claim context")
+		if !onClaimEnd(ctx, e) {
+			t.Fatal("onClaimEnd refused a handler's context")
 		}
 		if err := q.Ack(t0ctx, j); err != nil {
 			t.Fatal(err)
@@ -82,9 +98,14 @@ func TestOnClaimEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		second.wait(t, "the ender set last")
+		if err := q.Ack(t0ctx, j); err != nil && !IsClaimLost(err) { // a loss after the cancel
+			t.Fatal(err)
+		}
+		onClaimEnd(ctx, second) // set again after the end: told at once
+		second.wait(t, "an ender set after the end")
 		time.Sleep(20 * time.Millisecond) // a wrong tell would be on its way
-		if len(first.told) != 0 {
-			t.Fatal("a cleared ender was told")
+		if len(first.told) != 0 || len(second.told) != 0 {
+			t.Fatalf("told %d times a cleared ender, %d times more the last one", len(first.told), len(second.told))
 		}
 	})
 

@@ -273,25 +273,16 @@ type claimCtx struct {
 	job    *Job
 	// lost: the loss was told, or a renewal failed: no more renewals.
 	lost atomic.Bool
-	// ended is told when the claim ends while the handler runs
-	// (queuex.API.OnClaimEnd); under hmu.
-	hmu   sync.Mutex
-	ended queuex.ClaimEnder
+	// handler: a Work handler's context, which its renewer tells of a
+	// drain (see onClaimEnd). ended is told when the claim ends while the
+	// handler runs (queuex.API.OnClaimEnd); under hmu.
+	handler bool
+	hmu     sync.Mutex
+	ended   queuex.ClaimEnder
 	// every, due and idx: its renewals, guarded by the renewer's mu.
 	every time.Duration
 	due   time.Time
 	idx   int
-}
-
-// claimKey is the context key under which a claim context finds itself.
-type claimKey struct{}
-
-// Value returns cc for claimKey, else its context's value.
-func (cc *claimCtx) Value(k any) any {
-	if _, ok := k.(claimKey); ok {
-		return cc
-	}
-	return cc.Context.Value(k)
 }
 
 // watchClaim returns the claim context of job, derived from parent: it is
@@ -319,35 +310,39 @@ func (cc *claimCtx) told(cause error) {
 	cc.tellEnded()
 }
 
-// tellEnded tells cc's ended, if set, that its context was cancelled: in
-// a goroutine of its own, as context.AfterFunc would, since the backend
-// tells a loss under its locks.
+// tellEnded tells cc's ended, if set, that its context was cancelled:
+// once (it clears it), in a goroutine of its own, as context.AfterFunc
+// would, since the backend tells a loss under its locks.
 func (cc *claimCtx) tellEnded() {
 	cc.hmu.Lock()
 	e := cc.ended
+	cc.ended = nil
 	cc.hmu.Unlock()
 	if e != nil {
 		go e.ClaimEnded()
 	}
 }
 
-// onClaimEnd sets (or with nil, clears) what is told when the claim
-// context ctx is cancelled by the end of its claim or by its parent, as
-// context.AfterFunc(ctx, e.ClaimEnded) would but with no allocation: told
-// at once if it is cancelled already. It reports false if ctx is not a
-// claim context. Its end may be told twice; a cancel after stop is not.
+// onClaimEnd sets (or with nil, clears) what is told when ctx, a running
+// Work handler's own context, is cancelled by the end of its claim or by
+// its parent (a drain's timeout): context.AfterFunc(ctx, e.ClaimEnded)
+// with no allocation, told once, at once if ctx is cancelled already. It
+// reports false for any other context, derived ones included (their
+// cancellations are their own; the caller uses AfterFunc). A cancel after
+// stop is not told.
 func onClaimEnd(ctx context.Context, e queuex.ClaimEnder) bool {
-	cc, _ := ctx.Value(claimKey{}).(*claimCtx)
-	if cc == nil {
+	cc, ok := ctx.(*claimCtx)
+	if !ok || !cc.handler {
 		return false
 	}
 	cc.hmu.Lock()
 	cc.ended = e
 	cc.hmu.Unlock()
 	// A cancel before the set is told here; one after, by its teller
-	// (told, or the renewer's drainEnded): one of the two sees the other.
+	// (told, or the renewer's drainEnded). Whichever comes second sees
+	// the other, and tellEnded tells once.
 	if e != nil && cc.Err() != nil {
-		go e.ClaimEnded()
+		cc.tellEnded()
 	}
 	return true
 }

@@ -289,6 +289,7 @@ func (q *Queue) admit(stopping bool, base context.Context, j *Job) bool {
 func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, manual bool) {
 	lease := q.opts.config(j.Queue).Lease
 	cc := q.watchClaim(base, j)
+	cc.handler = true // rn tells it of a drain (see onClaimEnd)
 	rn.add(cc, max(lease/3, time.Millisecond))
 	defer func() {
 		rn.remove(cc)

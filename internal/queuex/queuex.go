@@ -84,13 +84,13 @@ type API[Q, T, J, EO, ER, WO any] struct {
 	// job claimed but never started. It fails with a *queue.ClaimLostError
 	// if the claim was lost.
 	Release func(q Q, ctx context.Context, j J) error
-	// OnClaimEnd sets what is told (e.ClaimEnded, in a goroutine of its
-	// own) when ctx, a Work handler's context, is cancelled while the
-	// handler runs: its claim was lost or its job cancelled, or a drain
-	// timed out. It is context.AfterFunc(ctx, e.ClaimEnded) with no
-	// allocation, and at most one per context: a later call replaces e,
-	// and nil clears it. It may be told twice. It reports false, doing
-	// nothing, when ctx is not a handler's context.
+	// OnClaimEnd sets what is told (e.ClaimEnded, once, in a goroutine
+	// of its own) when ctx, a running Work handler's own context, is
+	// cancelled: its claim was lost or its job cancelled, or a drain timed
+	// out. It is context.AfterFunc(ctx, e.ClaimEnded) with no allocation,
+	// and at most one per context: a later call replaces e, and nil
+	// clears it. It reports false, doing nothing, for any other context
+	// (one derived from a handler's included).
 	OnClaimEnd func(ctx context.Context, e ClaimEnder) bool
 	// WatchKey watches a key of q's key-value space whose value the
 	// caller read as v (found: the key exists), as a futex: ch gets a
