@@ -198,9 +198,10 @@ func TestDeadlinePendingRun(t *testing.T) {
 	q := openQueue(t, memURL())
 	hook := &hookRecorder{}
 	var ran atomic.Int32
-	release := make(chan struct{})
+	release, blocking := make(chan struct{}), make(chan struct{}, 1)
 	rt := newRuntime(t, q, steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
 		if s.RunID == "blocker" {
+			blocking <- struct{}{}
 			<-release
 		} else {
 			ran.Add(1)
@@ -209,7 +210,11 @@ func TestDeadlinePendingRun(t *testing.T) {
 	}), hook, runtime.WithMaxConcurrentSteps(1))
 	startRun(t, rt)
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "blocker"})
-	waitStatus(t, rt, "blocker", "running", func(s runtime.RunStatus) bool { return s.State == runtime.StateRunning })
+	// Its step runs, in the only slot. (Running in Status is not enough:
+	// in a cluster member, a step the writer claimed for the member's
+	// idle loop can be given back, unstarted, when the member dispatches
+	// the next run's step into the slot meanwhile.)
+	recv(t, blocking, "the blocker's step to start")
 	d := deadlineIn()
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "pending", Deadline: d})
 	if st, err := rt.Status(context.Background(), "pending"); err != nil || st.State != runtime.StatePending {
