@@ -111,9 +111,9 @@ func (l *local) claim(ctx context.Context, queue string, n int, o options, s *sl
 // transactions, so that they share a WAL write.
 type claimState struct {
 	o        options
-	queue    string           // a refill's queue (see refillApply)
-	n        int              // a refill's jobs at most (0: 1)
-	used     *int64           // a member's refill: the payload bytes its call's claims took (see maxMemberClaimBytes)
+	queue    string           // the claim's queue
+	n        int              // its jobs at most (a refill's: 0 means 1)
+	used     *int64           // the payload bytes its call's claims took (see maxMemberClaimBytes); a refill's may be nil
 	prefetch handoff.Prefetch // read with each job (see prefetchIn); zero: none
 	s        *slots
 	jobs     []*Job

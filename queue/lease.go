@@ -314,13 +314,18 @@ func (cc *claimCtx) told(cause error) {
 // once (it clears it), in a goroutine of its own, as context.AfterFunc
 // would, since the backend tells a loss under its locks.
 func (cc *claimCtx) tellEnded() {
-	cc.hmu.Lock()
-	e := cc.ended
-	cc.ended = nil
-	cc.hmu.Unlock()
-	if e != nil {
+	if e := cc.swapEnded(nil); e != nil {
 		go e.ClaimEnded()
 	}
+}
+
+// swapEnded sets cc's ended to e and returns what it was.
+func (cc *claimCtx) swapEnded(e queuex.ClaimEnder) queuex.ClaimEnder {
+	cc.hmu.Lock()
+	defer cc.hmu.Unlock()
+	old := cc.ended
+	cc.ended = e
+	return old
 }
 
 // onClaimEnd sets (or with nil, clears) what is told when ctx, a running
@@ -335,9 +340,7 @@ func onClaimEnd(ctx context.Context, e queuex.ClaimEnder) bool {
 	if !ok || !cc.handler {
 		return false
 	}
-	cc.hmu.Lock()
-	cc.ended = e
-	cc.hmu.Unlock()
+	cc.swapEnded(e)
 	// A cancel before the set is told here; one after, by its teller
 	// (told, or the renewer's drainEnded). Whichever comes second sees
 	// the other, and tellEnded tells once.
@@ -350,9 +353,7 @@ func onClaimEnd(ctx context.Context, e queuex.ClaimEnder) bool {
 // stop ends the claim context: its watch, and its context.
 func (cc *claimCtx) stop(q *Queue) {
 	q.be.unwatch(&cc.w)
-	cc.hmu.Lock()
-	cc.ended = nil
-	cc.hmu.Unlock()
+	cc.swapEnded(nil)
 	cc.cancel(context.Canceled)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -606,10 +607,9 @@ func (rt *Runtime) callRunner(ctx context.Context, s *steprunner.Step) (out step
 // userHeaders returns the headers of h that are not reserved: nil if
 // there are none (a run submitted without headers), as is most common.
 func userHeaders(h map[string]string) map[string]string {
-	user := func(k string) bool { return len(k) < len(ReservedPrefix) || k[:len(ReservedPrefix)] != ReservedPrefix }
 	n := 0
 	for k := range h {
-		if user(k) {
+		if !strings.HasPrefix(k, ReservedPrefix) {
 			n++
 		}
 	}
@@ -618,7 +618,7 @@ func userHeaders(h map[string]string) map[string]string {
 	}
 	out := make(map[string]string, n)
 	for k, v := range h {
-		if user(k) {
+		if !strings.HasPrefix(k, ReservedPrefix) {
 			out[k] = v
 		}
 	}
