@@ -1042,3 +1042,28 @@ func TestIdleRunCommitsPerRun(t *testing.T) {
 		t.Fatalf("%d transactions for a 3-step run on an idle Run, want 5", n)
 	}
 }
+
+// A step of a run submitted without headers gets nil Step.Headers (its
+// job's headers are all reserved ones); with headers, exactly the
+// submitter's.
+func TestStepHeadersAreTheSubmitters(t *testing.T) {
+	_, log, hook, rt := chainSetup(t, 1)
+	startRun(t, rt)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "bare"})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "with", Headers: map[string]string{"h": "v"}})
+	hook.wait(t, "bare")
+	hook.wait(t, "with")
+	for _, s := range log.of("bare") {
+		if s.Headers != nil {
+			t.Errorf("step %d of a run without headers: Headers = %v, want nil", s.Number, s.Headers)
+		}
+	}
+	for _, s := range log.of("with") {
+		if len(s.Headers) != 1 || s.Headers["h"] != "v" {
+			t.Errorf("step %d: Headers = %v, want map[h:v]", s.Number, s.Headers)
+		}
+	}
+	if n := len(log.of("bare")) + len(log.of("with")); n != 4 {
+		t.Fatalf("%d steps logged, want 4", n)
+	}
+}
