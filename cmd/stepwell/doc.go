@@ -108,7 +108,8 @@
 // (its actions go to that writer); otherwise (no process writes the
 // store, or its writer is not in cluster mode or does not answer) it
 // opens the store read-only, brings it up to date as pages load, and says
-// on every page why actions are off and how to turn them on. With --write
+// on every page why actions are off and how to turn them on; a service in
+// cluster mode started later is joined as pages load. With --write
 // and no process writing the store it becomes the writer, in cluster
 // mode (a service started later must use queue.WithCluster, and joins
 // it); --read-only opens the store read-only whatever runs. It listens on

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/engine"
@@ -42,8 +44,9 @@ way of a service that opens the store:
     mode, or does not answer within --wait) the UI opens the store read-only:
     it shows everything, brings it up to date as pages are loaded, takes no
     action, and says on every page why and how to enable actions. A service
-    started later opens the store as usual (restart the UI to join it in
-    cluster mode).
+    started later opens the store as usual; one in cluster mode is joined as
+    a member when pages are loaded (the UI looks for it at most every 5s
+    while pages load, and reads nothing while none does).
 
 With --write, and no process writing the store, the UI becomes its writer, in
 cluster mode: a service started later must open the store with
@@ -100,22 +103,26 @@ printed). With a token, open the URL printed at start (it carries
 			if err != nil {
 				return err
 			}
-			defer closeQueue(q, &err)
 			if why != "" {
-				opts.ReadOnly, opts.ReadOnlyReason = true, why
 				fmt.Fprintf(c.stderr, "stepwell ui: read-only: %s\n", why)
 			}
-			rt, err := inspector(q)
+			g, err := newUIGen(q, opts, why)
 			if err != nil {
+				_ = q.Close(context.Background())
 				return err
 			}
-			h, err := ui.New(rt, opts)
-			if err != nil {
-				return usageError("%v", err)
+			h := &uiSwitch{opts: opts, log: opts.Logger, stderr: c.stderr, ctx: ctx}
+			h.cur.Store(g)
+			if q.Role() == queue.RoleReadOnly && !readOnly {
+				// A writer in cluster mode that starts later is joined.
+				h.join = func(ctx context.Context) (*queue.Queue, error) { return c.joinCluster(ctx, w) }
+				h.named = func(ctx context.Context) string { return namedClusterWriter(ctx, opts.StoreURL) }
+				h.seen = h.named(ctx)
 			}
-			if q.Role() == queue.RoleReadOnly {
-				h = &refreshing{h: h, q: q, every: uiRefreshEvery, log: opts.Logger}
-			}
+			defer func() {
+				h.joins.Wait()
+				closeQueue(h.cur.Load().q, &err)
+			}()
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return failed("--listen: %v", err)
@@ -193,11 +200,11 @@ func loopback(host string) bool {
 const (
 	uiNoWriter = "no writer in cluster mode runs on this store, and the UI does not become one by default " +
 		"(it would keep a service that is not in cluster mode from opening the store). " +
-		"To act on runs from here: run the service that writes the store with queue.WithCluster and restart the UI " +
-		"(it joins it as a member), or, while no process writes the store, restart the UI with --write " +
+		"To act on runs from here: run the service that writes the store with queue.WithCluster " +
+		"(the UI joins it as a member as pages load), or, while no process writes the store, restart the UI with --write " +
 		"(it becomes the writer, in cluster mode: a service must then use queue.WithCluster to join it)"
 	uiCannotJoin = "another process writes the store and this UI cannot join it (it is not in cluster mode, or did not answer): " +
-		"open the store with queue.WithCluster in that process, then restart the UI, to act on runs from here"
+		"open the store with queue.WithCluster in that process to act on runs from here (the UI joins it as a member as pages load)"
 )
 
 // openUI opens the store for the UI and says why it is read-only ("": it
@@ -210,25 +217,16 @@ func (c *cli) openUI(ctx context.Context, w writeFlags, readOnly, write bool) (*
 		q, err := c.openRead(ctx)
 		return q, "started with --read-only", err
 	}
-	if !write {
-		raw, err := c.storeURL()
-		if err != nil {
-			return nil, "", err
-		}
-		if !clusterWriterNamed(ctx, raw) {
-			q, err := c.openRead(ctx)
+	var q *queue.Queue
+	var err error
+	if write {
+		q, err = c.openWrite(ctx, w)
+	} else {
+		q, err = c.joinCluster(ctx, w)
+		if q == nil && err == nil {
+			q, err = c.openRead(ctx)
 			return q, uiNoWriter, err
 		}
-	}
-	q, err := c.openWrite(ctx, w)
-	if err == nil && !write && q.Role() == queue.RoleWriter {
-		// The writer the store named had stopped, and this took its
-		// place: give it up at once.
-		if err := q.Close(ctx); err != nil {
-			return nil, "", fmt.Errorf("closing the store after taking a stopped writer's place: %w", err)
-		}
-		q, err = c.openRead(ctx)
-		return q, uiNoWriter, err
 	}
 	if err == nil {
 		return q, "", nil
@@ -244,19 +242,54 @@ func (c *cli) openUI(ctx context.Context, w writeFlags, readOnly, write bool) (*
 	return q, uiCannotJoin, nil
 }
 
+// joinCluster opens the store as a member of the writer in cluster mode
+// it names, and returns nil (and no error) if it names none that runs: no
+// writer in cluster mode, or one that had stopped, whose place this took
+// as a write command would and gave up at once.
+func (c *cli) joinCluster(ctx context.Context, w writeFlags) (*queue.Queue, error) {
+	raw, err := c.storeURL()
+	if err != nil {
+		return nil, err
+	}
+	if !clusterWriterNamed(ctx, raw) {
+		return nil, nil
+	}
+	q, err := c.openWrite(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	if q.Role() == queue.RoleWriter {
+		if err := q.Close(ctx); err != nil {
+			return nil, fmt.Errorf("closing the store after taking a stopped writer's place: %w", err)
+		}
+		return nil, nil
+	}
+	return q, nil
+}
+
 // clusterWriterNamed reports whether the store at raw names a writer in
 // cluster mode that has not closed it (its owner object): one runs, or
 // ran and stopped without closing.
 func clusterWriterNamed(ctx context.Context, raw string) bool {
+	return namedClusterWriter(ctx, raw) != ""
+}
+
+// namedClusterWriter returns the identity (its writer ID and epoch) of
+// the writer in cluster mode that the store at raw names and that has not
+// closed it, or "" if it names none (or cannot be read).
+func namedClusterWriter(ctx context.Context, raw string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	b, err := objstore.Open(ctx, raw)
 	if err != nil {
-		return false
+		return ""
 	}
 	defer b.Close()
 	own, err := engine.ReadOwner(ctx, b)
-	return err == nil && own != nil && !own.Closed && own.Addr != ""
+	if err != nil || own == nil || own.Closed || own.Addr == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s/%d", own.Writer, own.Epoch)
 }
 
 // uiRefreshEvery is how often at most a read-only UI brings the store up
@@ -286,4 +319,136 @@ func (r *refreshing) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Unlock()
 	r.h.ServeHTTP(w, req)
+}
+
+// uiJoinEvery is how often at most a read-only UI looks for a writer in
+// cluster mode to join, when pages are loaded.
+const uiJoinEvery = 5 * time.Second
+
+// uiGen is the UI of one open of the store. Requests hold mu read-locked;
+// the switch to the next one write-locks it before closing q.
+type uiGen struct {
+	h  http.Handler
+	q  *queue.Queue
+	mu sync.RWMutex
+	// closed is set, under mu, once the next one took over.
+	closed bool
+}
+
+// newUIGen builds the UI of q, opened read-only for the reason why, or
+// not ("").
+func newUIGen(q *queue.Queue, opts ui.Options, why string) (*uiGen, error) {
+	rt, err := inspector(q)
+	if err != nil {
+		return nil, err
+	}
+	opts.ReadOnly, opts.ReadOnlyReason = why != "", why
+	h, err := ui.New(rt, opts)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	if q.Role() == queue.RoleReadOnly {
+		h = &refreshing{h: h, q: q, every: uiRefreshEvery, log: opts.Logger}
+	}
+	return &uiGen{h: h, q: q}, nil
+}
+
+// uiSwitch serves the current UI. While it is read-only and join is set,
+// a page load looks for a writer in cluster mode to join (at most every
+// uiJoinEvery, in the background): once joined, the next pages are a
+// member's, with their actions, and the read-only open is closed after
+// the requests it was serving.
+type uiSwitch struct {
+	cur    atomic.Pointer[uiGen]
+	opts   ui.Options
+	log    *slog.Logger
+	stderr io.Writer
+	join   func(context.Context) (*queue.Queue, error) // nil: never switches
+	named  func(context.Context) string                // see namedClusterWriter
+	ctx    context.Context                             // the command's: ends the joins
+	joins  sync.WaitGroup
+	// seen is the writer in cluster mode the store named when the UI last
+	// looked (see tryJoin). Only the look in flight uses it.
+	seen string
+
+	mu       sync.Mutex
+	joining  bool      // guarded by mu
+	lastJoin time.Time // guarded by mu
+}
+
+func (s *uiSwitch) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	s.maybeJoin()
+	for {
+		g := s.cur.Load()
+		g.mu.RLock()
+		if !g.closed {
+			g.h.ServeHTTP(w, req)
+			g.mu.RUnlock()
+			return
+		}
+		g.mu.RUnlock() // replaced meanwhile: serve the next one
+	}
+}
+
+// maybeJoin starts a look for a writer in cluster mode to join, unless
+// the UI has joined one, a look runs, or the last began within
+// uiJoinEvery.
+func (s *uiSwitch) maybeJoin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.join == nil || s.joining || time.Since(s.lastJoin) < uiJoinEvery || s.ctx.Err() != nil {
+		return
+	}
+	s.joining, s.lastJoin = true, time.Now()
+	s.joins.Add(1)
+	go func() {
+		defer s.joins.Done()
+		joined := s.tryJoin()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.joining = false
+		if joined {
+			s.join = nil
+		}
+	}()
+}
+
+// tryJoin joins the writer in cluster mode the store names, if one runs,
+// and switches to a member's UI. It tries a writer once: one the store
+// still names after the UI could not join it (it had stopped, and the
+// UI took its place and gave it up, as at start; or it did not answer)
+// is not tried again. So a UI never keeps taking a stopped writer's
+// place, which would keep a service not in cluster mode from opening the
+// store meanwhile.
+func (s *uiSwitch) tryJoin() bool {
+	w := s.named(s.ctx)
+	if w == "" || w == s.seen {
+		return false
+	}
+	s.seen = w
+	q, err := s.join(s.ctx)
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.log.Warn("stepwell ui: joining the store's writer in cluster mode", "err", err)
+		}
+		return false
+	}
+	if q == nil {
+		return false
+	}
+	g, err := newUIGen(q, s.opts, "")
+	if err != nil {
+		s.log.Warn("stepwell ui: joining the store's writer in cluster mode", "err", err)
+		_ = q.Close(context.Background())
+		return false
+	}
+	old := s.cur.Swap(g)
+	fmt.Fprintf(s.stderr, "stepwell ui: joined the store's writer in cluster mode as a member: actions are on\n")
+	old.mu.Lock()
+	old.closed = true
+	old.mu.Unlock()
+	if err := old.q.Close(context.Background()); err != nil {
+		s.log.Warn("stepwell ui: closing the read-only store", "err", err)
+	}
+	return true
 }

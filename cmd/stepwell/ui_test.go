@@ -220,6 +220,55 @@ func TestUIJoinsCluster(t *testing.T) {
 	s.expect(t, "stopped slow-2")
 }
 
+// TestUIJoinsClusterStartedLater: a UI that opened the store read-only
+// because no writer ran joins a service in cluster mode started after it,
+// as pages load: the next pages are a member's, with their actions, and
+// its cancel reaches the service's writer.
+func TestUIJoinsClusterStartedLater(t *testing.T) {
+	f := newClusterFixture(t, "file://"+t.TempDir()) // slow-1 and slow-2 pending
+	p := startUI(t, "--store", f.url)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if code, body := get(t, c, p.url+"run?id=slow-1"); code != 200 ||
+		!strings.Contains(body, "Read-only: no writer in cluster mode runs on this store") || strings.Contains(body, `id="cancel"`) {
+		t.Fatalf("run page before any writer: %d\n%.3000s", code, body)
+	}
+	s := startService(t, f.url, "")
+	defer s.stop(t)
+	s.expect(t, "running slow-1")
+	var csrf string
+	testenv.Eventually(t, 60*time.Second, "the UI to join the service's writer", func() bool {
+		_, body := get(t, c, p.url+"run?id=slow-1")
+		m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+		if m == nil || !strings.Contains(body, `id="cancel"`) || strings.Contains(body, "Read-only:") {
+			return false
+		}
+		csrf = m[1]
+		return true
+	})
+	if code, body := get(t, c, p.url+"store"); code != 200 || !strings.Contains(body, `<span class="badge">member</span>`) {
+		t.Fatalf("store page after joining: %d\n%.2000s", code, body)
+	}
+	if !strings.Contains(p.stderr.String(), "joined the store's writer in cluster mode as a member") {
+		t.Errorf("stderr does not say the UI joined: %s", p.stderr)
+	}
+	for _, id := range []string{"slow-1", "slow-2"} {
+		resp, err := c.Post(p.url+"run/cancel", "application/x-www-form-urlencoded", strings.NewReader("id="+id+"&csrf="+csrf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("cancel %s: %d", id, resp.StatusCode)
+		}
+	}
+	s.expect(t, "stopped slow-1")
+	testenv.Eventually(t, 30*time.Second, "slow-1 cancelled on the UI's page", func() bool {
+		_, body := get(t, c, p.url+"run?id=slow-1")
+		return strings.Contains(body, `id="run-state">cancelled<`)
+	})
+}
+
 // TestUIReadOnlyByDefault: on a store that no process writes, `stepwell
 // ui` opens it read-only (it does not become the writer), says on every
 // page why and how to enable actions (--write), and a service that opens
