@@ -173,8 +173,16 @@
 // writer stops at the first sequence it finds taken, so once every marker
 // write is resolved the range holds a prefix of its batches and a suffix of
 // ours; if what we hold is not such a suffix (two openers raced) we list
-// again. With our lowest marker m in place, every earlier writer's next
-// write targets a sequence <= m that is taken, so it fails. A failed create-only write is resolved by reading the
+// again. An opener that dies, or fails, before every write of its range is
+// resolved leaves holes below the markers that landed; the next opener's
+// recovery, finding holes with nothing but markers above them, writes a
+// marker of its own into each, create-only (a late write that lands there
+// first, the dead opener's or the earlier writer's next batch, stays), and
+// lists again. A hole below a committed batch is a lost batch (claim 1). A
+// marker that finds its sequence taken, and the object gone when read back
+// (collected: a snapshot covers it), lost that sequence. With our lowest
+// marker m in place, every earlier writer's next write targets a sequence
+// <= m that is taken, so it fails. A failed create-only write is resolved by reading the
 // object back: byte-equal means our own earlier attempt landed (batches
 // carry the writer's random identity, so two writers never produce equal
 // bytes); anything else means this writer is fenced, and it fails every

@@ -796,6 +796,9 @@ func (e *Engine) createOnly(ctx context.Context, key string, data []byte, deadli
 		}
 		if errors.Is(err, objstore.ErrExists) {
 			got, gerr := e.getRetry(ctx, key, deadline)
+			if errors.Is(gerr, objstore.ErrNotFound) {
+				gerr = fmt.Errorf("%w: %w", errGoneAfterConflict, gerr)
+			}
 			if gerr != nil {
 				return &WriteError{Key: key, Err: fmt.Errorf("reading back after a conflict: %w", gerr)}
 			}
@@ -818,6 +821,13 @@ func (e *Engine) createOnly(ctx context.Context, key string, data []byte, deadli
 		}
 	}
 }
+
+// errGoneAfterConflict: a create-only write found the key taken, and the
+// object was gone when read back. Whose it was is unknown: another
+// writer's, collected since (a snapshot covers it), or ours, written by an
+// earlier attempt that reported failure, replayed by a writer that took
+// over and collected.
+var errGoneAfterConflict = errors.New("the object was deleted after the conflict")
 
 // getRetry reads key, retrying transient failures until deadline (zero:
 // until ctx ends).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -36,7 +37,9 @@ var errRaced = errors.New("object deleted during recovery")
 // what we won is not such a suffix (two new writers raced each other), or
 // we won nothing, we list again and retry with a wider range. Markers we
 // wrote but could not use stay in the WAL as empty batches, harmless to
-// replay.
+// replay. An opener that dies (or fails) before all its marker writes are
+// resolved leaves holes below the markers that landed: the recovery of the
+// next opener fills them (see fillHoles).
 const (
 	markerWidthFirst = 16  // markers per attempt when a live writer may be appending
 	markerWidthMax   = 256 // the widest attempt
@@ -109,6 +112,10 @@ func (e *Engine) writeMarkers(ctx context.Context, from, n uint64) ([]bool, erro
 			case err == nil:
 				won[i] = true
 			case errors.Is(err, ErrFenced): // another writer holds seq
+			case errors.Is(err, errGoneAfterConflict):
+				// Held by another writer, and collected since: a snapshot
+				// covers seq. Failing Open here, with the other markers
+				// in flight, would leave holes (see fillHoles).
 			default:
 				return err
 			}
@@ -160,6 +167,99 @@ func (e *Engine) topSeq(ctx context.Context) (uint64, *walSet, error) {
 		}
 	}
 	return top, w, nil
+}
+
+// fillHoles closes the holes in the WAL listed in w, between the snapshot
+// base and this writer's last marker top, that an opener left there, and
+// reports whether it found any: its markers are written in parallel (see
+// writeMarker), so an opener that dies, or whose Open fails, while they
+// are in flight leaves the sequences of the markers that did not land
+// empty below those that did. Nobody wrote them, but a write may still
+// come: the dead opener's own request, or the old writer's next batch if
+// it is alive (the lowest hole is its next sequence). Recovery can neither
+// skip them nor replay them, and would report the WAL as corrupt at every
+// Open from then on. So each hole gets a marker of this writer,
+// create-only: whatever lands there first, our marker or that write, is
+// final, and recovery, listing again, finds the WAL below our markers
+// gapless. A marker, with its epoch key, so that collection keeps it while
+// a replaced writer may be about to write that sequence (see epochPrefix):
+// which filler that is depends on which writes won, so each has one. An
+// opener's range is markerWidthFirst wide unless it lost races, so a dead
+// one leaves at most 15 holes, well within keepEpochs (at the widest, 255:
+// the same bound as the markers of such a range, replayed).
+//
+// A hole with a committed batch (not a marker) anywhere above it is not
+// such a hole: the writer of that batch recovered through it (or wrote it)
+// before it committed, so the batch there was lost (deleted from the
+// bucket). Those are left alone, for recovery to report.
+//
+// Stores with an OS lock need none of this: a single opener at a time, and
+// no request of a dead one still on its way.
+func (e *Engine) fillHoles(ctx context.Context, w *walSet, base, top uint64) (bool, error) {
+	if e.readOnly || e.osLock || len(w.segs) > 0 {
+		return false, nil
+	}
+	var holes []uint64
+	for s := base + 1; s < top; s++ {
+		if _, ok := w.singles[s]; !ok {
+			holes = append(holes, s)
+		}
+	}
+	if len(holes) == 0 {
+		return false, nil
+	}
+	// Every batch above the lowest hole must be a marker.
+	var leave, raced atomic.Bool
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for s := holes[0] + 1; s <= top; s++ {
+		if _, ok := w.singles[s]; !ok {
+			continue
+		}
+		g.Go(func() error {
+			if leave.Load() || raced.Load() {
+				return nil
+			}
+			b, _, err := e.readBatch(gctx, s)
+			if errors.Is(err, errRaced) {
+				raced.Store(true) // collected meanwhile
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !b.Marker {
+				leave.Store(true)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		var ce *CorruptionError
+		if errors.As(err, &ce) {
+			return false, nil // for recovery to report
+		}
+		return false, err
+	}
+	if raced.Load() {
+		return false, errRaced
+	}
+	if leave.Load() {
+		return false, nil
+	}
+	e.log.Warn("stepwell: closing holes an opener that died left in the WAL", "holes", len(holes),
+		"first", walKey(holes[0]), "last", walKey(holes[len(holes)-1]))
+	for i := 0; i < len(holes); {
+		j := i + 1
+		for j < len(holes) && holes[j] == holes[j-1]+1 {
+			j++
+		}
+		if _, err := e.writeMarkers(ctx, holes[i], uint64(j-i)); err != nil {
+			return false, err
+		}
+		i = j
+	}
+	return true, nil
 }
 
 // recover loads the newest valid snapshot below the epoch and replays the
@@ -261,6 +361,11 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 				return err
 			} else if newer {
 				return errRaced
+			}
+			if filled, err := e.fillHoles(ctx, wal, base, upper-1); err != nil {
+				return err
+			} else if filled {
+				return errRaced // list again
 			}
 			return &CorruptionError{Key: walKey(seq), Err: fmt.Errorf("%w: WAL batch missing (the log has a gap before %s)", format.ErrCorrupt, walKey(upper))}
 		}

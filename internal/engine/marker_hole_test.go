@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stepwell/stepwell/internal/objstore"
+)
+
+// markerCut lets through one create-only WAL write, of sequence keep, and
+// holds every other one until its context ends: an opener that dies (or
+// fails) while its open markers are in flight, with one of them landed.
+type markerCut struct {
+	objstore.Bucket
+	keep   uint64
+	landed chan struct{}
+	once   sync.Once
+}
+
+func (m *markerCut) Put(ctx context.Context, key string, data []byte, ifNotExist bool) error {
+	s, ok := parseSeqKey("wal/", key)
+	if !ok || !ifNotExist {
+		return m.Bucket.Put(ctx, key, data, ifNotExist)
+	}
+	if s == m.keep {
+		err := m.Bucket.Put(ctx, key, data, ifNotExist)
+		m.once.Do(func() { close(m.landed) })
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (m *markerCut) Unwrap() objstore.Bucket { return m.Bucket }
+
+// dieMidMarkers opens b with takeover and makes the opener die (its
+// context cancelled) once its marker at sequence keep landed, the others
+// still in flight.
+func dieMidMarkers(t *testing.T, b objstore.Bucket, keep uint64) {
+	t.Helper()
+	cut := &markerCut{Bucket: b, keep: keep, landed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-cut.landed
+		cancel()
+	}()
+	if _, err := Open(ctx, Options{Bucket: cut, Heartbeat: time.Hour, Takeover: true}); err == nil {
+		t.Fatal("Open of the dying opener succeeded")
+	}
+}
+
+// takeOverFencing opens b with takeover, checks that the state holds want
+// (key, value pairs) and that old, the writer it replaced, is fenced, and
+// returns the new writer.
+func takeOverFencing(t *testing.T, b objstore.Bucket, old *Engine, want ...string) *Engine {
+	t.Helper()
+	ctx := context.Background()
+	c, err := Open(ctx, Options{Bucket: b, Heartbeat: time.Hour, Takeover: true})
+	if err != nil {
+		t.Fatalf("Open with takeover: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	got := dump(t, c)
+	for i := 0; i+1 < len(want); i += 2 {
+		if got[want[i]] != want[i+1] {
+			t.Fatalf("state after the takeover: %v, want %s=%s", got, want[i], want[i+1])
+		}
+	}
+	err = old.Update(ctx, func(tx *Tx) error { tx.Put("late", Inline([]byte("x"))); return nil })
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("old writer's commit after the takeover: %v, want ErrFenced", err)
+	}
+	return c
+}
+
+// liveWriter opens a writer on a fresh bucket (b; reopen opens it again,
+// as another process) that has committed k1=1 (at top), and kills it at
+// the end of the test.
+func liveWriter(t *testing.T) (a *Engine, b objstore.Bucket, reopen func() objstore.Bucket, top uint64) {
+	t.Helper()
+	b, reopen = memBucket(t)
+	a = mustOpen(t, Options{Bucket: b, Heartbeat: time.Hour})
+	t.Cleanup(a.Kill)
+	put(t, a, "k1", "1")
+	return a, b, reopen, a.Stats().DurableSeq
+}
+
+// TestTakeoverAfterOpenerDiedMidMarkers: an opener with takeover writes
+// its open markers in parallel (see writeMarker). If it dies, or its Open
+// fails, with only some of them landed, the WAL has holes below the
+// markers that landed: sequences nobody wrote. The next opener must close
+// them and open the store, not report the WAL as corrupt ("WAL batch
+// missing") at every Open from then on. The old writer, still alive, whose
+// next sequence is the lowest hole, must be fenced there.
+func TestTakeoverAfterOpenerDiedMidMarkers(t *testing.T) {
+	ctx := context.Background()
+	a, b, reopen, _ := liveWriter(t)
+	put(t, a, "k2", "2")
+	top := a.Stats().DurableSeq
+
+	dieMidMarkers(t, reopen(), top+3) // only its third marker lands
+	for _, s := range []uint64{top + 1, top + 2, top + 4} {
+		if _, err := b.Get(ctx, walKey(s)); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("%s: %v, want a hole there (the test is broken)", walKey(s), err)
+		}
+	}
+
+	// The old writer's next sequence was the lowest hole: it is fenced.
+	c := takeOverFencing(t, reopen(), a, "k1", "1", "k2", "2")
+	put(t, c, "k3", "3")
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := mustOpen(t, Options{Bucket: reopen(), Heartbeat: time.Hour, Takeover: true})
+	defer d.Close(ctx)
+	if got := dump(t, d); got["k3"] != "3" || got["late"] != "" {
+		t.Fatalf("state after reopening: %v", got)
+	}
+}
+
+// TestWALGapBelowCommittedBatchIsCorruption: a hole below an open marker
+// is still corruption when a committed batch lies above it: the writer of
+// that batch recovered through the missing one, which was lost.
+func TestWALGapBelowCommittedBatchIsCorruption(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	a := mustOpen(t, Options{Bucket: b, Heartbeat: time.Hour})
+	put(t, a, "k1", "1")
+	put(t, a, "k2", "2")
+	lost := a.Stats().DurableSeq
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: time.Hour})
+	put(t, c, "k3", "3")
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	probe := reopen()
+	if err := probe.Delete(ctx, walKey(lost)); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := probe.Get(ctx, walKey(lost+1)); err != nil {
+		t.Fatal(err)
+	} else if m, err := decodeBatch(walKey(lost+1), lost+1, data); err != nil || !m.Marker {
+		t.Fatalf("%s is not a marker (%v): the test is broken", walKey(lost+1), err)
+	}
+	_, err := Open(ctx, Options{Bucket: probe, Heartbeat: time.Hour, Takeover: true})
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.Key != walKey(lost) {
+		t.Fatalf("Open with a lost batch below a marker = %v, want a CorruptionError naming %s", err, walKey(lost))
+	}
+}
+
+// collectOnConflict runs collect once, when a create-only WAL write of
+// key conflicts, before the conflict is reported: a collection of the
+// writer that holds the key, between the conflict and its read-back.
+type collectOnConflict struct {
+	objstore.Bucket
+	key     string
+	collect func()
+	once    sync.Once
+}
+
+func (c *collectOnConflict) Put(ctx context.Context, key string, data []byte, ifNotExist bool) error {
+	err := c.Bucket.Put(ctx, key, data, ifNotExist)
+	if key == c.key && errors.Is(err, objstore.ErrExists) {
+		c.once.Do(c.collect)
+	}
+	return err
+}
+
+func (c *collectOnConflict) Unwrap() objstore.Bucket { return c.Bucket }
+
+// TestTakeoverMarkerCollectedAfterConflict: an opener's marker conflicts
+// with a batch of the live writer, which a snapshot of that writer covers
+// and its collection deletes before the opener reads the batch back. The
+// sequence is simply not ours: Open goes on. It used to fail, with its
+// other markers in flight (holes: see TestTakeoverAfterOpenerDiedMidMarkers).
+func TestTakeoverMarkerCollectedAfterConflict(t *testing.T) {
+	ctx := context.Background()
+	a, b, reopen, top := liveWriter(t)
+	// After the opener listed the tip, the live writer commits top+1.
+	testHookListedTop = func(attempt int) {
+		if attempt == 0 {
+			put(t, a, "k2", "2")
+		}
+	}
+	defer func() { testHookListedTop = nil }()
+	cb := &collectOnConflict{Bucket: reopen(), key: walKey(top + 1), collect: func() {
+		if err := a.Snapshot(ctx); err != nil {
+			t.Errorf("Snapshot: %v", err)
+		}
+		if _, err := b.Get(ctx, walKey(top+1)); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("%s after the collection: %v, want it deleted (the test is broken)", walKey(top+1), err)
+		}
+	}}
+	takeOverFencing(t, cb, a, "k1", "1", "k2", "2")
+}
+
+// TestTakeoverKeepsOldWriterBatchInHole: after an opener died with its
+// markers half landed, the old writer, still alive, commits into the
+// lowest hole (its next sequence) before the next opener fills it. That
+// batch is acknowledged: the next opener fills only the holes left,
+// replays it, and fences the old writer at the next hole.
+func TestTakeoverKeepsOldWriterBatchInHole(t *testing.T) {
+	ctx := context.Background()
+	a, b, reopen, top := liveWriter(t)
+
+	dieMidMarkers(t, reopen(), top+3)
+	put(t, a, "k2", "2") // into the hole at top+1
+	if _, err := b.Get(ctx, walKey(top+2)); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("%s: %v, want a hole there (the test is broken)", walKey(top+2), err)
+	}
+
+	takeOverFencing(t, reopen(), a, "k1", "1", "k2", "2") // k2: the old writer's
+}
