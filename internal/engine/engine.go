@@ -194,6 +194,7 @@ type Engine struct {
 	writer   string  // random identity of this open
 	epoch    uint64  // sequence number of this writer's (lowest) open marker
 	markEnd  uint64  // sequence of its last open marker (see writeMarker)
+	openMark uint64  // the highest sequence known durable at Open (the owner's mark; see fillHoles)
 	readOnly bool    // opened by OpenReadOnly: never writes
 	osLock   bool    // the bucket has an OS lock (objstore.Locker)
 	seg      *segLog // the writer's WAL segments; nil if the bucket has none
@@ -424,7 +425,7 @@ func (e *Engine) open1(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.epoch, e.markEnd = first, last
+	e.epoch, e.markEnd, e.openMark = first, last, mark
 	if e.beats() {
 		// Name the new epoch in the owner object now, not after the
 		// recovery below: openers that judged the old writer dead at the

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/objstore"
 )
 
@@ -218,4 +219,83 @@ func TestTakeoverKeepsOldWriterBatchInHole(t *testing.T) {
 	}
 
 	takeOverFencing(t, reopen(), a, "k1", "1", "k2", "2") // k2: the old writer's
+}
+
+// deadMarker writes, as an opener that then died would have, its open
+// marker at seq alone.
+func deadMarker(t *testing.T, b objstore.Bucket, seq uint64) {
+	t.Helper()
+	data, err := format.EncodeBatch(&format.Batch{Seq: seq, Writer: "dead-opener", Epoch: seq, Marker: true,
+		Muts: []format.Mutation{markerMutation(seq, "dead-opener")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Put(context.Background(), walKey(seq), data, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHolesNotFilled: holes that fillHoles must leave alone, for Open to
+// report as a lost batch rather than fill and open without it: nothing
+// is written into them.
+func TestHolesNotFilled(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// make leaves holes in the bucket (reopen opens it) of writer a,
+		// which committed up to top, and returns the lowest.
+		make func(t *testing.T, a *Engine, reopen func() objstore.Bucket, top uint64) uint64
+	}{
+		{"too wide to protect", func(t *testing.T, a *Engine, reopen func() objstore.Bucket, top uint64) uint64 {
+			// A dead opener's range 64 wide: fillers from top+1 to the
+			// next opener's epoch would not all keep their epoch keys.
+			deadMarker(t, reopen(), top+keepEpochs)
+			return top + 1
+		}},
+		{"below the durable mark", func(t *testing.T, a *Engine, reopen func() objstore.Bucket, top uint64) uint64 {
+			// A batch was durable there, and only a marker is above it
+			// (a writer opened and closed without committing).
+			put(t, a, "k2", "2")
+			lost := a.Stats().DurableSeq
+			if err := a.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: time.Hour})
+			if err := c.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := reopen().Delete(ctx, walKey(lost)); err != nil {
+				t.Fatal(err)
+			}
+			return lost
+		}},
+		{"replaced", func(t *testing.T, a *Engine, reopen func() objstore.Bucket, top uint64) uint64 {
+			// Once the opener listed the tip, a snapshot above its markers
+			// appears: another writer replaced it (and would collect).
+			b := reopen()
+			deadMarker(t, b, top+3)
+			testHookListedTop = func(int) {
+				if err := b.Put(ctx, snapKey(top+1000), []byte("x"), true); err != nil && !errors.Is(err, objstore.ErrExists) {
+					t.Error(err)
+				}
+			}
+			t.Cleanup(func() { testHookListedTop = nil })
+			return top + 1
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _, reopen, top := liveWriter(t)
+			hole := tc.make(t, a, reopen, top)
+			_, err := Open(ctx, Options{Bucket: reopen(), Heartbeat: time.Hour, Takeover: true})
+			testHookListedTop = nil
+			b := reopen()
+			var ce *CorruptionError
+			if !errors.As(err, &ce) {
+				t.Fatalf("Open = %v, want a CorruptionError", err)
+			}
+			if _, err := b.Get(ctx, walKey(hole)); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("%s after the Open: %v, want the hole left alone", walKey(hole), err)
+			}
+		})
+	}
 }

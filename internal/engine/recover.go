@@ -183,20 +183,24 @@ func (e *Engine) topSeq(ctx context.Context) (uint64, *walSet, error) {
 // final, and recovery, listing again, finds the WAL below our markers
 // gapless. A marker, with its epoch key, so that collection keeps it while
 // a replaced writer may be about to write that sequence (see epochPrefix):
-// which filler that is depends on which writes won, so each has one. An
-// opener's range is markerWidthFirst wide unless it lost races, so a dead
-// one leaves at most 15 holes, well within keepEpochs (at the widest, 255:
-// the same bound as the markers of such a range, replayed).
+// which filler that is depends on which writes won, so each has one, and
+// holes are filled only if every epoch key from the lowest hole up to our
+// own epoch is among the keepEpochs that pruning keeps (a dead opener's
+// range is markerWidthFirst wide unless it had lost races before).
 //
-// A hole with a committed batch (not a marker) anywhere above it is not
-// such a hole: the writer of that batch recovered through it (or wrote it)
-// before it committed, so the batch there was lost (deleted from the
-// bucket). Those are left alone, for recovery to report.
+// Not such holes, left alone for recovery to report as lost batches:
+//   - a hole with a committed batch (not a marker) anywhere above it: the
+//     writer of that batch recovered through it (or wrote it) before it
+//     committed;
+//   - a hole at or below the owner object's durable mark read at Open
+//     (openMark): a batch was durable there;
+//   - any hole, if a snapshot above our markers exists (replaced): a newer
+//     writer collected what we would fill (replaced is set).
 //
 // Stores with an OS lock need none of this: a single opener at a time, and
 // no request of a dead one still on its way.
-func (e *Engine) fillHoles(ctx context.Context, w *walSet, base, top uint64) (bool, error) {
-	if e.readOnly || e.osLock || len(w.segs) > 0 {
+func (e *Engine) fillHoles(ctx context.Context, w *walSet, base, top uint64, replaced bool) (bool, error) {
+	if e.readOnly || e.osLock || len(w.segs) > 0 || replaced {
 		return false, nil
 	}
 	var holes []uint64
@@ -205,7 +209,7 @@ func (e *Engine) fillHoles(ctx context.Context, w *walSet, base, top uint64) (bo
 			holes = append(holes, s)
 		}
 	}
-	if len(holes) == 0 {
+	if len(holes) == 0 || holes[0] <= e.openMark || e.epoch-holes[0] >= keepEpochs {
 		return false, nil
 	}
 	// Every batch above the lowest hole must be a marker.
@@ -313,9 +317,12 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 		upper = top + 1
 	}
 	var snaps []uint64
+	replaced := false // a snapshot above our markers: another writer's
 	for _, o := range snapObjs {
 		if s, ok := parseSeqKey("snap/", o.Key); ok && s < upper {
 			snaps = append(snaps, s)
+		} else if ok {
+			replaced = true
 		}
 	}
 	slices.Sort(snaps)
@@ -362,7 +369,7 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			} else if newer {
 				return errRaced
 			}
-			if filled, err := e.fillHoles(ctx, wal, base, upper-1); err != nil {
+			if filled, err := e.fillHoles(ctx, wal, base, upper-1, replaced); err != nil {
 				return err
 			} else if filled {
 				return errRaced // list again
