@@ -161,15 +161,15 @@
 // lags the log by up to one interval: a loss confined to that interval, or
 // one that takes the owner object too, is not seen.
 //
-// Claim 2: at most one writer's batches are accepted for each sequence.
-// WAL objects are written create-only (If-None-Match: * on S3,
+// Claim 2: at most one writer's batches are accepted for each sequence. WAL
+// objects are written create-only (If-None-Match: * on S3,
 // ifGenerationMatch=0 on GCS, link(2) on local disk). A writer writes
 // sequences in order without gaps, one write in flight. A new writer first
 // lists the bucket and writes empty open-marker batches create-only at the
 // next free sequences: one, or, when a live writer may be appending
 // (WithTakeover, or after losing a race), a range top+1 .. top+w in
-// parallel, widening on each lost attempt (a writer committing faster than
-// a List and a PUT take would win a single marker every time). The earlier
+// parallel, widening on each lost attempt (a writer committing faster than a
+// List and a PUT take would win a single marker every time). The earlier
 // writer stops at the first sequence it finds taken, so once every marker
 // write is resolved the range holds a prefix of its batches and a suffix of
 // ours; if what we hold is not such a suffix (two openers raced) we list
@@ -178,18 +178,22 @@
 // recovery, finding holes with nothing but markers above them, writes a
 // marker of its own into each, create-only (a late write that lands there
 // first, the dead opener's or the earlier writer's next batch, stays), and
-// lists again. A hole below a committed batch is a lost batch (claim 1). A
-// marker that finds its sequence taken, and the object gone when read back
-// (collected: a snapshot covers it), lost that sequence. With our lowest
-// marker m in place, every earlier writer's next write targets a sequence
-// <= m that is taken, so it fails. A failed create-only write is resolved by reading the
+// lists again. It fills only holes above the owner object's durable mark,
+// fewer than 64 sequences below its own markers (so that the epoch key that
+// keeps each filler from collection is among the newest 64, which are kept),
+// and only while no newer writer's snapshot exists; any other hole, and one
+// below a committed batch, is a lost batch (claim 1). A marker that finds
+// its sequence taken, and the object gone when read back (collected: a
+// snapshot covers it), lost that sequence. With our lowest marker m in
+// place, every earlier writer's next write targets a sequence <= m that is
+// taken, so it fails. A failed create-only write is resolved by reading the
 // object back: byte-equal means our own earlier attempt landed (batches
 // carry the writer's random identity, so two writers never produce equal
 // bytes); anything else means this writer is fenced, and it fails every
 // pending and later call with ErrFenced without acknowledging them. A WAL
 // segment (file:// only) is published create-only like an object, but its
-// records are then written in place, which no marker can fence: segments
-// are used only where an OS lock (flock(2), see Ownership) keeps any other
+// records are then written in place, which no marker can fence: segments are
+// used only where an OS lock (flock(2), see Ownership) keeps any other
 // writer out while they are written, so on file:// stores claim 2 rests on
 // that lock, and a file system that does not honour it (NFS mounted with
 // nolock or local_lock) is not a safe place for a store.
