@@ -179,21 +179,22 @@
 // marker of its own into each, create-only (a late write that lands there
 // first, the dead opener's or the earlier writer's next batch, stays), and
 // lists again. It fills only holes above the owner object's durable mark,
-// fewer than 64 sequences below its own markers (so that the epoch key that
-// keeps each filler from collection is among the newest 64, which are kept),
-// and only while no newer writer's snapshot exists; any other hole, and one
-// below a committed batch, is a lost batch (claim 1). A marker that finds
-// its sequence taken, and the object gone when read back (collected: a
-// snapshot covers it), lost that sequence. With our lowest marker m in
-// place, every earlier writer's next write targets a sequence <= m that is
-// taken, so it fails. A failed create-only write is resolved by reading the
-// object back: byte-equal means our own earlier attempt landed (batches
-// carry the writer's random identity, so two writers never produce equal
-// bytes); anything else means this writer is fenced, and it fails every
-// pending and later call with ErrFenced without acknowledging them. A WAL
-// segment (file:// only) is published create-only like an object, but its
-// records are then written in place, which no marker can fence: segments are
-// used only where an OS lock (flock(2), see Ownership) keeps any other
+// and only while no newer writer's snapshot exists (else it is fenced); any
+// other hole, and one below a committed batch, is a lost batch (claim 1).
+// Each filler has an epoch key, which keeps its object from collection;
+// pruning keeps the first key of each run of one writer's markers (the
+// others are nobody's next sequence) and the newest 64 of those. A marker
+// that finds its sequence taken, and the object gone when read back
+// (collected: a snapshot covers it), lost that sequence. With our lowest
+// marker m in place, every earlier writer's next write targets a sequence <=
+// m that is taken, so it fails. A failed create-only write is resolved by
+// reading the object back: byte-equal means our own earlier attempt landed
+// (batches carry the writer's random identity, so two writers never produce
+// equal bytes); anything else means this writer is fenced, and it fails
+// every pending and later call with ErrFenced without acknowledging them. A
+// WAL segment (file:// only) is published create-only like an object, but
+// its records are then written in place, which no marker can fence: segments
+// are used only where an OS lock (flock(2), see Ownership) keeps any other
 // writer out while they are written, so on file:// stores claim 2 rests on
 // that lock, and a file system that does not honour it (NFS mounted with
 // nolock or local_lock) is not a safe place for a store.

@@ -184,23 +184,23 @@ func (e *Engine) topSeq(ctx context.Context) (uint64, *walSet, error) {
 // gapless. A marker, with its epoch key, so that collection keeps it while
 // a replaced writer may be about to write that sequence (see epochPrefix):
 // which filler that is depends on which writes won, so each has one, and
-// holes are filled only if every epoch key from the lowest hole up to our
-// own epoch is among the keepEpochs that pruning keeps (a dead opener's
-// range is markerWidthFirst wide unless it had lost races before).
+// pruning keeps the first of each run (see pruneEpochs).
 //
 // Not such holes, left alone for recovery to report as lost batches:
 //   - a hole with a committed batch (not a marker) anywhere above it: the
 //     writer of that batch recovered through it (or wrote it) before it
 //     committed;
 //   - a hole at or below the owner object's durable mark read at Open
-//     (openMark): a batch was durable there;
-//   - any hole, if a snapshot above our markers exists (replaced): a newer
-//     writer collected what we would fill (replaced is set).
+//     (openMark): a batch was durable there.
+//
+// The caller has checked that no newer writer replaced this one (a
+// snapshot above our markers, listed after the WAL): that writer's
+// collection would make holes of what it deleted.
 //
 // Stores with an OS lock need none of this: a single opener at a time, and
 // no request of a dead one still on its way.
-func (e *Engine) fillHoles(ctx context.Context, w *walSet, base, top uint64, replaced bool) (bool, error) {
-	if e.readOnly || e.osLock || len(w.segs) > 0 || replaced {
+func (e *Engine) fillHoles(ctx context.Context, w *walSet, base, top uint64) (bool, error) {
+	if e.readOnly || e.osLock || len(w.segs) > 0 {
 		return false, nil
 	}
 	var holes []uint64
@@ -209,7 +209,7 @@ func (e *Engine) fillHoles(ctx context.Context, w *walSet, base, top uint64, rep
 			holes = append(holes, s)
 		}
 	}
-	if len(holes) == 0 || holes[0] <= e.openMark || e.epoch-holes[0] >= keepEpochs {
+	if len(holes) == 0 || holes[0] <= e.openMark {
 		return false, nil
 	}
 	// Every batch above the lowest hole must be a marker.
@@ -317,12 +317,9 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 		upper = top + 1
 	}
 	var snaps []uint64
-	replaced := false // a snapshot above our markers: another writer's
 	for _, o := range snapObjs {
 		if s, ok := parseSeqKey("snap/", o.Key); ok && s < upper {
 			snaps = append(snaps, s)
-		} else if ok {
-			replaced = true
 		}
 	}
 	slices.Sort(snaps)
@@ -364,12 +361,18 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			if snapErr != nil {
 				return fmt.Errorf("%w (and the WAL it superseded is gone: %s missing)", snapErr, walKey(seq))
 			}
-			if newer, err := e.newerSnapshot(ctx, base); err != nil {
+			// Listed after the WAL: a writer collects only below a snapshot
+			// it wrote first.
+			newer, replaced, err := e.snapshotsAbove(ctx, base)
+			switch {
+			case err != nil:
 				return err
-			} else if newer {
+			case replaced:
+				return fmt.Errorf("%w: a newer writer's snapshot is above this writer's markers", ErrFenced)
+			case newer:
 				return errRaced
 			}
-			if filled, err := e.fillHoles(ctx, wal, base, upper-1, replaced); err != nil {
+			if filled, err := e.fillHoles(ctx, wal, base, upper-1); err != nil {
 				return err
 			} else if filled {
 				return errRaced // list again
@@ -413,16 +416,29 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 }
 
 func (e *Engine) newerSnapshot(ctx context.Context, than uint64) (bool, error) {
+	newer, _, err := e.snapshotsAbove(ctx, than)
+	return newer, err
+}
+
+// snapshotsAbove lists the snapshots and reports whether one is above than
+// (for a writer: up to its last marker), and, for a writer, whether one is
+// above its last marker: a newer writer's, which replaced this one.
+func (e *Engine) snapshotsAbove(ctx context.Context, than uint64) (newer, replaced bool, err error) {
 	objs, err := e.bucket.List(ctx, "snap/")
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, o := range objs {
-		if s, ok := parseSeqKey("snap/", o.Key); ok && s > than && (e.readOnly || s <= e.markEnd) {
-			return true, nil
+		s, ok := parseSeqKey("snap/", o.Key)
+		switch {
+		case !ok:
+		case !e.readOnly && s > e.markEnd:
+			replaced = true
+		case s > than:
+			newer = true
 		}
 	}
-	return false, nil
+	return newer, replaced, nil
 }
 
 // readBatch reads and decodes the WAL object of batch seq; it also returns

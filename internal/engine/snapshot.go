@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -260,8 +261,15 @@ func (e *Engine) withoutMarkers(keys []string) []string {
 	return out
 }
 
-// pruneEpochs forgets all but the newest keepEpochs open markers, letting
-// collection delete their WAL objects.
+// pruneEpochs forgets the open markers no replaced writer can write next,
+// and all but the newest keepEpochs of the others, letting collection
+// delete their WAL objects.
+//
+// A writer's next sequence follows what it wrote last: a batch (which has
+// no epoch key), or the last marker of the range it won. So a marker that
+// follows a marker of the same writer (its epoch key names the writer) is
+// nobody's next sequence: of a run of one writer's markers (a range, or
+// the holes a new writer filled, see fillHoles) only the first is kept.
 func (e *Engine) pruneEpochs(ctx context.Context) error {
 	return e.Update(ctx, func(tx *Tx) error {
 		// Of this writer's own markers only the lowest is where a replaced
@@ -269,11 +277,22 @@ func (e *Engine) pruneEpochs(ctx context.Context) error {
 		for s := e.epoch + 1; s <= e.markEnd; s++ {
 			tx.Delete(epochKey(s))
 		}
-		var keys []string
-		tx.Ascend(epochPrefix, "", func(k string, _ []byte) bool {
-			keys = append(keys, k)
+		var keys, inRun []string
+		var prev uint64
+		var prevWriter []byte
+		tx.Ascend(epochPrefix, "", func(k string, v []byte) bool {
+			s, ok := parseSeqKey(epochPrefix, k)
+			if ok && prevWriter != nil && s == prev+1 && bytes.Equal(v, prevWriter) {
+				inRun = append(inRun, k)
+			} else {
+				keys = append(keys, k)
+			}
+			prev, prevWriter = s, bytes.Clone(v)
 			return true
 		})
+		for _, k := range inRun {
+			tx.Delete(k)
+		}
 		for len(keys) > keepEpochs {
 			tx.Delete(keys[0])
 			keys = keys[1:]
