@@ -387,3 +387,58 @@ func hasKey(t *testing.T, e *Engine, key string) bool {
 	}
 	return ok
 }
+
+// TestOwnEpochKeyKeptAfterLostAttempt: an opener whose first range lost a
+// sequence to another opener retries above it; its epoch then follows its
+// own leftover markers, in a run of its writer's markers, and is still
+// kept by pruning.
+func TestOwnEpochKeyKeptAfterLostAttempt(t *testing.T) {
+	ctx := context.Background()
+	_, _, reopen, top := liveWriter(t)
+	raw := reopen()
+	testHookListedTop = func(attempt int) {
+		if attempt == 0 {
+			deadMarker(t, raw, top+8) // another opener wins one of ours
+		}
+	}
+	defer func() { testHookListedTop = nil }()
+	c := mustOpen(t, Options{Bucket: reopen(), Heartbeat: time.Hour, Takeover: true})
+	testHookListedTop = nil
+	defer c.Close(ctx)
+	if c.epoch <= top+markerWidthFirst {
+		t.Fatalf("epoch %d: want the second attempt's, above %d (the test is broken)", c.epoch, top+markerWidthFirst)
+	}
+	put(t, c, "k2", "2")
+	if err := c.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hasKey(t, c, epochKey(c.epoch)) {
+		t.Fatalf("%s pruned", epochKey(c.epoch))
+	}
+	if _, err := raw.Get(ctx, walKey(c.epoch)); err != nil {
+		t.Fatalf("%s after a snapshot: %v, want the marker kept", walKey(c.epoch), err)
+	}
+}
+
+// TestOpenerFencedBySnapshotAboveItsMarkers: a snapshot above an opener's
+// markers, appearing after it claimed them, is a newer writer's: the
+// opener fails with ErrFenced even though its WAL has no gap.
+func TestOpenerFencedBySnapshotAboveItsMarkers(t *testing.T) {
+	ctx := context.Background()
+	_, _, reopen, top := liveWriter(t)
+	raw := reopen()
+	testHookListedTop = func(int) {
+		if err := raw.Put(ctx, snapKey(top+1000), []byte("x"), true); err != nil && !errors.Is(err, objstore.ErrExists) {
+			t.Error(err)
+		}
+	}
+	defer func() { testHookListedTop = nil }()
+	c, err := Open(ctx, Options{Bucket: reopen(), Heartbeat: time.Hour, Takeover: true})
+	if err == nil {
+		c.Kill()
+		t.Fatal("Open succeeded")
+	}
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("Open = %v, want ErrFenced", err)
+	}
+}

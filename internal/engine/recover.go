@@ -318,8 +318,17 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 	}
 	var snaps []uint64
 	for _, o := range snapObjs {
-		if s, ok := parseSeqKey("snap/", o.Key); ok && s < upper {
+		s, ok := parseSeqKey("snap/", o.Key)
+		switch {
+		case !ok:
+		case s < upper:
 			snaps = append(snaps, s)
+		case !e.readOnly:
+			// Our markers were above every snapshot when we wrote them:
+			// this one is a newer writer's, which replaced us. Its
+			// collection may have made room for our own late marker
+			// writes, so a WAL that looks whole must not be trusted.
+			return fmt.Errorf("%w: a newer writer's snapshot %s is above this writer's markers", ErrFenced, o.Key)
 		}
 	}
 	slices.Sort(snaps)

@@ -269,7 +269,11 @@ func (e *Engine) withoutMarkers(keys []string) []string {
 // no epoch key), or the last marker of the range it won. So a marker that
 // follows a marker of the same writer (its epoch key names the writer) is
 // nobody's next sequence: of a run of one writer's markers (a range, or
-// the holes a new writer filled, see fillHoles) only the first is kept.
+// the holes a new writer filled, see fillHoles) only the first is kept,
+// and this writer's own epoch. An opener's marker writes land out of order,
+// so an object collected mid-run may yet be won by a racing opener's late
+// write; such an opener finds the snapshot that preceded the collection
+// above its markers, and fails (see recoverOnce).
 func (e *Engine) pruneEpochs(ctx context.Context) error {
 	return e.Update(ctx, func(tx *Tx) error {
 		// Of this writer's own markers only the lowest is where a replaced
@@ -282,7 +286,7 @@ func (e *Engine) pruneEpochs(ctx context.Context) error {
 		var prevWriter []byte
 		tx.Ascend(epochPrefix, "", func(k string, v []byte) bool {
 			s, ok := parseSeqKey(epochPrefix, k)
-			if ok && prevWriter != nil && s == prev+1 && bytes.Equal(v, prevWriter) {
+			if ok && s != e.epoch && prevWriter != nil && s == prev+1 && bytes.Equal(v, prevWriter) {
 				inRun = append(inRun, k)
 			} else {
 				keys = append(keys, k)
