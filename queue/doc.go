@@ -175,31 +175,31 @@
 // ours; if what we hold is not such a suffix (two openers raced) we list
 // again. An opener that dies, or fails, before every write of its range is
 // resolved leaves holes below the markers that landed; the next opener's
-// recovery, finding holes with nothing but markers above them, writes a
-// marker of its own into each, create-only (a late write that lands there
-// first, the dead opener's or the earlier writer's next batch, stays), and
-// lists again. It fills only holes above the owner object's durable mark;
-// any other hole, and one below a committed batch, is a lost batch (claim
-// 1). An opener that finds, as it recovers, a snapshot above its own markers
-// was replaced by a newer writer (whose collection may have made room for
-// its late marker writes), and fails with ErrFenced. Each filler has an
-// epoch key, which keeps its object from collection; pruning keeps the first
-// key of each run of one writer's markers (the others are nobody's next
-// sequence) and the newest 64 of those. A marker that finds its sequence
-// taken, and the object gone when read back (collected: a snapshot covers
-// it), lost that sequence. With our lowest marker m in place, every earlier
-// writer's next write targets a sequence <= m that is taken, so it fails. A
-// failed create-only write is resolved by reading the object back:
-// byte-equal means our own earlier attempt landed (batches carry the
-// writer's random identity, so two writers never produce equal bytes);
-// anything else means this writer is fenced, and it fails every pending and
-// later call with ErrFenced without acknowledging them. A WAL segment
-// (file:// only) is published create-only like an object, but its records
-// are then written in place, which no marker can fence: segments are used
-// only where an OS lock (flock(2), see Ownership) keeps any other writer out
-// while they are written, so on file:// stores claim 2 rests on that lock,
-// and a file system that does not honour it (NFS mounted with nolock or
-// local_lock) is not a safe place for a store.
+// recovery, if the lowest hole is above the owner object's durable mark and
+// nothing but markers lies above it, writes a marker of its own into each
+// hole, create-only (a late write that lands there first, the dead opener's
+// or the earlier writer's next batch, stays), and lists again; otherwise the
+// lowest hole is a lost batch (claim 1). An opener that finds, as it
+// recovers, a snapshot above its own markers was replaced by a newer writer
+// (whose collection may have made room for its late marker writes), and
+// fails with ErrFenced. Each filler has an epoch key, which keeps its object
+// from collection; pruning keeps, of the 64 writers that opened last, the
+// first key of each run of one writer's markers (the others are nobody's
+// next sequence), and the pruning writer's own epoch. A marker that finds
+// its sequence taken, and the object gone when read back (collected: a
+// snapshot covers it), lost that sequence. With our lowest marker m in
+// place, every earlier writer's next write targets a sequence <= m that is
+// taken, so it fails. A failed create-only write is resolved by reading the
+// object back: byte-equal means our own earlier attempt landed (batches
+// carry the writer's random identity, so two writers never produce equal
+// bytes); anything else means this writer is fenced, and it fails every
+// pending and later call with ErrFenced without acknowledging them. A WAL
+// segment (file:// only) is published create-only like an object, but its
+// records are then written in place, which no marker can fence: segments are
+// used only where an OS lock (flock(2), see Ownership) keeps any other
+// writer out while they are written, so on file:// stores claim 2 rests on
+// that lock, and a file system that does not honour it (NFS mounted with
+// nolock or local_lock) is not a safe place for a store.
 //
 // Claim 3: the state a new writer recovers is exactly the committed state.
 // The marker makes the WAL below m final (claim 2); recovery replays all of

@@ -442,3 +442,40 @@ func TestOpenerFencedBySnapshotAboveItsMarkers(t *testing.T) {
 		t.Fatalf("Open = %v, want ErrFenced", err)
 	}
 }
+
+// TestTakeoverFenceKeptAmongAlternatingHoles: a dead opener's markers
+// landed at every other sequence, so the next opener's fillers alternate
+// with them, each the first of its run: 65 epoch keys from one Open. The
+// filler where the stalled old writer writes next is still kept (pruning
+// counts writers, not keys), and the old writer is fenced.
+func TestTakeoverFenceKeptAmongAlternatingHoles(t *testing.T) {
+	ctx := context.Background()
+	a, _, reopen, top := liveWriter(t)
+	raw := reopen()
+	for s := top + 2; s <= top+64; s += 2 {
+		deadMarker(t, raw, s)
+	}
+	c := takeOverFencingAfterSnapshot(t, reopen(), a, top+1)
+	defer c.Close(ctx)
+}
+
+// takeOverFencingAfterSnapshot opens b with takeover, commits, snapshots
+// (which collects what pruning let go), checks that the epoch key of
+// fence, the old writer's next sequence, is kept, and that old is fenced.
+func takeOverFencingAfterSnapshot(t *testing.T, b objstore.Bucket, old *Engine, fence uint64) *Engine {
+	t.Helper()
+	ctx := context.Background()
+	c := mustOpen(t, Options{Bucket: b, Heartbeat: time.Hour, Takeover: true})
+	put(t, c, "k2", "2")
+	if err := c.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hasKey(t, c, epochKey(fence)) {
+		t.Fatalf("%s pruned: the old writer's next sequence is unprotected", epochKey(fence))
+	}
+	err := old.Update(ctx, func(tx *Tx) error { tx.Put("late", Inline([]byte("x"))); return nil })
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("stalled old writer's commit: %v, want ErrFenced", err)
+	}
+	return c
+}

@@ -132,7 +132,8 @@ func (e *Engine) writeMarkers(ctx context.Context, from, n uint64) ([]bool, erro
 // marker. Collection never deletes a marker's WAL object while its epoch key
 // exists: a replaced writer may still be about to write exactly that
 // sequence (its next one), and only the marker object standing there makes
-// that write fail. The newest keepEpochs markers are kept.
+// that write fail. The markers of the keepEpochs writers that opened last
+// are kept (see pruneEpochs).
 const (
 	epochPrefix = "e/"
 	keepEpochs  = 64

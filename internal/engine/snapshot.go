@@ -262,8 +262,8 @@ func (e *Engine) withoutMarkers(keys []string) []string {
 }
 
 // pruneEpochs forgets the open markers no replaced writer can write next,
-// and all but the newest keepEpochs of the others, letting collection
-// delete their WAL objects.
+// and those of all but the keepEpochs writers that opened last, letting
+// collection delete their WAL objects.
 //
 // A writer's next sequence follows what it wrote last: a batch (which has
 // no epoch key), or the last marker of the range it won. So a marker that
@@ -281,7 +281,9 @@ func (e *Engine) pruneEpochs(ctx context.Context) error {
 		for s := e.epoch + 1; s <= e.markEnd; s++ {
 			tx.Delete(epochKey(s))
 		}
-		var keys, inRun []string
+		type start struct{ key, writer string }
+		var starts []start
+		var inRun []string
 		var prev uint64
 		var prevWriter []byte
 		tx.Ascend(epochPrefix, "", func(k string, v []byte) bool {
@@ -289,7 +291,7 @@ func (e *Engine) pruneEpochs(ctx context.Context) error {
 			if ok && s != e.epoch && prevWriter != nil && s == prev+1 && bytes.Equal(v, prevWriter) {
 				inRun = append(inRun, k)
 			} else {
-				keys = append(keys, k)
+				starts = append(starts, start{k, string(v)})
 			}
 			prev, prevWriter = s, bytes.Clone(v)
 			return true
@@ -297,9 +299,18 @@ func (e *Engine) pruneEpochs(ctx context.Context) error {
 		for _, k := range inRun {
 			tx.Delete(k)
 		}
-		for len(keys) > keepEpochs {
-			tx.Delete(keys[0])
-			keys = keys[1:]
+		// The run starts of the keepEpochs writers that opened last (by
+		// their newest key): a count of keys would let one writer's
+		// fillers, alternating with a dead opener's markers, push out
+		// the fence of a writer it replaced at once.
+		newest := map[string]bool{}
+		for i := len(starts) - 1; i >= 0 && len(newest) < keepEpochs; i-- {
+			newest[starts[i].writer] = true
+		}
+		for _, st := range starts {
+			if !newest[st.writer] {
+				tx.Delete(st.key)
+			}
 		}
 		return nil
 	})
