@@ -183,23 +183,24 @@
 // recovers, a snapshot above its own markers was replaced by a newer writer
 // (whose collection may have made room for its late marker writes), and
 // fails with ErrFenced. Each filler has an epoch key, which keeps its object
-// from collection; pruning keeps, of the 64 writers that opened last, the
-// first key of each run of one writer's markers (the others are nobody's
-// next sequence), and the pruning writer's own epoch. A marker that finds
-// its sequence taken, and the object gone when read back (collected: a
-// snapshot covers it), lost that sequence. With our lowest marker m in
-// place, every earlier writer's next write targets a sequence <= m that is
-// taken, so it fails. A failed create-only write is resolved by reading the
-// object back: byte-equal means our own earlier attempt landed (batches
-// carry the writer's random identity, so two writers never produce equal
-// bytes); anything else means this writer is fenced, and it fails every
-// pending and later call with ErrFenced without acknowledging them. A WAL
-// segment (file:// only) is published create-only like an object, but its
-// records are then written in place, which no marker can fence: segments are
-// used only where an OS lock (flock(2), see Ownership) keeps any other
-// writer out while they are written, so on file:// stores claim 2 rests on
-// that lock, and a file system that does not honour it (NFS mounted with
-// nolock or local_lock) is not a safe place for a store.
+// from collection; pruning keeps, of the 64 writers that opened last (every
+// Open whose markers landed counts, dead or failed ones too), the first key
+// of each run of one writer's markers (the others are nobody's next
+// sequence), and the pruning writer's own epoch. A marker that finds its
+// sequence taken, and the object gone when read back (collected: a snapshot
+// covers it), lost that sequence. With our lowest marker m in place, every
+// earlier writer's next write targets a sequence <= m that is taken, so it
+// fails. A failed create-only write is resolved by reading the object back:
+// byte-equal means our own earlier attempt landed (batches carry the
+// writer's random identity, so two writers never produce equal bytes);
+// anything else means this writer is fenced, and it fails every pending and
+// later call with ErrFenced without acknowledging them. A WAL segment
+// (file:// only) is published create-only like an object, but its records
+// are then written in place, which no marker can fence: segments are used
+// only where an OS lock (flock(2), see Ownership) keeps any other writer out
+// while they are written, so on file:// stores claim 2 rests on that lock,
+// and a file system that does not honour it (NFS mounted with nolock or
+// local_lock) is not a safe place for a store.
 //
 // Claim 3: the state a new writer recovers is exactly the committed state.
 // The marker makes the WAL below m final (claim 2); recovery replays all of
@@ -321,7 +322,8 @@
 //     beat it reads, in turn, the owner object (for a newer epoch) and the
 //     WAL at its own next sequence (where the newer writer's open marker
 //     stands), so within six beats unless both miss: the marker once 64
-//     more writers have opened the store, the owner object when the
+//     more writers have opened the store (an Open whose markers landed
+//     counts even if it died or failed), the owner object when the
 //     store's latency nears the heartbeat interval.
 //   - Cancelling the context of a call whose transaction was already
 //     accepted does not withdraw it: the call returns ErrOutcomeUnknown

@@ -149,7 +149,8 @@ func (e *Engine) nextSeqTaken(ctx context.Context) (bool, error) {
 //     interval, every read may come right after our own write.
 //   - the WAL holds another writer's batch at our next sequence
 //     (nextSeqTaken), which nothing overwrites. This one misses only once
-//     64 more writers have opened the store since.
+//     64 more writers have opened the store since (see pruneEpochs: an
+//     Open whose markers landed counts, even if it died or failed).
 func (e *Engine) heartbeatLoop() {
 	defer e.bg.Done()
 	ctx := e.bgCtx
