@@ -415,6 +415,9 @@ func TestOwnEpochKeyKeptAfterLostAttempt(t *testing.T) {
 	if !hasKey(t, c, epochKey(c.epoch)) {
 		t.Fatalf("%s pruned", epochKey(c.epoch))
 	}
+	if hasKey(t, c, epochKey(c.epoch+1)) {
+		t.Fatalf("%s kept: the writer's own markers above its epoch are nobody's next sequence", epochKey(c.epoch+1))
+	}
 	if _, err := raw.Get(ctx, walKey(c.epoch)); err != nil {
 		t.Fatalf("%s after a snapshot: %v, want the marker kept", walKey(c.epoch), err)
 	}

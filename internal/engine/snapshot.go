@@ -276,11 +276,9 @@ func (e *Engine) withoutMarkers(keys []string) []string {
 // above its markers, and fails (see recoverOnce).
 func (e *Engine) pruneEpochs(ctx context.Context) error {
 	return e.Update(ctx, func(tx *Tx) error {
-		// Of this writer's own markers only the lowest is where a replaced
-		// writer would write next (see writeMarker).
-		for s := e.epoch + 1; s <= e.markEnd; s++ {
-			tx.Delete(epochKey(s))
-		}
+		// This writer's own markers above its epoch are a run after it:
+		// only the lowest is where a replaced writer would write next
+		// (see writeMarker).
 		type start struct{ key, writer string }
 		var starts []start
 		var inRun []string
