@@ -115,7 +115,7 @@ printed). With a token, open the URL printed at start (it carries
 			h.cur.Store(g)
 			if q.Role() == queue.RoleReadOnly && !readOnly {
 				// A writer in cluster mode that starts later is joined.
-				h.join = func(ctx context.Context) (*queue.Queue, error) { return c.joinCluster(ctx, w) }
+				h.join = func(ctx context.Context) (*queue.Queue, error) { return c.joinNamed(ctx, w) }
 				h.named = func(ctx context.Context) string { return namedClusterWriter(ctx, opts.StoreURL) }
 				h.seen = h.named(ctx)
 			}
@@ -244,16 +244,23 @@ func (c *cli) openUI(ctx context.Context, w writeFlags, readOnly, write bool) (*
 
 // joinCluster opens the store as a member of the writer in cluster mode
 // it names, and returns nil (and no error) if it names none that runs: no
-// writer in cluster mode, or one that had stopped, whose place this took
-// as a write command would and gave up at once.
+// writer in cluster mode, or one that had stopped (see joinNamed).
 func (c *cli) joinCluster(ctx context.Context, w writeFlags) (*queue.Queue, error) {
 	raw, err := c.storeURL()
 	if err != nil {
 		return nil, err
 	}
-	if !clusterWriterNamed(ctx, raw) {
+	if namedClusterWriter(ctx, raw) == "" {
 		return nil, nil
 	}
+	return c.joinNamed(ctx, w)
+}
+
+// joinNamed opens the store as a member of the writer in cluster mode it
+// names (the caller read the owner object), and returns nil (and no
+// error) if that writer had stopped: this took its place as a write
+// command would, and gave it up at once.
+func (c *cli) joinNamed(ctx context.Context, w writeFlags) (*queue.Queue, error) {
 	q, err := c.openWrite(ctx, w)
 	if err != nil {
 		return nil, err
@@ -265,13 +272,6 @@ func (c *cli) joinCluster(ctx context.Context, w writeFlags) (*queue.Queue, erro
 		return nil, nil
 	}
 	return q, nil
-}
-
-// clusterWriterNamed reports whether the store at raw names a writer in
-// cluster mode that has not closed it (its owner object): one runs, or
-// ran and stopped without closing.
-func clusterWriterNamed(ctx context.Context, raw string) bool {
-	return namedClusterWriter(ctx, raw) != ""
 }
 
 // namedClusterWriter returns the identity (its writer ID and epoch) of
@@ -363,7 +363,7 @@ type uiSwitch struct {
 	opts   ui.Options
 	log    *slog.Logger
 	stderr io.Writer
-	join   func(context.Context) (*queue.Queue, error) // nil: never switches
+	join   func(context.Context) (*queue.Queue, error) // joinNamed; nil: never switches
 	named  func(context.Context) string                // see namedClusterWriter
 	ctx    context.Context                             // the command's: ends the joins
 	joins  sync.WaitGroup
