@@ -264,7 +264,8 @@
 // gets ErrStoreLocked at once (WithTakeover cannot break the lock), and the
 // lock dies with its process. Such a store has no heartbeat (its owner
 // object only records how far the log reached, and in cluster mode where
-// the writer serves), so an idle writer makes no requests. A bucket store has no
+// the writer serves), so an idle writer makes no requests (but for one
+// switch of a nearly full WAL segment as it goes idle). A bucket store has no
 // such lock, so the writer rewrites the small owner object
 // every heartbeat (WithHeartbeat, 2s by default); Open watches it for 2.5
 // intervals and refuses with ErrStoreLocked if it changed. Liveness is

@@ -522,6 +522,7 @@ func (e *Engine) commitLoop() {
 		during uint32        // transactions applied while it was written
 		write  time.Duration // how long its write took
 	}
+	var idle *time.Timer // see idleRotateAfter
 	for {
 		e.mu.Lock()
 		if e.err != nil {
@@ -532,9 +533,47 @@ func (e *Engine) commitLoop() {
 			// Nothing to write, or a Hold is applying transactions that
 			// are to share the open batch: its release kicks.
 			done := e.closing && e.open.txns == 0
+			// Idle under light load: a nearly full segment is replaced
+			// now rather than by the next commit (see rotateIdle).
+			rotate := !done && e.seg != nil && e.open.txns == 0 && e.holds == 0 && last.txns < lingerMinTxns
+			seq := e.nextSeq // only this goroutine changes it
 			e.mu.Unlock()
 			if done {
 				return
+			}
+			if rotate && e.seg.rotateDue() {
+				// Only after a pause: under light load commits come in
+				// chains (a run's steps) a fraction of a millisecond
+				// apart, and the pause between chains is for the switch.
+				if idle == nil {
+					idle = time.NewTimer(idleRotateAfter)
+				} else {
+					idle.Reset(idleRotateAfter)
+				}
+				select {
+				case <-e.kick:
+					idle.Stop()
+					continue
+				case <-idle.C:
+				}
+				e.mu.Lock()
+				still := e.err == nil && !e.closing && e.open.txns == 0 && e.holds == 0
+				e.mu.Unlock()
+				if !still {
+					continue
+				}
+				// Its publication is a store request like a WAL write's:
+				// a stall there shows in Health (and lets Close give up).
+				e.health.begin()
+				err := e.seg.rotateIdle(e.bgCtx, seq, e.prepareSegment)
+				e.health.end()
+				if err != nil {
+					e.mu.Lock()
+					e.failLocked(err)
+					e.mu.Unlock()
+					return
+				}
+				continue // a commit may have come meanwhile
 			}
 			<-e.kick
 			continue

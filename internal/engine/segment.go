@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,9 @@ var segmentSizes = struct{ first, max int64 }{first: 1 << 20, max: 64 << 20}
 // a short span keeps that waste small (at most about two spans of WAL
 // writes), and leaves the spare a whole span to be staged. A segment
 // costs its publication (a rename made durable) on the commit path: four
-// a second are nothing beside the thousands of fdatasyncs.
+// a second are nothing beside the thousands of fdatasyncs. Under light
+// load, where one commit paying it stands out, an idle committer switches
+// segments ahead of need (see rotateIdle).
 const segmentSpan = 250 * time.Millisecond
 
 // fitSize returns the size of a segment that lasts about segmentSpan when
@@ -84,6 +87,10 @@ type segLog struct {
 	curAt    time.Time // when cur took its first record
 	off      int64
 	buf      []byte
+	// failedAt+1 is the sequence whose segment name an idle switch failed
+	// to publish (0: none): that batch goes to an object, for the name may
+	// have been made (see rotateIdle).
+	failedAt uint64
 
 	mu        sync.Mutex
 	spare     stagedSeg // guarded by mu: staged, unpublished
@@ -222,38 +229,24 @@ func (s *segLog) takeSpare(need int64) (stagedSeg, bool) {
 func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare func()) (bool, error) {
 	need := int64(format.SegmentRecordLen(len(data)))
 	if s.cur.seg != nil && s.off+need > s.cur.seg.Size() {
-		_ = s.cur.seg.Close() // every record in it is synced
-		s.cur = stagedSeg{}
-		// The next segment staged new lasts about segmentSpan at this rate.
-		size := fitSize(s.off, time.Since(s.curAt))
-		s.mu.Lock()
-		s.nextSize = size
-		s.mu.Unlock()
+		s.retire()
 	}
 	if s.cur.seg == nil {
+		if s.failedAt == seq+1 {
+			prepare()
+			return false, nil
+		}
 		sp, ok := s.takeSpare(need)
 		prepare()
 		if !ok {
 			return false, nil
 		}
-		if err := sp.seg.Publish(ctx, segKey(seq)); err != nil {
-			_ = sp.seg.Close()
-			if errors.Is(err, objstore.ErrExists) {
-				return true, fmt.Errorf("%w: %s was written by another writer", ErrFenced, segKey(seq))
-			}
-			s.log.Warn("stepwell: publishing a WAL segment failed; writing a WAL object instead", "err", err)
-			// Its name may have been made before the failure: it holds no
-			// record, so collection deletes it whenever it runs.
-			s.mu.Lock()
-			s.orphans = append(s.orphans, segKey(seq))
-			s.mu.Unlock()
-			return false, nil
+		if ok, err := s.begin(ctx, seq, sp); !ok || err != nil {
+			return ok, err
 		}
-		s.cur, s.curFirst, s.off = sp, seq, format.SegmentAlign // records follow the header
-		s.curAt = time.Now()
-		s.mu.Lock()
-		s.own = append(s.own, ownSeg{first: seq, size: sp.seg.Size()})
-		s.mu.Unlock()
+	}
+	if s.off == format.SegmentAlign {
+		s.curAt = time.Now() // its first record: see retire
 	}
 	s.buf = format.AppendSegmentRecord(s.buf[:0], s.curFirst, s.cur.nonce, data)
 	// One request where the bucket can (pwritev2 with RWF_DSYNC): the
@@ -277,6 +270,96 @@ func (s *segLog) write(ctx context.Context, seq uint64, data []byte, prepare fun
 	return true, nil
 }
 
+// retire closes the current segment, full or nearly: every record in it
+// is synced. The next segment staged new lasts about segmentSpan at the
+// rate at which this one filled.
+func (s *segLog) retire() {
+	_ = s.cur.seg.Close()
+	s.cur = stagedSeg{}
+	size := fitSize(s.off, time.Since(s.curAt))
+	s.mu.Lock()
+	s.nextSize = size
+	s.mu.Unlock()
+}
+
+// begin publishes the staged segment sp as the one whose first record is
+// batch seq, and makes it current. It reports false, with a nil error, if
+// the publication failed: sp is dropped and the caller writes WAL objects
+// until the next one is staged. An error is final (fenced).
+func (s *segLog) begin(ctx context.Context, seq uint64, sp stagedSeg) (bool, error) {
+	if err := sp.seg.Publish(ctx, segKey(seq)); err != nil {
+		_ = sp.seg.Close()
+		if errors.Is(err, objstore.ErrExists) {
+			return true, fmt.Errorf("%w: %s was written by another writer", ErrFenced, segKey(seq))
+		}
+		s.log.Warn("stepwell: publishing a WAL segment failed; writing a WAL object instead", "err", err)
+		// Its name may have been made before the failure: it holds no
+		// record, so collection deletes it whenever it runs.
+		s.mu.Lock()
+		s.orphans = append(s.orphans, segKey(seq))
+		s.mu.Unlock()
+		return false, nil
+	}
+	s.cur, s.curFirst, s.off = sp, seq, format.SegmentAlign // records follow the header
+	s.curAt = time.Now()
+	s.mu.Lock()
+	s.own = append(s.own, ownSeg{first: seq, size: sp.seg.Size()})
+	s.mu.Unlock()
+	return true, nil
+}
+
+// idleRotateShare: a committer idle under light load starts the staged
+// segment once less than 1/idleRotateShare of the current one is left
+// (see rotateIdle).
+const idleRotateShare = 8
+
+// idleRotateAfter is how long the committer must have had nothing to write
+// before it switches segments (see rotateIdle).
+const idleRotateAfter = 2 * time.Millisecond
+
+// rotateDue reports whether rotateIdle would switch segments now: the
+// current one is nearly full and a staged one is at hand.
+func (s *segLog) rotateDue() bool {
+	if s.cur.seg == nil || (s.cur.seg.Size()-s.off)*idleRotateShare > s.cur.seg.Size() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spare.seg != nil
+}
+
+// rotateIdle starts the staged segment, as the one whose first record is
+// batch seq (the next to be sealed), if the current segment is nearly
+// full. The committer calls it when it has had nothing to write for
+// idleRotateAfter under light load. A segment's publication makes a name
+// durable (a directory sync, about a millisecond here) and staging the
+// next one writes and syncs its zeros (another): done by the commit that
+// finds the segment full, they made it and the commits right after it
+// the slowest of every segment (every 2.5 s at 20 runs a second). Done
+// in a pause, they delay only a commit that comes during them. The price
+// is the part of the segment left unused, zeros written for nothing (at
+// most an eighth of it). An error is final (fenced).
+func (s *segLog) rotateIdle(ctx context.Context, seq uint64, prepare func()) error {
+	if !s.rotateDue() {
+		return nil
+	}
+	sp, ok := s.takeSpare(0)
+	if !ok {
+		return nil
+	}
+	s.retire()
+	prepare()
+	ok, err := s.begin(ctx, seq, sp)
+	if !ok {
+		// The name may have been made (a link whose directory sync
+		// failed) or be on its way to deletion as an orphan: batch seq
+		// must not publish it again, lest it be taken for another
+		// writer's or deleted while in use.
+		s.failedAt = seq + 1
+	}
+	return err
+}
+
 // collect takes this writer's segments whose records are all at or below
 // seq (every one but the newest, still being written, up to the first that
 // reaches past seq): they are kept to be staged again, up to
@@ -288,7 +371,11 @@ func (s *segLog) collect(seq uint64) []string {
 	for n+1 < len(s.own) && s.own[n+1].first-1 <= seq {
 		n++
 	}
-	doomed := s.orphans
+	// An orphan's name never becomes one of ours (see failedAt); should it,
+	// it is not deleted under the records written into it.
+	doomed := slices.DeleteFunc(s.orphans, func(key string) bool {
+		return slices.ContainsFunc(s.own, func(o ownSeg) bool { return segKey(o.first) == key })
+	})
 	s.orphans = nil
 	var kept int64
 	for _, o := range s.reusable {

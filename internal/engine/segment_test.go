@@ -979,3 +979,172 @@ func TestSnapshotCountsBatchesUncompressed(t *testing.T) {
 		return e.Stats().Snapshots > 0
 	})
 }
+
+// An idle committer under light load starts the staged segment once the
+// current one is nearly full, named for the next batch: the commit that
+// would have found the segment full does not wait for its publication.
+// The records before and after the switch replay at reopen, also after a
+// kill right after the switch, before any record went into the new one.
+func TestIdleCommitterRotatesNearlyFullSegment(t *testing.T) {
+	segmentBlocks(t, 16, 16) // a header block and 15 records of a small put
+	for _, killEarly := range []bool{false, true} {
+		t.Run(fmt.Sprint("killed_before_a_record=", killEarly), func(t *testing.T) {
+			_, open := fileStore(t)
+			e := mustOpen(t, Options{Bucket: open()})
+			waitSegmentReady(t, e)
+			put(t, e, "k00", "v") // publishes the first segment
+			_, segs := walObjects(t, open())
+			if len(segs) != 1 {
+				t.Fatalf("segments %v after the first put, want one", segs)
+			}
+			first := segs[0]
+			want := map[string]string{"k00": "v"}
+			// A reader follows the segment in place, then the next one.
+			r, err := OpenReadOnly(context.Background(), Options{Bucket: open()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close(context.Background())
+			// 12 records and the header leave 3 of 16 blocks; the 13th
+			// leaves 2, an eighth.
+			for i := 1; i < 12; i++ {
+				k := fmt.Sprintf("k%02d", i)
+				put(t, e, k, "v")
+				want[k] = "v"
+				if _, segs := walObjects(t, open()); len(segs) != 1 {
+					t.Fatalf("after %d records: segments %v, want only %d (3 blocks or more left)", i+1, segs, first)
+				}
+			}
+			if err := r.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := dump(t, r); !maps.Equal(got, want) {
+				t.Fatalf("reader before the switch: %v, want %v", got, want)
+			}
+			waitSegmentReady(t, e)
+			put(t, e, "k12", "v")
+			want["k12"] = "v"
+			next := e.Stats().DurableSeq + 1
+			testenv.Eventually(t, 10*time.Second, "the idle committer's switch to a new segment", func() bool {
+				_, segs := walObjects(t, open())
+				return slices.Contains(segs, next)
+			})
+			if !killEarly {
+				for i := 13; i < 20; i++ {
+					k := fmt.Sprintf("k%02d", i)
+					put(t, e, k, "v")
+					want[k] = "v"
+				}
+				if st := e.Stats(); st.SegmentBatches != st.Batches-1 { // all but the open marker
+					t.Errorf("%d of %d batches in segments, want all but the open marker", st.SegmentBatches, st.Batches)
+				}
+				if err := r.Refresh(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if got := dump(t, r); !maps.Equal(got, want) {
+					t.Fatalf("reader after the switch: %v, want %v", got, want)
+				}
+			}
+			put(t, reopenHas(t, e, open, want), "after", "v")
+		})
+	}
+}
+
+// idleSwitchDue opens a writer on a faulty file:// store with 16-block
+// segments and fills its current segment to just short of an idle switch,
+// with a segment staged: the next commit, k12, leaves an eighth of it. The
+// fault bucket's injections are limited to the publication of the segment
+// the switch will name: next, the batch after k12's. It returns the keys
+// written.
+func idleSwitchDue(t *testing.T) (open func() objstore.Bucket, f *objstoretest.Fault, e *Engine, want map[string]string, next uint64) {
+	t.Helper()
+	segmentBlocks(t, 16, 16)
+	open, f, e = faultySegmentWriter(t)
+	want = map[string]string{}
+	for i := range 12 {
+		k := fmt.Sprintf("k%02d", i)
+		put(t, e, k, "v")
+		want[k] = "v"
+	}
+	waitSegmentReady(t, e)
+	next = e.Stats().DurableSeq + 2
+	f.SetMatch(func(op objstoretest.Op, key string) bool { return op == objstoretest.OpPut && key == segKey(next) })
+	return open, f, e, want, next
+}
+
+// An idle switch whose publication is held shows as a stall in Health
+// (the commit that comes meanwhile waits for it), and one that fails
+// leaves the batch it named to a WAL object: nothing is lost, and the
+// store stays healthy and usable.
+func TestIdleSwitchHeldThenFailed(t *testing.T) {
+	ctx := context.Background()
+	open, f, e, want, next := idleSwitchDue(t)
+	f.SetBlackhole(objstoretest.OpPut, true)
+	put(t, e, "k12", "v")
+	want["k12"] = "v"
+	testenv.Eventually(t, 10*time.Second, "the idle switch's publication held", func() bool { return f.Blocked() == 1 })
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Update(ctx, func(tx *Tx) error { tx.Put("x", Inline([]byte("1"))); return nil })
+	}()
+	testenv.Eventually(t, 10*time.Second, "the store stalled", func() bool { return !e.Health().Healthy })
+	f.SetBlackhole(objstoretest.OpPut, false) // the publication fails
+	if err := <-done; err != nil {
+		t.Fatalf("a commit after the failed switch: %v", err)
+	}
+	want["x"] = "1"
+	testenv.Eventually(t, 10*time.Second, "the store healthy again", func() bool { return e.Health().Healthy })
+	if singles, segs := walObjects(t, open()); !slices.Contains(singles, next) || slices.Contains(segs, next) {
+		t.Errorf("batch %d: WAL objects %v, segments %v; want it an object", next, singles, segs)
+	}
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	put(t, e, "y", "2")
+	want["y"] = "2"
+	reopenHas(t, e, open, want)
+}
+
+// An idle switch whose publication made the name but reported a failure
+// (a link whose directory sync failed): the next commit does not publish
+// that name again (it would find it taken and take itself for fenced),
+// collection deletes the segment left empty, and nothing is lost.
+func TestIdleSwitchAmbiguousPublication(t *testing.T) {
+	ctx := context.Background()
+	open, f, e, want, next := idleSwitchDue(t)
+	f.SetAmbiguousPutRate(1)
+	put(t, e, "k12", "v")
+	want["k12"] = "v"
+	testenv.Eventually(t, 10*time.Second, "the idle switch's publication failed", func() bool { return f.Injected() > 0 })
+	if _, segs := walObjects(t, open()); !slices.Contains(segs, next) {
+		t.Fatalf("segments %v: the ambiguous publication did not make %d", segs, next)
+	}
+	f.Reset()
+	for i := range 5 {
+		k := fmt.Sprint("after", i)
+		put(t, e, k, "v")
+		want[k] = "v"
+	}
+	if err := e.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	put(t, e, "y", "2")
+	want["y"] = "2"
+	if _, segs := walObjects(t, open()); slices.Contains(segs, next) {
+		t.Errorf("segments %v: the empty %d survived collection", segs, next)
+	}
+	reopenHas(t, e, open, want)
+}
+
+// reopenHas kills e, opens its store again and checks that the state is
+// want. It returns the new writer, closed when the test ends.
+func reopenHas(t *testing.T, e *Engine, open func() objstore.Bucket, want map[string]string) *Engine {
+	t.Helper()
+	e.Kill()
+	e2 := mustOpen(t, Options{Bucket: open()})
+	t.Cleanup(func() { _ = e2.Close(context.Background()) })
+	if got := dump(t, e2); !maps.Equal(got, want) {
+		t.Fatalf("after reopen: %v, want %v", got, want)
+	}
+	return e2
+}
