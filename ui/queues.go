@@ -143,6 +143,7 @@ func (h *handler) storePage(w http.ResponseWriter, r *http.Request) {
 		{"WAL bytes", sizeText(int64(ss.WALBytes))},
 		{"WAL batches in segments", itoa(int64(ss.WALSegmentBatches))},
 		{"WAL write time", roundDur(ss.WALWriteTime).String()},
+		{"WAL write p50 / p99", walQuantiles(ss.WALWrites)},
 		{"snapshots", itoa(int64(ss.Snapshots))},
 		{"object GETs", n(ss.Gets)},
 		{"object PUTs", n(ss.Puts)},
@@ -198,4 +199,13 @@ func readOwner(ctx context.Context, raw string) (*writerView, error) {
 		}
 	}
 	return v, nil
+}
+
+// walQuantiles shows the median and 99th percentile of the WAL writes'
+// durations since Open ("-" before the first).
+func walQuantiles(w queue.DurationHistogram) string {
+	if w.Count() == 0 {
+		return "-"
+	}
+	return roundDur(w.Quantile(0.5)).String() + " / " + roundDur(w.Quantile(0.99)).String()
 }

@@ -281,6 +281,10 @@ func TestPagesEscapeHostileData(t *testing.T) {
 	if r := e.get("/queues"); !strings.Contains(r.body, "Dead letters") || !strings.Contains(r.body, "&lt;/pre&gt;&lt;script&gt;") {
 		t.Errorf("queues page does not show the dead job's error, escaped:\n%.4000s", r.body)
 	}
+	// The store's WAL writes so far (the runs above committed some).
+	if r := e.get("/store"); !regexp.MustCompile(`WAL write p50 / p99</th><td class="num">[0-9.]+(µs|ms|s) / [0-9.]+(µs|ms|s)<`).MatchString(r.body) {
+		t.Errorf("store page does not show the WAL writes' quantiles:\n%.4000s", r.body)
+	}
 	if r := e.get(runPath("missing")); r.code != 404 {
 		t.Errorf("unknown run: %d, want 404", r.code)
 	}

@@ -134,6 +134,11 @@ func TestSteady(t *testing.T) {
 	if tp.CPUPerTransitionUS <= 0 {
 		t.Errorf("CPU per transition %vµs", tp.CPUPerTransitionUS)
 	}
+	// The WAL writes' quantiles are there, and ordered.
+	e := tp.Engine
+	if !(e.WALWriteP50MS > 0 && e.WALWriteP50MS <= e.WALWriteP90MS && e.WALWriteP90MS <= e.WALWriteP99MS) {
+		t.Errorf("WAL write quantiles p50 %v, p90 %v, p99 %v ms", e.WALWriteP50MS, e.WALWriteP90MS, e.WALWriteP99MS)
+	}
 	// 20 arrivals at 100/s span 190ms.
 	if tp.SubmitElapsedS < 0.18 {
 		t.Errorf("submitting took %vs, want about 0.19s", tp.SubmitElapsedS)

@@ -635,6 +635,7 @@ func (e *Engine) commitLoop() {
 			}
 		}
 		e.stats.WALWriteTime += last.write
+		e.stats.WALWrites.Add(last.write)
 		e.walBytes += int64(format.BatchBodyLen(data)) // what a replay decodes: see maybeSnapshotLocked
 		e.walObjects++
 		e.stats.Batches++

@@ -280,6 +280,8 @@ type Stats struct {
 	// from the start of each write to its durability (retries included):
 	// divided by the batches written since Open, the mean commit latency.
 	WALWriteTime time.Duration
+	// WALWrites counts the same writes by duration.
+	WALWrites Durations
 	// SegmentBytes counts the bytes of the WAL segments this engine staged
 	// new (zero-filled: the preallocation); a collected segment staged
 	// again writes none. SnapshotBytes counts the bytes of the snapshots it
