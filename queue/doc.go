@@ -264,8 +264,9 @@
 // gets ErrStoreLocked at once (WithTakeover cannot break the lock), and the
 // lock dies with its process. Such a store has no heartbeat (its owner
 // object only records how far the log reached, and in cluster mode where
-// the writer serves), so an idle writer makes no requests (but for one
-// switch of a nearly full WAL segment as it goes idle). A bucket store has no
+// the writer serves), so an idle writer makes no requests (beyond, at most
+// once as it goes idle under light load, a switch to a new WAL segment when
+// the current one is nearly full). A bucket store has no
 // such lock, so the writer rewrites the small owner object
 // every heartbeat (WithHeartbeat, 2s by default); Open watches it for 2.5
 // intervals and refuses with ErrStoreLocked if it changed. Liveness is
@@ -333,7 +334,7 @@
 //     while they wait for durability return ctx's error.
 //   - Health reflects WAL writes: an idle writer notices an outage only at
 //     its next commit (or, on bucket stores, by its failing heartbeat,
-//     which is logged).
+//     which is logged; on file://, during an idle segment switch).
 //   - The local-disk store pays one disk flush per batch (its WAL segment
 //     record), so a lone committer is bound by the disk's flush rate;
 //     throughput comes from concurrent committers sharing batches. Each

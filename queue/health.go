@@ -35,7 +35,7 @@ type StorageStats struct {
 	Puts, Gets, Lists, Deletes, Heads int64
 	BytesWritten, BytesRead           int64
 
-	WALBatches uint64 // WAL batches written (including the open marker)
+	WALBatches uint64 // WAL batches written (including the open markers)
 	// WALSegmentBatches counts the WAL batches written as records of WAL
 	// segments (file:// stores) rather than as objects of their own.
 	WALSegmentBatches uint64
@@ -45,13 +45,15 @@ type StorageStats struct {
 	Snapshots         uint64 // snapshots written
 	Keys              int    // keys in the state (all spaces)
 	// WALWriteTime sums how long WAL batch writes took, each from its start
-	// to its durability: WALWriteTime / WALWrites.Count() is the mean
-	// commit latency.
+	// to its durability: WALWriteTime / WALWrites.Count() is their mean,
+	// the floor of a commit's latency (a commit may also wait for the write
+	// in flight when it came).
 	WALWriteTime time.Duration
 	// WALWrites counts the same writes by duration: its quantiles are the
-	// commit latency's floor, what the store itself takes. Like the other
-	// counters, it counts from the store's Open in this process (in cluster
-	// mode, the current writer's: they restart at a failover).
+	// floor of a commit's latency, what the store itself takes. Like the
+	// other counters, it counts from the store's Open in this process; in
+	// cluster mode only the writer counts (a member's are zero, see
+	// ClusterCalls), from when it became the writer.
 	WALWrites DurationHistogram
 	// WALPreallocBytes counts the bytes of the WAL segments staged new
 	// (file://: zero-filled files the WAL is then written into), and
@@ -83,9 +85,9 @@ func (l *local) storageStats() StorageStats {
 }
 
 // DurationHistogram counts durations (StorageStats.WALWrites) in buckets
-// about 19% wide. A quantile read from it is within 10% of the durations
-// it stands for, from 1 µs to about 18 minutes. The zero value counts
-// none.
+// each spanning a factor of about 1.19 (4 per doubling). A quantile read
+// from it is within 10% of the durations it stands for, from 1 µs to
+// about 18 minutes. The zero value counts none.
 type DurationHistogram struct{ h engine.Durations }
 
 // Count returns how many durations d counts.
@@ -97,9 +99,10 @@ func (d DurationHistogram) Count() uint64 { return d.h.Count() }
 func (d DurationHistogram) Quantile(q float64) time.Duration { return d.h.Quantile(q) }
 
 // Sub returns the durations counted in d and not in earlier, an earlier
-// reading of the same counter: what happened between the two. Counts that
-// restarted in between (see StorageStats.WALWrites) are not subtracted
-// into nonsense: a bucket that counts fewer than before counts none.
+// reading of the same counter: what happened between the two. If the
+// counts restarted in between (see StorageStats.WALWrites), a bucket that
+// counts fewer than before counts none: the result never wraps around, but
+// is then only approximate.
 func (d DurationHistogram) Sub(earlier DurationHistogram) DurationHistogram {
 	return DurationHistogram{d.h.Sub(&earlier.h)}
 }

@@ -688,7 +688,7 @@
 // stepwell.store.wal_batches, stepwell.store.transactions (their ratio is
 // the transactions per WAL write), stepwell.store.wal_write_time (seconds
 // spent writing WAL batches, start to durability: divided by the batches,
-// the mean commit latency) and stepwell.store.requests (by kind: put, get,
+// the mean WAL write, a commit's latency floor) and stepwell.store.requests (by kind: put, get,
 // list, delete, head). A cluster member writes no WAL: its store counters
 // stay at zero, and stepwell.cluster.calls counts its calls to the writer
 // (queue.StorageStats.ClusterCalls).

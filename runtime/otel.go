@@ -275,7 +275,7 @@ func (t *telemetry) observe(q *queue.Queue, stepQueue string) (func(), error) {
 		return nil, err
 	}
 	writeTime, err := m.Float64ObservableCounter("stepwell.store.wal_write_time", metric.WithUnit("s"),
-		metric.WithDescription("Time WAL batch writes took, from start to durability; divided by stepwell.store.wal_batches, the mean commit latency."))
+		metric.WithDescription("Time WAL batch writes took, from start to durability; divided by stepwell.store.wal_batches, the mean WAL write: a commit's latency floor."))
 	if err != nil {
 		return nil, err
 	}

@@ -104,8 +104,8 @@
 //	txns_per_wal_object Transactions / WALBatches over the same window
 //	wal_write_mean_ms   the WAL writes' durations over the same window,
 //	wal_write_p50_ms    each from its start to its durability: their mean
-//	(p90, p99)          (WALWriteTime / WALBatches) and quantiles
-//	                    (StorageStats.WALWrites, to within 10%)
+//	wal_write_p90_ms    (WALWriteTime / WALBatches) and quantiles
+//	wal_write_p99_ms    (StorageStats.WALWrites, to within 10%)
 //	cpu_s               user+system CPU time of the process over elapsed
 //	                    (getrusage; 0 where unavailable)
 //

@@ -28,7 +28,8 @@
 // lock keeps other writers out and the open-marker batch fences; a mark
 // goroutine records the durable sequence in the owner object at most once
 // a second while commits go on (see tail.go), so an idle writer makes no
-// requests.
+// requests (beyond at most one switch of a nearly full WAL segment as it
+// goes idle, see segLog.rotateIdle).
 // Fields are grouped in Engine as immutable after Open and guarded by mu.
 //
 // # Outages

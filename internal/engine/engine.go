@@ -278,7 +278,8 @@ type Stats struct {
 	SegmentBatches uint64
 	// WALWriteTime sums how long this engine's WAL batch writes took,
 	// from the start of each write to its durability (retries included):
-	// divided by the batches written since Open, the mean commit latency.
+	// divided by the batches written since Open, their mean, the floor of
+	// a commit's latency.
 	WALWriteTime time.Duration
 	// WALWrites counts the same writes by duration.
 	WALWrites Durations

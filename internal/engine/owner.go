@@ -20,9 +20,9 @@ import (
 // cannot make a live writer look dead. Safety never depends on this check:
 // the WAL sequence fences a writer that was wrongly judged dead. Stores with
 // an OS lock (file://) have no owner object: the lock already keeps a second
-// writer out, and an idle writer makes no requests at all (see beats),
-// past switching a nearly full WAL segment once, 2 ms after its last
-// commit (see segLog.rotateIdle).
+// writer out, and an idle writer makes no requests (see beats), except at
+// most one switch of a nearly full WAL segment 2 ms after its last commit
+// under light load (see segLog.rotateIdle).
 const ownerKey = "owner"
 
 // livenessWindow is how long an opener watches the owner object.

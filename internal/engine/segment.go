@@ -46,7 +46,7 @@ var segmentSizes = struct{ first, max int64 }{first: 1 << 20, max: 64 << 20}
 // reaches, and the spare staged one ahead, are written once for nothing:
 // a short span keeps that waste small (at most about two spans of WAL
 // writes), and leaves the spare a whole span to be staged. A segment
-// costs its publication (a rename made durable) on the commit path: four
+// costs its publication (a link made durable) on the commit path: four
 // a second are nothing beside the thousands of fdatasyncs. Under light
 // load, where one commit paying it stands out, an idle committer switches
 // segments ahead of need (see rotateIdle).
@@ -87,9 +87,9 @@ type segLog struct {
 	curAt    time.Time // when cur took its first record
 	off      int64
 	buf      []byte
-	// failedAt+1 is the sequence whose segment name an idle switch failed
-	// to publish (0: none): that batch goes to an object, for the name may
-	// have been made (see rotateIdle).
+	// failedAt-1 is the sequence whose segment name an idle switch failed
+	// to publish (failedAt 0: none): that batch goes to an object, for the
+	// name may have been made (see rotateIdle).
 	failedAt uint64
 
 	mu        sync.Mutex
@@ -332,13 +332,14 @@ func (s *segLog) rotateDue() bool {
 // batch seq (the next to be sealed), if the current segment is nearly
 // full. The committer calls it when it has had nothing to write for
 // idleRotateAfter under light load. A segment's publication makes a name
-// durable (a directory sync, about a millisecond here) and staging the
-// next one writes and syncs its zeros (another): done by the commit that
-// finds the segment full, they made it and the commits right after it
-// the slowest of every segment (every 2.5 s at 20 runs a second). Done
-// in a pause, they delay only a commit that comes during them. The price
-// is the part of the segment left unused, zeros written for nothing (at
-// most an eighth of it). An error is final (fenced).
+// durable (a directory sync, about a millisecond here), and the next
+// segment is then staged in the background (its zeros written and synced:
+// another). When a commit found the segment full, the publication was on
+// its path and the staging beside the commits right after it: they were
+// the slowest of every segment (every 2.5 s at 20 runs a second). Done in
+// a pause, both delay only a commit that comes during them. The price is
+// the part of the segment left unused, zeros written for nothing (at most
+// an eighth of it). An error is final (fenced).
 func (s *segLog) rotateIdle(ctx context.Context, seq uint64, prepare func()) error {
 	if !s.rotateDue() {
 		return nil
