@@ -21,5 +21,7 @@ func init() {
 		WatchKey: func(q *Queue, ctx context.Context, key, v []byte, found bool) (<-chan struct{}, func(), error) {
 			return q.watchKey(ctx, key, v, found)
 		},
+		TakeTxn:    takeTxn,
+		RecycleTxn: recycleTxn,
 	})
 }

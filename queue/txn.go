@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/queuex"
@@ -56,6 +57,23 @@ type txnOp struct {
 	DedupKey    string
 	Error       string // Nack, DeadLetter: reason recorded in the history
 	DeadNotify  string // Enqueue: EnqueueOptions.DeadLetterQueue
+}
+
+// txnPool holds emptied transactions of the runtime's (queuex.API.TakeTxn),
+// their operations' arrays kept: a step's settlement takes one, and gives
+// it back once committed.
+var txnPool = sync.Pool{New: func() any { return &Txn{ops: make([]txnOp, 0, 8)} }}
+
+func takeTxn() *Txn { return txnPool.Get().(*Txn) }
+
+func recycleTxn(t *Txn) {
+	if cap(t.ops) > 64 {
+		*t = Txn{} // a rare huge one's array is not kept
+		return
+	}
+	clear(t.ops) // drop what they refer to
+	t.ops = t.ops[:0]
+	txnPool.Put(t)
 }
 
 // add appends op. The first one allocates room for four: a settlement

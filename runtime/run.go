@@ -439,6 +439,9 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 			txn, carry = rt.settlement(rec, old, job, n, outcome, nextQ, stepErr, mail, mp, sp, rt.stepHistory(job, n, began))
 		}
 		res, err := rt.q.Commit(settleCtx, txn)
+		if err == nil {
+			qx.RecycleTxn(txn) // nothing refers to its operations now
+		}
 		if errors.Is(err, queue.ErrConditionFailed) {
 			if sp != nil && stepErr == nil && !rec.Cancel {
 				// A child's run ID may exist: fail the step, not loop.
@@ -513,7 +516,8 @@ func (rt *Runtime) chain(claimCtx context.Context, res queue.TxnResult, carry *c
 // history entry (its kind and output set here), written in the same
 // transaction.
 func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n uint32, out steprunner.Outcome, nextQ string, stepErr error, mail *queue.KV, mp *memoPlan, sp *spawnPlan, h *runrec.History) (txn *queue.Txn, carry *carriedRun) {
-	txn = new(queue.Txn)
+	// Taken from a pool: handleStep gives it back once committed.
+	txn = qx.TakeTxn()
 	tp := job.Headers[HeaderTraceParent] // the run's trace: kept by successors
 	// A retry (Nack) keeps the job, and with it its headers.
 	switch {

@@ -103,6 +103,14 @@ type API[Q, T, J, EO, ER, WO any] struct {
 	// queue.ErrReadOnly. A commit costs one atomic load while nothing is
 	// watched.
 	WatchKey func(q Q, ctx context.Context, key, v []byte, found bool) (ch <-chan struct{}, cancel func(), err error)
+	// TakeTxn returns an empty transaction whose operations go into an
+	// array taken from a pool (room for 8), and RecycleTxn gives t's array
+	// back, emptied, and empties t. Recycle a transaction only once its
+	// Commit returned nil: nothing refers to its operations then (on any
+	// error, one may still: an outcome not yet known). Neither the caller
+	// nor anything it handed t to may use t's operations after.
+	TakeTxn    func() *T
+	RecycleTxn func(t *T)
 }
 
 // States is a set of job states (queue.State): bit 1<<s for state s.
