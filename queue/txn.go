@@ -67,8 +67,8 @@ var txnPool = sync.Pool{New: func() any { return &Txn{ops: make([]txnOp, 0, 8)} 
 func takeTxn() *Txn { return txnPool.Get().(*Txn) }
 
 func recycleTxn(t *Txn) {
-	if cap(t.ops) > 64 {
-		*t = Txn{} // a rare huge one's array is not kept
+	if c := cap(t.ops); c < 8 || c > 64 {
+		*t = Txn{} // kept: arrays with room for 8, not a rare huge one's
 		return
 	}
 	clear(t.ops) // drop what they refer to
