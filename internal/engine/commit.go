@@ -522,7 +522,6 @@ func (e *Engine) commitLoop() {
 		during uint32        // transactions applied while it was written
 		write  time.Duration // how long its write took
 	}
-	var idle *time.Timer // see idleRotateAfter
 	for {
 		e.mu.Lock()
 		if e.err != nil {
@@ -542,35 +541,7 @@ func (e *Engine) commitLoop() {
 				return
 			}
 			if rotate && e.seg.rotateDue() {
-				// Only after a pause: under light load commits come in
-				// chains (a run's steps) a fraction of a millisecond
-				// apart, and the pause between chains is for the switch.
-				if idle == nil {
-					idle = time.NewTimer(idleRotateAfter)
-				} else {
-					idle.Reset(idleRotateAfter)
-				}
-				select {
-				case <-e.kick:
-					idle.Stop()
-					continue
-				case <-idle.C:
-				}
-				e.mu.Lock()
-				still := e.err == nil && !e.closing && e.open.txns == 0 && e.holds == 0
-				e.mu.Unlock()
-				if !still {
-					continue
-				}
-				// Its publication is a store request like a WAL write's:
-				// a stall there shows in Health (and lets Close give up).
-				e.health.begin()
-				err := e.seg.rotateIdle(e.bgCtx, seq, e.prepareSegment)
-				e.health.end()
-				if err != nil {
-					e.mu.Lock()
-					e.failLocked(err)
-					e.mu.Unlock()
+				if !e.switchWhenIdle(seq) {
 					return
 				}
 				continue // a commit may have come meanwhile
@@ -661,6 +632,46 @@ func (e *Engine) commitLoop() {
 			go e.deleteBlobs(b.freed)
 		}
 	}
+}
+
+// switchWhenIdle is the committer's, idle with a segment switch due (see
+// segLog.rotateIdle): it waits idleRotateAfter for a commit, and if none
+// came and the engine is still idle, switches to the staged segment,
+// named for batch seq. It reports false if that failed the engine (the
+// committer stops).
+func (e *Engine) switchWhenIdle(seq uint64) bool {
+	// Only after a pause: under light load commits come in chains (a
+	// run's steps) a fraction of a millisecond apart, and the pause
+	// between chains is for the switch.
+	if e.idle == nil {
+		e.idle = time.NewTimer(idleRotateAfter)
+	} else {
+		e.idle.Reset(idleRotateAfter)
+	}
+	select {
+	case <-e.kick:
+		e.idle.Stop()
+		return true
+	case <-e.idle.C:
+	}
+	e.mu.Lock()
+	still := e.err == nil && !e.closing && e.open.txns == 0 && e.holds == 0
+	e.mu.Unlock()
+	if !still {
+		return true
+	}
+	// Its publication is a store request like a WAL write's: a stall there
+	// shows in Health (and lets Close give up).
+	e.health.begin()
+	err := e.seg.rotateIdle(e.bgCtx, seq, e.prepareSegment)
+	e.health.end()
+	if err != nil {
+		e.mu.Lock()
+		e.failLocked(err)
+		e.mu.Unlock()
+		return false
+	}
+	return true
 }
 
 // writeWAL makes batch seq, encoded as data, durable: as a record of the

@@ -206,6 +206,7 @@ type Engine struct {
 	bg       sync.WaitGroup
 	loopWG   sync.WaitGroup    // the committer alone
 	walBuf   []byte            // the committer's: the previous batch's encoding, reused
+	idle     *time.Timer       // the committer's: see switchWhenIdle
 	spare    []format.Mutation // the committer's: a durable batch's mutations, emptied for the next open batch
 	sched    [2]metrics.Sample // the committer's: goroutines running and runnable (see othersIdle)
 	swept    chan struct{}     // closed when the sweep at Open ends
