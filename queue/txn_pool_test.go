@@ -35,6 +35,12 @@ func TestTxnPoolRecycles(t *testing.T) {
 		if len(txn.ops) != 0 {
 			t.Fatalf("round %d: a recycled transaction keeps %d operations", round, len(txn.ops))
 		}
+		// One made with new (room for 4) is not kept: a taken one has room for 8.
+		small := new(Txn).Put([]byte("small"), []byte("v"))
+		recycleTxn(small)
+		if small.ops != nil {
+			t.Fatalf("round %d: a recycled transaction with room for %d kept its array", round, cap(small.ops))
+		}
 		j, err := q.GetJob(t0ctx, res.Enqueued[0].JobID)
 		if err != nil || string(j.Payload) != fmt.Sprint("job-", round) || j.Headers["round"] != fmt.Sprint(round) {
 			t.Fatalf("round %d: job %+v, %v", round, j, err)

@@ -1148,3 +1148,59 @@ func reopenHas(t *testing.T, e *Engine, open func() objstore.Bucket, want map[st
 	}
 	return e2
 }
+
+// stagedLog returns a segment log on a fresh file:// store with one
+// segment staged and published as batch 1's: the current one.
+func stagedLog(t *testing.T) *segLog {
+	t.Helper()
+	ctx := context.Background()
+	_, open := fileStore(t)
+	sg, _ := objstore.AsSegmenter(open())
+	s := newSegLog(sg, slog.New(slog.DiscardHandler))
+	t.Cleanup(s.close)
+	seg, err := sg.NewSegment(ctx, 16*format.SegmentAlign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := stageHeader(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.begin(ctx, 1, st); !ok || err != nil {
+		t.Fatalf("begin: %v, %v", ok, err)
+	}
+	return s
+}
+
+// A segment's fill rate is timed from its first record, not from its
+// publication: one an idle switch published long before its first commit
+// would otherwise look slow to fill, and its successor be staged too
+// small.
+func TestSegmentTimedFromFirstRecord(t *testing.T) {
+	s := stagedLog(t)
+	s.curAt = time.Now().Add(-time.Hour) // published an hour ago, idle since
+	if ok, err := s.write(context.Background(), 1, []byte("batch"), func() {}); !ok || err != nil {
+		t.Fatalf("write: %v, %v", ok, err)
+	}
+	if since := time.Since(s.curAt); since > time.Minute {
+		t.Errorf("the segment's first record left it timed from %v ago", since.Round(time.Minute))
+	}
+	s.curAt = time.Now().Add(-time.Hour)
+	if ok, err := s.write(context.Background(), 2, []byte("batch"), func() {}); !ok || err != nil {
+		t.Fatalf("write: %v, %v", ok, err)
+	}
+	if since := time.Since(s.curAt); since < time.Hour {
+		t.Errorf("a later record moved the segment's start to %v ago", since)
+	}
+}
+
+// Collection never deletes, as an orphan, the name of one of the writer's
+// own segments (a guard: failedAt keeps such a name from being reused).
+func TestCollectKeepsOrphanNameInUse(t *testing.T) {
+	s := stagedLog(t)
+	s.orphans = []string{segKey(1), segKey(7)}
+	doomed := s.collect(0)
+	if slices.Contains(doomed, segKey(1)) || !slices.Contains(doomed, segKey(7)) {
+		t.Errorf("collect doomed %v; want %s (an orphan) and not %s (in use)", doomed, segKey(7), segKey(1))
+	}
+}
