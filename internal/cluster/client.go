@@ -42,6 +42,7 @@ func Dial(addr string, cfg Config) (*Client, error) {
 		grpc.WithPerRPCCredentials(callCreds{epoch: epoch, secret: hex.EncodeToString(cfg.Secret)}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(CodecName), grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
+		grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow),
 	}
 	if cfg.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(cfg.Dialer))
