@@ -283,7 +283,7 @@ func (r *remote) commit(ctx context.Context, ops []txnOp, o options) (TxnResult,
 		// sent (the limit is the transport's; see maxCallTxn).
 		return TxnResult{}, &TooLargeError{What: "transaction (with the values a member sends its writer)", Size: size, Max: maxCallTxn}
 	}
-	slotFor := r.takeSlots(ops, time.Now())
+	slotFor := r.takeSlots(ops, time.Now(), true)
 	refill := refillFor(ctx, ops)
 	res, refilled, err := r.send(ctx, &pendingCommit{ops: dispatchOnly(ops, slotFor), size: size, opts: toWireOpts(o), refill: refill}, o)
 	if refill != nil {

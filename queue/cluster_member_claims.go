@@ -84,7 +84,7 @@ func (r *remote) claimed(reply claimReply, o options, s *slots) ([]*Job, error) 
 	for _, w := range reply.Jobs {
 		j := w.job()
 		r.addClaim(j.ID, j.Queue, j.token, j.CancelRequested)
-		if s != nil && !s.take() {
+		if s != nil && !s.take(false) {
 			unrun = append(unrun, j) // the loop is stopping
 			continue
 		}
@@ -178,7 +178,9 @@ func (r *remote) claimWait(ctx context.Context, queue string, n int, o options, 
 				return nil, err
 			}
 		}
+		s.park(true) // dispatched enqueues may take its idle slots now
 		jobs, err = r.claimCall(ctx, queue, n, o, s, claimPoll)
+		s.park(false)
 		if err != nil || len(jobs) > 0 {
 			return jobs, err
 		}

@@ -786,7 +786,8 @@ func TestClusterMemberDispatch(t *testing.T) {
 	// for its job, when the test fails first.
 	releaseJob := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseJob)
-	testenv.Eventually(t, 10*time.Second, "one idle slot on the member", func() bool { return m.idleSlots("w") == 1 })
+	// A member dispatches only to a loop parked on the writer.
+	testenv.Eventually(t, 10*time.Second, "one idle slot on the member, parked", func() bool { return m.parkedIdleSlots("w") == 1 })
 
 	// Commit calls with transactions the writer serves from now: the
 	// Work loop's claims may also ride commit calls of their own, or

@@ -131,7 +131,7 @@ func (l *local) apply(ctx context.Context, ops []txnOp, o options, rf *claimStat
 		return nil, nil, err
 	}
 	if o.member == "" {
-		c.slotFor = l.takeSlots(ops, c.now)
+		c.slotFor = l.takeSlots(ops, c.now, false)
 	} // else a member's enqueues with Dispatch have a slot there
 	c.l, c.rf = l, rf
 	wait, err := l.eng.ApplyTo(ctx, c)

@@ -38,6 +38,30 @@ func (q *Queue) idleSlots(queue string) int {
 	return n
 }
 
+// parkedIdleSlots is how many idle slots the Work loops of queue have
+// that are parked on their writer (see slots.parked).
+func (q *Queue) parkedIdleSlots(queue string) int {
+	be := q.be
+	if c, ok := be.(*clustered); ok {
+		be, _ = c.current()
+	}
+	r, ok := be.(*remote)
+	if !ok {
+		return 0
+	}
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	n := 0
+	for _, s := range r.slots[queue] {
+		s.mu.Lock()
+		if s.parked {
+			n += s.free
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
 // startWork runs Work on queue in the background; the returned stop ends it
 // and returns its error.
 func startWork(t *testing.T, q *Queue, queue string, h Handler, opts WorkOptions) (stop func() error) {
@@ -317,5 +341,36 @@ func TestDispatchClaimResolveFailurePutsSlots(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Work hung after a failed payload read (slots leaked)")
+	}
+}
+
+// A member's dispatched enqueue takes a slot only from a loop parked on
+// its writer (its queue had nothing to claim): a loop that is claiming
+// jobs would get its slot back unused a round trip later, after waking
+// for nothing. One process takes any idle slot (its claims are not a
+// round trip away). TestClusterMemberDispatch covers the parked loop end
+// to end.
+func TestMemberDispatchTakesOnlyParkedSlots(t *testing.T) {
+	var tbl slotTable
+	s := &slots{queue: "w", total: 1, free: 1, freed: make(chan struct{}, 1), done: make(chan struct{})}
+	tbl.addSlots(s)
+	ops := []txnOp{{Kind: opEnqueue, Queue: "w", Dispatch: true}}
+	now := time.Now()
+	if got := tbl.takeSlots(ops, now, true); got != nil {
+		t.Fatalf("a member took the slot of a loop that is not parked: %v", got)
+	}
+	s.park(true)
+	got := tbl.takeSlots(ops, now, true)
+	if got[0] != s {
+		t.Fatalf("a member did not take the idle slot of a parked loop: %v", got)
+	}
+	s.put()
+	s.park(false)
+	if got := tbl.takeSlots(ops, now, false); got[0] != s {
+		t.Fatalf("one process did not take an idle slot: %v", got)
+	}
+	s.put()
+	if s.idle() != 1 {
+		t.Fatalf("%d idle slots after the puts, want 1", s.idle())
 	}
 }

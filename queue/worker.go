@@ -188,13 +188,18 @@ type slots struct {
 	mu     sync.Mutex
 	free   int
 	closed bool // the loop is stopping: no more takes
+	// parked: the loop waits on its writer for a job (a member's claim
+	// long-poll): its queue had none to claim. Only then does a member's
+	// dispatched enqueue take a slot (see slotTable.takeSlots).
+	parked bool
 }
 
-// take takes a free slot, if there is one and the loop is not stopping.
-func (s *slots) take() bool {
+// take takes a free slot, if there is one and the loop is not stopping
+// (and, if parkedOnly, waits on its writer for a job).
+func (s *slots) take(parkedOnly bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.free == 0 {
+	if s.closed || s.free == 0 || parkedOnly && !s.parked {
 		return false
 	}
 	select {
@@ -234,6 +239,16 @@ func (s *slots) waitIdle(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// park records whether the loop waits on its writer for a job.
+func (s *slots) park(on bool) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.parked = on
+	s.mu.Unlock()
 }
 
 func (s *slots) idle() int {
