@@ -465,12 +465,15 @@ func (t *slotTable) takeSlot(queue string, parkedOnly bool) *slots {
 // to run. It returns them by op index (nil: none taken).
 //
 // With parkedOnly (a member), only the slots of a loop parked on its
-// writer are taken: the writer grants a dispatched enqueue only when
-// nothing else in its queue is ready, and a loop that is not parked found
-// jobs to claim a moment ago (or is about to claim). A slot taken then
-// would come back unused a round trip later, idle all along, and its
-// return would wake the loop for nothing: at saturation, with 2 members of
-// 16 slots, about 3 such wake-ups per commit call.
+// writer (its claim call there, waiting if nothing is ready) are taken:
+// the writer grants a dispatched enqueue only when nothing else in its
+// queue is ready, and a loop that is not parked found jobs to claim a
+// moment ago, or is about to claim. A slot taken then would come back
+// unused a round trip later, idle all along, and its return would wake
+// the loop for nothing: at saturation, with 2 members of 16 slots, about
+// 3 such wake-ups per commit call. (A parked loop's call may still be
+// claiming ready jobs, when none of its claims rode a commit call first:
+// such a slot comes back too, but the member was not busy.)
 func (t *slotTable) takeSlots(ops []txnOp, now time.Time, parkedOnly bool) map[int]*slots {
 	var slotFor map[int]*slots
 	for i := range ops {

@@ -85,7 +85,9 @@ func (r *remote) claimed(reply claimReply, o options, s *slots) ([]*Job, error) 
 		j := w.job()
 		r.addClaim(j.ID, j.Queue, j.token, j.CancelRequested)
 		if s != nil && !s.take(false) {
-			unrun = append(unrun, j) // the loop is stopping
+			// The loop is stopping, or a dispatch took the slot while
+			// the call was out (see CLUSTER.md, "What a member costs").
+			unrun = append(unrun, j)
 			continue
 		}
 		jobs = append(jobs, j)

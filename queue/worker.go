@@ -188,9 +188,10 @@ type slots struct {
 	mu     sync.Mutex
 	free   int
 	closed bool // the loop is stopping: no more takes
-	// parked: the loop waits on its writer for a job (a member's claim
-	// long-poll): its queue had none to claim. Only then does a member's
-	// dispatched enqueue take a slot (see slotTable.takeSlots).
+	// parked: the loop's claim call is at its writer (a member's
+	// long-poll, which waits there while its queue has nothing ready).
+	// Only then does a member's dispatched enqueue take a slot (see
+	// slotTable.takeSlots).
 	parked bool
 }
 
@@ -241,7 +242,7 @@ func (s *slots) waitIdle(ctx context.Context) error {
 	return nil
 }
 
-// park records whether the loop waits on its writer for a job.
+// park records whether the loop's claim call is at its writer.
 func (s *slots) park(on bool) {
 	if s == nil {
 		return

@@ -78,11 +78,11 @@ const MaxMessage = 512 << 20
 // or answers and 250 window updates (now none and one), each a write on
 // one side and a wake-up on the other. Measured (stepwell bench --cluster
 // 2, file://, 4 alternating pairs): the members' CPU per transition fell
-// 14-28%, the whole cluster's 11-22%, and transitions/s rose 6-20%. The
-// connection's window is the estimator's own ceiling, so a link with a
-// long round trip is no slower. A window bounds how much a peer may send
-// ahead of what the receiver has read (and so what the receiver may hold
-// unread); it reserves nothing.
+// 14-28%, the whole cluster's 11-22%, and transitions/s rose 6-20%.
+// A stream's window bounds the bytes of its calls in flight per round
+// trip (4 MiB: 400 MB/s over a 10 ms link; the estimator could grow it to
+// 16 MiB) and what its receiver may hold unread; gRPC refills the
+// connection's window as data arrives. Windows reserve no memory.
 const (
 	streamWindow = 4 << 20
 	connWindow   = 16 << 20

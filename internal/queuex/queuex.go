@@ -53,10 +53,10 @@ type API[Q, T, J, EO, ER, WO any] struct {
 	// runs workers in one process gets its latency from this. The job is
 	// enqueued pending as usual, and claimed by whichever worker comes
 	// first, when no such slot is idle at commit time (in a cluster
-	// member: idle in a loop whose claim waits on the writer, its queue
-	// having nothing to claim), when it is not due yet, when another job
-	// of its queue is ready (dispatch never overtakes waiting jobs), or on
-	// a dedup hit; Dispatched says which.
+	// member: idle in a loop whose claim call is at the writer, where it
+	// waits while nothing is ready), when it is not due yet, when another
+	// job of its queue is ready (dispatch never overtakes waiting jobs),
+	// or on a dedup hit; Dispatched says which.
 	// Ignored when the claim flag is set. The handler that runs the job
 	// finds what handoff.WithDispatched put on the commit's context.
 	WithDispatch func(o EO, on bool) EO
