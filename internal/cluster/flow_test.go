@@ -121,7 +121,8 @@ func TestPipeCarriesNoFlowControlChatter(t *testing.T) {
 			t.Errorf("%s sent %d pings, want none (keepalive pings only an idle connection)", side, n[http2.FramePing])
 		}
 		// One raises the connection's window from HTTP/2's default as the
-		// connection opens; no other is due before 4 MiB are read.
+		// connection opens; no other is due before 1 MiB (a quarter of the
+		// stream's window) is read, and the test moves 800 KiB.
 		if n[http2.FrameWindowUpdate] > 1 {
 			t.Errorf("%s sent %d window updates, want at most 1", side, n[http2.FrameWindowUpdate])
 		}

@@ -72,17 +72,19 @@ const MaxMessage = 512 << 20
 
 // Flow control: both sides announce fixed windows instead of letting gRPC
 // size them from round-trip estimates. The estimator pings the peer at
-// the first data frame it receives and again at each answer, and windows
-// of 64 KiB are updated every 16 KiB: in the 200 calls of
-// TestPipeCarriesNoFlowControlChatter the writer's side sent 399 pings
-// or answers and 250 window updates (now none and one), each a write on
-// one side and a wake-up on the other. Measured (stepwell bench --cluster
-// 2, file://, 4 alternating pairs): the members' CPU per transition fell
-// 14-28%, the whole cluster's 11-22%, and transitions/s rose 6-20%.
-// A stream's window bounds the bytes of its calls in flight per round
-// trip (4 MiB: 400 MB/s over a 10 ms link; the estimator could grow it to
-// 16 MiB) and what its receiver may hold unread; gRPC refills the
-// connection's window as data arrives. Windows reserve no memory.
+// the first data frame it receives, and again at the first after each
+// answer, and windows of 64 KiB are updated every 16 KiB: in the 200
+// calls of TestPipeCarriesNoFlowControlChatter the writer's side sent 399
+// pings or answers and 250 window updates (now none and one), each a
+// write on one side and a wake-up on the other. Measured (stepwell bench
+// --cluster 2 --concurrency 16, file://, 4 alternating pairs): the
+// members' CPU per transition fell 14-28%, the whole cluster's 11-22%,
+// and transitions/s rose 6-20%. A stream's window is updated after a
+// quarter of it is read (1 MiB), and bounds the bytes of its calls in
+// flight per round trip (4 MiB: 400 MB/s over a 10 ms link; the
+// estimator could grow it to 16 MiB) and what its receiver may hold
+// unread; gRPC refills the connection's window as data arrives. Windows
+// reserve no memory.
 const (
 	streamWindow = 4 << 20
 	connWindow   = 16 << 20
