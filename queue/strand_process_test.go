@@ -22,7 +22,7 @@ import (
 // The strand test runs three helper processes at a time (this test binary,
 // re-executed: see TestMain) on one store in cluster mode, each working a
 // queue of long jobs ("steps") with four slots, and SIGKILLs the writer
-// again and again, every third of a lease or so, each time while it runs
+// again and again, every half a lease or so, each time while it runs
 // steps, starting a replacement each time. A step the killed writer was
 // running must run again within about a lease of its claim (or of the
 // kill, if its holder had renewed it past a lease; or once a writer is up
@@ -52,8 +52,8 @@ const (
 	// strandSlack, plus two of the longest failover seen, bounds how much
 	// later than it was due (see below) an interrupted step may run
 	// again: the grace of the claims no one confirms, a reaper tick, a
-	// free slot, a writer killed before its grace ran out, and what a busy
-	// machine adds. Generous: before the fix, the steps of the first kills
+	// free slot, a writer killed just after it requeued the step, and what
+	// a busy machine adds. Generous: before the fix, the steps of the first kills
 	// waited for the last one (15-25s on file://, more on MinIO).
 	strandSlack    = 3 * strandLease
 	strandDeadline = 2 * time.Minute
@@ -181,7 +181,9 @@ func tenures(procs []*strandProc) []tenure {
 // deposed before the step ran again, the step is due when the next
 // writer came up: a writer stalled on its store (it stops beating, and
 // is fenced once it does not answer either) requeues nothing, and the
-// cluster judged it dead.
+// cluster judged it dead. So is it if that writer was killed before it
+// could requeue the step (strandRequeued): it had adopted the claim at
+// its takeover, and kept it a grace from then for its holder to confirm.
 func strandDue(ts []tenure, leaseEnd, rerun time.Time) time.Time {
 	due := leaseEnd
 	for {
@@ -196,11 +198,30 @@ func strandDue(ts []tenure, leaseEnd, rerun time.Time) time.Time {
 				next = t.from
 			}
 		}
-		if cur != nil && (!cur.deposed || !cur.to.Before(rerun)) || next.IsZero() {
+		if next.IsZero() || cur != nil && (!cur.to.Before(rerun) || !cur.deposed && !cur.to.Before(strandRequeued(cur, due))) {
 			return due
 		}
 		due = next
 	}
+}
+
+// strandRequeueIn is how long after an adopted claim expired the writer
+// has requeued it, durably, at the latest: a tick of the reaper (it runs
+// that often while adopted claims wait) and a commit on a busy store.
+const strandRequeueIn = adoptedReapEvery + 400*time.Millisecond
+
+// strandRequeued is when writer w, up at due, has requeued a claim it
+// adopted whose lease ended by then: at the end of the grace it gave the
+// claim's holder from its takeover (adoptGrace, here a second), or at due
+// if later, plus strandRequeueIn. A writer killed before that passes the
+// step on to the next one.
+func strandRequeued(w *tenure, due time.Time) time.Time {
+	grace := min(strandLease, max(adoptGraceMin, strandHB/2))
+	expired := w.from.Add(grace)
+	if due.After(expired) {
+		expired = due
+	}
+	return expired.Add(strandRequeueIn)
 }
 
 func (p *strandProc) state() (role string, running int) {
@@ -399,8 +420,11 @@ func strandRun(t *testing.T, url string, kills int) {
 		if k == kills {
 			break
 		}
-		// A third to a half of a lease, then while it runs steps.
-		time.Sleep(strandLease/3 + rand.N(strandLease/6))
+		// A half to two thirds of a lease, then while it runs steps: past
+		// the grace of the claims it adopted and a requeue (strandRequeued),
+		// short of a lease (a claim must not wait for a lease from each
+		// takeover).
+		time.Sleep(strandLease/2 + rand.N(strandLease/6))
 		// Two steps at least: one reported running may end just before
 		// the kill.
 		waitFor("the writer to run steps", func() bool {
@@ -455,11 +479,11 @@ func strandRun(t *testing.T, url string, kills int) {
 	// again within the slack of when it was due: the end of its lease, as
 	// its holder last had it (a lease from its start, or the kill if it
 	// ran over a lease), or if no writer was up then, when the next one
-	// was (strandDue; a writer deposed before the step ran again counts
-	// as down).
+	// was (strandDue; a writer deposed before the step ran again, or
+	// killed before it could requeue the step, counts as down).
 	// A writer killed soon after it requeued a step (before a worker
-	// claimed it again), or before its grace ran out, passes the step on
-	// to the next writer: a failover more.
+	// claimed it again) passes the step on to the next writer: a failover
+	// more.
 	slack := strandSlack + 2*slices.Max(failovers)
 	writers := tenures(procs)
 	deposed := 0
@@ -548,12 +572,12 @@ func tailLines(s string, n int) string {
 
 func TestStrandDue(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	for _, c := range []struct {
 		name       string
 		ts         []tenure
-		end, rerun int
-		want       int
+		end, rerun float64
+		want       float64
 	}{
 		{"writer up", []tenure{{from: at(0), to: at(20)}}, 5, 7, 5},
 		{"none up, next later", []tenure{{from: at(0), to: at(3)}, {from: at(8), to: at(20)}}, 5, 9, 8},
@@ -561,6 +585,13 @@ func TestStrandDue(t *testing.T) {
 		{"deposed after the rerun", []tenure{{from: at(0), to: at(12), deposed: true}, {from: at(11), to: at(30)}}, 5, 7, 5},
 		{"deposed twice", []tenure{{from: at(0), to: at(12), deposed: true}, {from: at(11), to: at(16), deposed: true}, {from: at(15), to: at(30)}}, 5, 18, 15},
 		{"deposed, none after", []tenure{{from: at(0), to: at(12), deposed: true}}, 5, 14, 5},
+		// A writer killed within its grace (1s) plus strandRequeueIn
+		// (0.5s) of its takeover, or of the lease's end, requeued nothing.
+		{"killed at the lease's end", []tenure{{from: at(0), to: at(5.2)}, {from: at(8), to: at(30)}}, 5, 9, 8},
+		{"killed after the requeue", []tenure{{from: at(0), to: at(5.6)}, {from: at(8), to: at(30)}}, 5, 9, 5},
+		{"killed within the grace", []tenure{{from: at(0), to: at(3)}, {from: at(4.5), to: at(5.8)}, {from: at(6.5), to: at(7.9)}, {from: at(9), to: at(30)}}, 5, 11, 9},
+		{"killed after the grace", []tenure{{from: at(0), to: at(3)}, {from: at(4.5), to: at(5.8)}, {from: at(6.5), to: at(8.1)}, {from: at(9), to: at(30)}}, 5, 11, 6.5},
+		{"ran again before the kill", []tenure{{from: at(0), to: at(3)}, {from: at(4), to: at(5.3)}, {from: at(9), to: at(30)}}, 5, 5.2, 5},
 	} {
 		if got := strandDue(c.ts, at(c.end), at(c.rerun)); !got.Equal(at(c.want)) {
 			t.Errorf("%s: due %v, want %v", c.name, got.Sub(t0), at(c.want).Sub(t0))
