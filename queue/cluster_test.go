@@ -646,6 +646,45 @@ func TestClusterFencedWriterKeepsWorking(t *testing.T) {
 	}
 }
 
+// Closing a cluster writer that another writer fenced, before it found
+// the next writer to join, succeeds: in a cluster a fenced writer is a
+// member looking for its writer (Role says so), not a failed Queue, and
+// everything it acknowledged was durable before the fence. It leaves the
+// fencing writer's store alone. (The crash test's helpers met this under
+// load: a writer fenced as the test ended failed its Close.)
+func TestClusterFencedWriterCloses(t *testing.T) {
+	url := testenv.S3(t)
+	ctx := context.Background()
+	w := openMember(t, url, WithHeartbeat(100*time.Millisecond))
+	if w.Role() != RoleWriter {
+		t.Fatalf("role %v, want writer", w.Role())
+	}
+	if _, err := w.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "before-fence"}); err != nil {
+		t.Fatal(err)
+	}
+	// A writer outside the cluster fences it: w finds no writer to join
+	// (this one serves no members), so it stays a fenced writer looking.
+	other, err := Open(ctx, url, WithTakeover(), WithHeartbeat(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	testenv.Eventually(t, 10*time.Second, "the fenced writer to notice", func() bool {
+		return w.Role() == RoleMember
+	})
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("Close of a fenced cluster writer: %v", err)
+	}
+	if _, err := other.Enqueue(ctx, "q", []byte("y"), EnqueueOptions{JobID: "after-close"}); err != nil {
+		t.Fatalf("the fencing writer, after the fenced one closed: %v", err)
+	}
+	for _, id := range []string{"before-fence", "after-close"} {
+		if _, err := other.GetJob(ctx, id); err != nil {
+			t.Errorf("job %s: %v", id, err)
+		}
+	}
+}
+
 // countingHandler counts the log records whose message contains sub.
 type countingHandler struct {
 	sub string

@@ -106,7 +106,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 // released for other processes. Close is safe to call more than once. If
 // ctx ends while the store does not answer (see Health), Close stops
 // waiting for the flush and returns ErrOutcomeUnknown, as do the calls
-// still waiting for their transactions.
+// still waiting for their transactions. In cluster mode, a writer that
+// another fenced is a member (see Role), and its Close returns nil.
 func (q *Queue) Close(ctx context.Context) error {
 	if q.closed.Swap(true) {
 		return nil
