@@ -597,6 +597,15 @@ func (e *Engine) commitLoop() {
 			e.mu.Unlock()
 			return
 		}
+		if e.err != nil {
+			// The engine failed while b was written (its heartbeat found a
+			// newer writer, Close gave up on a stalled store, Kill):
+			// failLocked told b's waiters then, unacknowledged, and a
+			// segment write runs to its end whatever the context says.
+			// Nothing is left to do, as after a failed write.
+			e.mu.Unlock()
+			return
+		}
 		last.during = e.open.txns
 		e.inflight = nil
 		e.durable = b.seq

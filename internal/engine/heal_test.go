@@ -294,3 +294,33 @@ func TestRateLogBoundsWarnings(t *testing.T) {
 		t.Errorf("second line %q does not count the 15 failures it stands for", lines[1])
 	}
 }
+
+// TestFailDuringWALWrite: an engine that fails while a WAL write is in
+// flight (its heartbeat found a newer writer, or Close gave up on a
+// stalled store) tells that batch's waiters then, unacknowledged. When the
+// write lands afterwards, the committer stops without telling them again:
+// before, it closed the batch's channel a second time and the process
+// panicked.
+//
+// The write is a segment record on file:// (its system call runs to its
+// end whatever the engine's context says; an object PUT is cancelled).
+func TestFailDuringWALWrite(t *testing.T) {
+	ctx := context.Background()
+	_, f, e := faultySegmentWriter(t)
+	put(t, e, "k0", "v0") // publishes the segment: the next write is a record in it
+	f.Stall()
+	done := make(chan error, 1)
+	go func() { done <- e.Update(ctx, func(tx *Tx) error { tx.Put("k", Inline([]byte("v"))); return nil }) }()
+	testenv.Eventually(t, 10*time.Second, "the write in flight", e.writing)
+	e.fail(fmt.Errorf("%w: a newer writer owns the store", ErrFenced))
+	if err := <-done; !errors.Is(err, ErrFenced) {
+		t.Fatalf("Update whose batch was in flight when the engine failed: %v, want ErrFenced", err)
+	}
+	f.Unstall() // the write lands now
+	if err := e.Close(ctx); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Close of the failed engine: %v, want ErrFenced", err)
+	}
+	if err := e.Update(ctx, func(tx *Tx) error { tx.Put("k2", Inline(nil)); return nil }); err == nil {
+		t.Fatal("an Update after the failure succeeded")
+	}
+}
