@@ -357,7 +357,7 @@ func (c *clustered) close(ctx context.Context) error {
 			cancel()
 		}
 		err = loc.close(ctx)
-		if errors.Is(err, engine.ErrFenced) {
+		if errors.Is(err, engine.ErrFenced) && !errors.Is(err, engine.ErrOutcomeUnknown) {
 			// A writer fenced before it joined the next one: a member
 			// looking for its writer (see role), not a failed Queue. Its
 			// engine acknowledged nothing after the fence, and the calls it

@@ -19,7 +19,8 @@ var (
 	ErrStoreLocked = fmt.Errorf("queue: %w", engine.ErrLocked)
 	// ErrFenced: another writer took over the store after this Queue opened
 	// it. The Queue is closed; every call fails with ErrFenced. Retrying on
-	// this Queue cannot help; reopen instead.
+	// this Queue cannot help; reopen instead. (In cluster mode a fenced
+	// writer becomes a member of the new writer instead: see WithCluster.)
 	ErrFenced = fmt.Errorf("queue: %w", engine.ErrFenced)
 	// ErrClosed: the Queue was closed. Not retryable.
 	ErrClosed = fmt.Errorf("queue: %w", engine.ErrClosed)

@@ -585,12 +585,14 @@ func TestStrandDue(t *testing.T) {
 		{"deposed after the rerun", []tenure{{from: at(0), to: at(12), deposed: true}, {from: at(11), to: at(30)}}, 5, 7, 5},
 		{"deposed twice", []tenure{{from: at(0), to: at(12), deposed: true}, {from: at(11), to: at(16), deposed: true}, {from: at(15), to: at(30)}}, 5, 18, 15},
 		{"deposed, none after", []tenure{{from: at(0), to: at(12), deposed: true}}, 5, 14, 5},
-		// A writer killed within its grace (1s) plus strandRequeueIn
-		// (0.5s) of its takeover, or of the lease's end, requeued nothing.
-		{"killed at the lease's end", []tenure{{from: at(0), to: at(5.2)}, {from: at(8), to: at(30)}}, 5, 9, 8},
-		{"killed after the requeue", []tenure{{from: at(0), to: at(5.6)}, {from: at(8), to: at(30)}}, 5, 9, 5},
-		{"killed within the grace", []tenure{{from: at(0), to: at(3)}, {from: at(4.5), to: at(5.8)}, {from: at(6.5), to: at(7.9)}, {from: at(9), to: at(30)}}, 5, 11, 9},
-		{"killed after the grace", []tenure{{from: at(0), to: at(3)}, {from: at(4.5), to: at(5.8)}, {from: at(6.5), to: at(8.1)}, {from: at(9), to: at(30)}}, 5, 11, 6.5},
+		// A writer killed before strandRequeued requeued nothing: before
+		// strandRequeueIn (0.5s) after the lease's end, or after the end
+		// of the grace (1s) from its takeover if that is later.
+		{"killed just after the lease's end", []tenure{{from: at(0), to: at(5.2)}, {from: at(8), to: at(30)}}, 5, 9, 8},
+		{"killed after the requeue at the lease's end", []tenure{{from: at(0), to: at(5.6)}, {from: at(8), to: at(30)}}, 5, 9, 5},
+		{"killed within the grace", []tenure{{from: at(0), to: at(3)}, {from: at(4.5), to: at(5.3)}, {from: at(9), to: at(30)}}, 5, 11, 9},
+		{"killed before the requeue, twice", []tenure{{from: at(0), to: at(3)}, {from: at(4.5), to: at(5.8)}, {from: at(6.5), to: at(7.9)}, {from: at(9), to: at(30)}}, 5, 11, 9},
+		{"killed after the second's requeue", []tenure{{from: at(0), to: at(3)}, {from: at(4.5), to: at(5.8)}, {from: at(6.5), to: at(8.1)}, {from: at(9), to: at(30)}}, 5, 11, 6.5},
 		{"ran again before the kill", []tenure{{from: at(0), to: at(3)}, {from: at(4), to: at(5.3)}, {from: at(9), to: at(30)}}, 5, 5.2, 5},
 	} {
 		if got := strandDue(c.ts, at(c.end), at(c.rerun)); !got.Equal(at(c.want)) {

@@ -359,8 +359,12 @@ func TestDispatchedRunCostsThreeCalls(t *testing.T) {
 	}
 	calls := m.StorageStats().ClusterCalls - before
 	t.Logf("%d calls for %d one-step runs", calls, runs)
-	// Slack for the long-polls (claims, events) that ended meanwhile.
-	if calls > 3*runs+runs/4 {
+	// Slack for the long-polls (claims, events) that ended meanwhile, and
+	// for submits that found the step or hook loop between two claim
+	// calls (not parked: no dispatch, and a claim call more), which a
+	// loaded machine makes likelier: 67 calls once in 150 runs beside two
+	// spinning processes. Without dispatch a run costs 4 or 5 calls.
+	if calls > 3*runs+runs/2 {
 		t.Fatalf("%d calls to the writer for %d one-step runs, want 3 each", calls, runs)
 	}
 }
