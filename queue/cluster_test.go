@@ -589,16 +589,24 @@ func TestClusterRefusesUnauthenticatedCall(t *testing.T) {
 	}
 }
 
-// A cluster writer fenced by another writer does not fail its Work loops
-// with ErrFenced: they wait for the next writer and work with it (here the
-// fenced process itself, once the fencing writer closed).
-func TestClusterFencedWriterKeepsWorking(t *testing.T) {
+// clusterWriterOnS3 opens a cluster writer, beating every 100ms, on a
+// fresh MinIO store, and returns it with the store's URL.
+func clusterWriterOnS3(t *testing.T) (*Queue, string) {
+	t.Helper()
 	url := testenv.S3(t)
-	ctx := context.Background()
 	w := openMember(t, url, WithHeartbeat(100*time.Millisecond))
 	if w.Role() != RoleWriter {
 		t.Fatalf("role %v, want writer", w.Role())
 	}
+	return w, url
+}
+
+// A cluster writer fenced by another writer does not fail its Work loops
+// with ErrFenced: they wait for the next writer and work with it (here the
+// fenced process itself, once the fencing writer closed).
+func TestClusterFencedWriterKeepsWorking(t *testing.T) {
+	w, url := clusterWriterOnS3(t)
+	ctx := context.Background()
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ran := make(chan string, 1)
@@ -653,12 +661,8 @@ func TestClusterFencedWriterKeepsWorking(t *testing.T) {
 // fencing writer's store alone. (The crash test's helpers met this under
 // load: a writer fenced as the test ended failed its Close.)
 func TestClusterFencedWriterCloses(t *testing.T) {
-	url := testenv.S3(t)
+	w, url := clusterWriterOnS3(t)
 	ctx := context.Background()
-	w := openMember(t, url, WithHeartbeat(100*time.Millisecond))
-	if w.Role() != RoleWriter {
-		t.Fatalf("role %v, want writer", w.Role())
-	}
 	if _, err := w.Enqueue(ctx, "q", []byte("x"), EnqueueOptions{JobID: "before-fence"}); err != nil {
 		t.Fatal(err)
 	}
