@@ -16,7 +16,12 @@ const adoptGraceMin = time.Second
 // stay short against the time between takeovers, which is what bounds
 // how long a dead process's claim can be carried from writer to writer.
 func (l *local) adoptGrace(lease time.Duration) time.Duration {
-	return min(lease, max(adoptGraceMin, l.opts.heartbeat/2))
+	return adoptGraceFor(lease, l.opts.heartbeat)
+}
+
+// adoptGraceFor is adoptGrace for a lease and a heartbeat interval.
+func adoptGraceFor(lease, heartbeat time.Duration) time.Duration {
+	return min(lease, max(adoptGraceMin, heartbeat/2))
 }
 
 // adoptedExpiry is when the lease of a claim adopted at a takeover (at

@@ -198,7 +198,10 @@ func strandDue(ts []tenure, leaseEnd, rerun time.Time) time.Time {
 				next = t.from
 			}
 		}
-		if next.IsZero() || cur != nil && (!cur.to.Before(rerun) || !cur.deposed && !cur.to.Before(strandRequeued(cur, due))) {
+		// cur took care of the step if it was up when the step ran again,
+		// or, not deposed, lived until it could requeue it.
+		tookCare := cur != nil && (!cur.to.Before(rerun) || !cur.deposed && !cur.to.Before(strandRequeued(cur, due)))
+		if tookCare || next.IsZero() {
 			return due
 		}
 		due = next
@@ -216,8 +219,7 @@ const strandRequeueIn = adoptedReapEvery + 400*time.Millisecond
 // if later, plus strandRequeueIn. A writer killed before that passes the
 // step on to the next one.
 func strandRequeued(w *tenure, due time.Time) time.Time {
-	grace := min(strandLease, max(adoptGraceMin, strandHB/2))
-	expired := w.from.Add(grace)
+	expired := w.from.Add(adoptGraceFor(strandLease, strandHB))
 	if due.After(expired) {
 		expired = due
 	}
