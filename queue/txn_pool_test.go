@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -50,6 +51,53 @@ func TestTxnPoolRecycles(t *testing.T) {
 		for i := range 1 + round%12 {
 			if v, err := q.Get(t0ctx, fmt.Appendf(nil, "r%d-k%d", round, i)); err != nil || string(v) != fmt.Sprint("v", round) {
 				t.Fatalf("r%d-k%d = %q, %v", round, i, v, err)
+			}
+		}
+	}
+}
+
+// A commit's result is the caller's: the commit's state goes back to a
+// pool (commitStates) and the next commits reuse it, so a result that
+// pointed into it would change under its caller. Many goroutines commit
+// an enqueue each, and each checks after all have committed that its
+// result still names its own job.
+func TestCommitResultOutlivesCommitState(t *testing.T) {
+	q, _ := openJobs(t)
+	const workers, rounds = 8, 40
+	type kept struct {
+		res     TxnResult
+		payload string
+	}
+	results := make([][]kept, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				payload := fmt.Sprintf("w%d-r%d", w, r)
+				res, err := q.Commit(t0ctx, new(Txn).Enqueue("q", []byte(payload), EnqueueOptions{}))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[w] = append(results[w], kept{res, payload})
+			}
+		})
+	}
+	wg.Wait()
+	ids := map[string]bool{}
+	for w := range workers {
+		for _, k := range results[w] {
+			if len(k.res.Enqueued) != 1 {
+				t.Fatalf("%s: %d enqueue results, want 1", k.payload, len(k.res.Enqueued))
+			}
+			id := k.res.Enqueued[0].JobID
+			if ids[id] {
+				t.Fatalf("%s: job %s named by two results", k.payload, id)
+			}
+			ids[id] = true
+			j, err := q.GetJob(t0ctx, id)
+			if err != nil || string(j.Payload) != k.payload {
+				t.Fatalf("%s: its result names job %s: %+v, %v", k.payload, id, j, err)
 			}
 		}
 	}

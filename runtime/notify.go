@@ -149,15 +149,15 @@ func (rt *Runtime) handleNotification(ctx context.Context, job *queue.Job) (err 
 		Queue: job.Queue, Job: job.ID, Start: began.UnixNano()}
 	switch {
 	case err == nil:
-		return rt.settleNotification(settle, new(queue.Txn).Ack(job), job, n.RunID, h)
+		return rt.settleNotification(settle, qx.TakeTxn().Ack(job), job, n.RunID, h)
 	case terminal.IsPermanent(err) || job.Attempt >= job.MaxAttempts:
 		logHookError(rt.opts.logger, n.RunID, job.Attempt, true, err)
 		h.Kind, h.Error = string(HistoryHookFailed), runrec.HistoryError(err.Error())
 		if terminal.IsPermanent(err) {
-			return rt.settleNotification(settle, new(queue.Txn).DeadLetter(job, err.Error()), job, n.RunID, h)
+			return rt.settleNotification(settle, qx.TakeTxn().DeadLetter(job, err.Error()), job, n.RunID, h)
 		}
 		after, _ := terminal.RetryAfter(err)
-		return rt.settleNotification(settle, new(queue.Txn).Nack(job, err, after), job, n.RunID, h)
+		return rt.settleNotification(settle, qx.TakeTxn().Nack(job, err, after), job, n.RunID, h)
 	default:
 		logHookError(rt.opts.logger, n.RunID, job.Attempt, false, err)
 	}
@@ -176,6 +176,9 @@ func (rt *Runtime) settleNotification(ctx context.Context, txn *queue.Txn, job *
 		dropHistory(txn, runID, seq)
 	}
 	_, err := rt.q.Commit(ctx, txn)
+	if err == nil {
+		qx.RecycleTxn(txn) // nothing refers to its operations now
+	}
 	return err
 }
 

@@ -259,7 +259,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		defer rt.concMu.lock(k)() // see concLocks
 	}
 	for {
-		txn := new(queue.Txn)
+		txn := qx.TakeTxn()
 		jobID, carry, err := rt.submitOps(ctx, txn, id, &spec, stepQueue, hash, traceParent, rt.opts.now().UnixNano())
 		if err != nil {
 			return SubmitOutcome{}, err
@@ -267,6 +267,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		// Dispatched, step 0 starts with the record (see stepRun).
 		_, err = rt.q.Commit(handoff.WithDispatched(ctx, jobID, carry), txn)
 		if err == nil {
+			qx.RecycleTxn(txn) // nothing refers to its operations now
 			return SubmitOutcome{RunID: id, NewlySubmitted: true}, nil
 		}
 		if !errors.Is(err, queue.ErrConditionFailed) {
