@@ -801,6 +801,7 @@ func (e *Engine) lingerLocked(want uint32, max time.Duration) {
 		return
 	}
 	max = min(max, lingerMax)
+	e.lingers++
 	deadline := time.Now().Add(max)
 	for n := max / lingerYield; e.open.txns < want && e.err == nil && !e.closing; n-- {
 		e.mu.Unlock()

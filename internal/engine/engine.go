@@ -203,6 +203,7 @@ type Engine struct {
 	bgStop   context.CancelFunc
 	kick     chan struct{} // wakes the committer; buffered 1
 	noLinger atomic.Bool   // the committer's linger is off (SetLinger)
+	lingers  uint64        // lingers begun (see lingerLocked), guarded by mu: for tests
 	bg       sync.WaitGroup
 	loopWG   sync.WaitGroup    // the committer alone
 	walBuf   []byte            // the committer's: the previous batch's encoding, reused

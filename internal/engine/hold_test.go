@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -142,8 +143,10 @@ func TestLingerEndsWhenNothingRuns(t *testing.T) {
 // With the linger on, a commit after a batch of lingerMinTxns or more
 // waits (up to half the last write, at most lingerMax) while other
 // goroutines run, and shares its write with the one they commit; with it
-// off, it is written at once, alone. In a synctest bubble, where the
-// linger's clock stands still while goroutines run, its yields bound it.
+// off, it is written at once, alone: the committer does not linger, and
+// the other goroutine's commit, made once that write has begun, takes a
+// write of its own. In a synctest bubble, where the linger's clock stands
+// still while goroutines run, its yields bound it.
 func TestSetLinger(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
@@ -151,10 +154,17 @@ func TestSetLinger(t *testing.T) {
 			e := lingerAfterBatchOf8(t, on)
 			defer e.Close(ctx)
 			before := e.Stats().Batches
+			e.mu.Lock()
+			lingers := e.lingers
+			e.mu.Unlock()
+			puts := e.opts.Bucket.(*slowPut).puts.Load()
 			other := make(chan error, 1)
 			go func() {
-				for range 1000 {
-					runtime.Gosched() // running: work that ends in a commit
+				// Running: work that ends in a commit, once the committer
+				// lingers (on) or once its write has begun (off), however
+				// late a loaded machine runs it.
+				for !e.lingerBegun(lingers) && e.opts.Bucket.(*slowPut).puts.Load() == puts {
+					runtime.Gosched()
 				}
 				other <- e.Update(ctx, func(tx *Tx) error { tx.Put("y", Inline([]byte("v"))); return nil })
 			}()
@@ -171,17 +181,37 @@ func TestSetLinger(t *testing.T) {
 			if got := e.Stats().Batches - before; got != want {
 				t.Errorf("linger %v: the two commits took %d writes, want %d", on, got, want)
 			}
+			e.mu.Lock()
+			lingered := e.lingers - lingers
+			e.mu.Unlock()
+			wantLingers := uint64(0)
+			if on {
+				wantLingers = 1
+			}
+			if lingered != wantLingers {
+				t.Errorf("linger %v: the committer lingered %d times, want %d", on, lingered, wantLingers)
+			}
 		})
 	}
+}
+
+// lingerBegun reports whether the committer began a linger since it had
+// begun n.
+func (e *Engine) lingerBegun(n uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lingers > n
 }
 
 // slowPut makes every Put take d (fake time in a synctest bubble).
 type slowPut struct {
 	objstore.Bucket
-	d time.Duration
+	d    time.Duration
+	puts atomic.Int64 // Puts begun
 }
 
 func (s *slowPut) Put(ctx context.Context, key string, data []byte, createOnly bool) error {
+	s.puts.Add(1)
 	time.Sleep(s.d)
 	return s.Bucket.Put(ctx, key, data, createOnly)
 }
