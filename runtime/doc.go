@@ -428,8 +428,9 @@
 // reads the run record and watches its key (a queue key watch, see
 // package queue): the commit that writes the record wakes it, the
 // terminal transaction included, and it reads again. No goroutine polls
-// per waiter; a waiter costs a few hundred bytes of heap besides its own
-// goroutine (docs/BENCHMARKS.md, BenchmarkWait10k). A waiter is also woken
+// per waiter: Wait blocks its caller's goroutine and starts none, and a
+// waiter costs a few hundred bytes of heap besides (docs/BENCHMARKS.md,
+// BenchmarkWait10k). A waiter is also woken
 // by each settlement of its run (they write the record), and reads the
 // record again each time.
 //
@@ -605,7 +606,8 @@
 // goroutines or processes yield one run; later submits with the same input
 // report NewlySubmitted=false and a different input is ErrInputMismatch.
 // Re-submits that differ only in headers, priority, attempt limit, step
-// timeout, retry policy, start time or deadline are ErrSpecMismatch. The same transaction writes the run's entry in the
+// timeout, retry policy, start time, deadline or Concurrency are
+// ErrSpecMismatch. The same transaction writes the run's entry in the
 // submitted index (workflow/submitted/<inverted time>/<id>), which
 // ListRuns reads newest first; stores written before the index are
 // indexed by the first Run of this version, and listed by a full scan

@@ -111,7 +111,8 @@ type HistoryEntry struct {
 	Seq  uint64      `json:"seq"`
 	Kind HistoryKind `json:"kind"`
 	// Step is the step number; Attempt its attempt (from 1), 0 in control
-	// entries.
+	// entries; in hook_delivered and hook_failed, the delivery's attempt
+	// (from 1).
 	Step    uint32 `json:"step"`
 	Attempt uint32 `json:"attempt,omitempty"`
 	// Queue is the step queue of the attempt's job (control entries: the

@@ -17,11 +17,17 @@ import (
 // after the terminal retention while Wait waited), and ctx.Err() if ctx
 // ends first.
 //
+// Wait returns once the run's end has committed; the terminal hook is
+// called after that, from the notification queue, by a running Run of
+// the store (at least once, with retries). A process that stops Run as
+// soon as Wait returns may stop before the hook is called: the next Run
+// on the store calls it then.
+//
 // Wait does not poll: it reads the run record and watches its key; the
 // commit that writes the record wakes it (then it reads again: a step's
-// settlement also writes the record). A waiter costs a few hundred bytes
-// of memory and no goroutine of its own (docs/BENCHMARKS.md,
-// BenchmarkWait10k). It works on every Runtime of the store, client
+// settlement also writes the record). Wait blocks its caller's goroutine
+// and starts none; a waiter costs a few hundred bytes of memory besides
+// (docs/BENCHMARKS.md, BenchmarkWait10k). It works on every Runtime of the store, client
 // Runtimes (nil Runner) included: on the writer the commit wakes the
 // waiter itself; in a cluster member, the waiters of the process ride one
 // long-poll to the writer, and across a change of writer they read the

@@ -28,8 +28,9 @@ const (
 	KindSpawn
 )
 
-// String returns "continue", "succeed", "fail" or "cancel", and
-// "invalid" for the zero value or "OutcomeKind(n)" for anything else.
+// String returns "continue", "succeed", "fail", "cancel", "await" or
+// "spawn", and "invalid" for the zero value or "OutcomeKind(n)" for
+// anything else.
 func (k OutcomeKind) String() string {
 	switch k {
 	case 0:
@@ -51,8 +52,10 @@ func (k OutcomeKind) String() string {
 }
 
 // Outcome is what a step asks the runtime to do next. Build one with
-// Continue, ContinueAfter, Succeed, Fail or Cancel; the zero Outcome is
-// invalid (see IsZero). Outcome is a small immutable value: copy it freely.
+// Continue, ContinueAfter, Succeed, Fail, Cancel, AwaitSignal or Spawn
+// (then, if needed, add run memory writes with WithMemo or route the next
+// step with OnQueue); the zero Outcome
+// is invalid (see IsZero). Outcome is a small immutable value: copy it freely.
 type Outcome struct {
 	kind   OutcomeKind
 	data   []byte           // Continue payload or Succeed result

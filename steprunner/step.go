@@ -8,8 +8,10 @@ type Step struct {
 	RunID string
 	// Number is the zero-based step number.
 	Number uint32
-	// Payload is RunSpec.Input for step 0 and the previous step's Continue
-	// payload for step n>0.
+	// Payload is RunSpec.Input for step 0 and, for step n>0, the previous
+	// step's Continue payload, the payload of the signal that ended its
+	// AwaitSignal (empty after a timeout), or after a Spawn's join the
+	// spawning step's own Payload.
 	Payload []byte
 	// Headers are the submitter's headers (nil if it gave none). Reserved
 	// "workflow." keys never appear.
