@@ -1,6 +1,21 @@
 // Package runtime runs durable workflows: runs of steps on a queue whose
 // whole state lives in a bucket.
 //
+// # Quick start
+//
+// Open a queue on a store, make a Runtime with a steprunner.Runner and a
+// terminal hook (nil for none), start Run, submit runs by ID and wait for
+// their results:
+//
+//	q, err := queue.Open(ctx, "file:///var/lib/app/stepwell")
+//	rt, err := runtime.New(q, runner, hook)
+//	go rt.Run(ctx) // executes steps until ctx ends
+//	_, err = rt.Submit(ctx, runtime.RunSpec{RunID: "order-42", Input: order})
+//	st, err := rt.Wait(ctx, "order-42") // st.State, st.Result
+//
+// ExampleRuntime_Submit and ExampleRuntime_Wait do this on an in-memory
+// store; the rest of this documentation is the design in detail.
+//
 // # Basics
 //
 // A service submits a run by run ID (Submit). Each run is a chain of steps;
