@@ -134,7 +134,9 @@ func parseLocation(rawURL string) (*location, error) {
 		}
 		return nil, invalid("%v", err)
 	}
-	display = u.Redacted()
+	if u.User != nil {
+		display = u.Redacted() // else as given: "mem://" stays "mem://", not "mem:"
+	}
 	switch {
 	case u.Scheme == "":
 		return nil, invalid("missing scheme (want mem://, file://, s3://, gs:// or azblob://)")

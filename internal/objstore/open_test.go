@@ -19,6 +19,8 @@ func TestOpenInvalidURL(t *testing.T) {
 		{"file://", "missing directory path"},
 		{"file:///tmp/x?prefix=a/", "no query parameters"},
 		{"file://user@/tmp/x", "user info"},
+		{"file://user:hunter2@/tmp/x", "user info"},
+		{"s3://AKID:hunter2@bucket", "user info"},
 		{"bogus://x", `unknown scheme "bogus"`},
 		{"s3://", "missing bucket name"},
 		{"gs://", "missing bucket name"},
@@ -57,6 +59,16 @@ func TestOpenInvalidURL(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("Open(%q) = %q; want it to mention %q", tc.url, err, tc.msg)
+		}
+		// The URL as the caller wrote it ("mem://", not "mem:"), with
+		// any password redacted.
+		switch {
+		case strings.Contains(tc.url, "hunter2"):
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("Open(%q) = %q: the password is in the error", tc.url, err)
+			}
+		case oe != nil && oe.Key != tc.url:
+			t.Errorf("Open(%q) names the URL %q", tc.url, oe.Key)
 		}
 		if _, cerr := objstore.Canonical(tc.url); cerr == nil && !strings.Contains(tc.url, "use_path_style") {
 			t.Errorf("Canonical(%q) succeeded; Open failed with %v", tc.url, err)
