@@ -91,7 +91,7 @@ func run(dir string, killAfter int) error {
 		if killAfter >= 0 && int(s.Number) == killAfter+1 {
 			// Step killAfter's settlement has committed (it enqueued this
 			// step); die before this one does anything.
-			fmt.Printf("killing the process: step %d has committed, step %d has not started\n", killAfter, s.Number)
+			fmt.Printf("killing the process: step %d has committed; step %d is claimed (attempt %d) but has done nothing\n", killAfter, s.Number, s.Attempt)
 			kill()
 		}
 		fmt.Printf("step %d of run %s (attempt %d): %s\n", s.Number, s.RunID, s.Attempt, steps[s.Number])
