@@ -120,26 +120,58 @@ func Canonical(rawURL string) (string, error) {
 	return s, nil
 }
 
+// redactUserInfo returns raw with everything between its scheme and its
+// last '@' (what may be user info) replaced by "xxxxx", for a message
+// about a URL that did not parse as one with user info.
+func redactUserInfo(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return raw
+	}
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	} else if i := strings.Index(raw, ":"); i >= 0 && i < at {
+		start = i + 1
+	}
+	return raw[:start] + "xxxxx" + raw[at:]
+}
+
 // parseLocation parses and validates rawURL. Errors wrap ErrInvalidURL.
 func parseLocation(rawURL string) (*location, error) {
 	display := rawURL
 	invalid := func(format string, args ...any) error {
 		return opErr("open", display, fmt.Errorf("%w: "+format, append([]any{ErrInvalidURL}, args...)...))
 	}
+	// Messages name the URL as given ("mem://" stays "mem://", not the
+	// "mem:" that re-rendering it gives), except for what may be user
+	// info: a password must not reach a log.
+	mayHoldUser := strings.Contains(rawURL, "@")
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		if mayHoldUser {
+			// The parser's message may quote part of a password (an
+			// invalid port ":abc" from "AKID:abc/def@bucket").
+			display = redactUserInfo(rawURL)
+			return nil, invalid("malformed URL (user info is not allowed)")
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
 		return nil, invalid("%v", err)
 	}
-	if u.User != nil {
-		display = u.Redacted() // else as given: "mem://" stays "mem://", not "mem:"
+	switch {
+	case u.User != nil:
+		display = u.Redacted()
+	case mayHoldUser && u.Opaque != "":
+		display = redactUserInfo(rawURL)
 	}
 	switch {
 	case u.Scheme == "":
 		return nil, invalid("missing scheme (want mem://, file://, s3://, gs:// or azblob://)")
+	case u.Opaque != "" && mayHoldUser:
+		return nil, invalid("want %s://...", u.Scheme)
 	case u.Opaque != "":
 		return nil, invalid("want %s://..., not %s:%s", u.Scheme, u.Scheme, u.Opaque)
 	case u.User != nil:
