@@ -445,9 +445,9 @@
 // terminal transaction included, and it reads again. No goroutine polls
 // per waiter: Wait blocks its caller's goroutine and starts none, and a
 // waiter costs a few hundred bytes of heap besides (docs/BENCHMARKS.md,
-// BenchmarkWait10k). A waiter is also woken
-// by each settlement of its run (they write the record), and reads the
-// record again each time.
+// BenchmarkWait10k). A waiter is also woken by each settlement of its run
+// (they write the record), and reads the record again each time. Wait
+// does not wait for the terminal hook (see Runtime.Wait).
 //
 // Wait works on every Runtime of the store, client Runtimes included: on
 // the writer the commit wakes it; in a cluster member the waiters of the
@@ -660,7 +660,8 @@
 // first Run of that step queue forwards it to its hook's notify queue, or
 // to the one recorded by then, or, with neither, drops it: nobody listens.
 // So a run cancelled before the hooked Runtime's Run started is notified
-// once it starts.
+// once it starts, unless a Run without a hook works that step queue first
+// while none is recorded: that one drops the notice (logged at DEBUG).
 //
 // Every failed step attempt is logged (WithLogger, slog.Default() by
 // default) once its settlement committed, with run_id, step, attempt,

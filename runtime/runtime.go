@@ -55,7 +55,9 @@ type Runtime struct {
 // the store, so it never blocks and never fails on the store (a stalled,
 // read-only or closed one); every call that reads or writes the store
 // takes a ctx. A run that a client Runtime cancels before this Runtime's
-// Run started is still notified to h, once Run starts.
+// Run started is still notified to h once it starts, unless a Run without
+// a hook on the run's step queue takes the notice first (see the package
+// documentation, "Operating").
 //
 // A nil r (with a nil or Noop h) makes a client Runtime: it submits,
 // inspects, cancels and retries runs (Submit, Status, ListRuns, Cancel,

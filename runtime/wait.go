@@ -17,11 +17,13 @@ import (
 // after the terminal retention while Wait waited), and ctx.Err() if ctx
 // ends first.
 //
-// Wait returns once the run's end has committed; the terminal hook is
-// called after that, from the notification queue, by a running Run of
-// the store (at least once, with retries). A process that stops Run as
-// soon as Wait returns may stop before the hook is called: the next Run
-// on the store calls it then.
+// Wait returns once the run's end has committed, and does not wait for
+// the terminal hook: the hook is called from the notification queue that
+// the end's transaction wrote to, by a Run of a Runtime with a hook on
+// that notify queue (at least once, with retries). A process that stops
+// its Run as soon as Wait returns may stop before the hook is called; the
+// next such Run on the store calls it then (a mem:// store is gone with
+// its process).
 //
 // Wait does not poll: it reads the run record and watches its key; the
 // commit that writes the record wakes it (then it reads again: a step's

@@ -159,16 +159,19 @@ func TestSetLinger(t *testing.T) {
 			e.mu.Unlock()
 			puts := e.opts.Bucket.(*slowPut).puts.Load()
 			other := make(chan error, 1)
+			var zDone atomic.Bool // z's Update returned (a failure must not leave the loop spinning)
 			go func() {
 				// Running: work that ends in a commit, once the committer
 				// lingers (on) or once its write has begun (off), however
 				// late a loaded machine runs it.
-				for !e.lingerBegun(lingers) && e.opts.Bucket.(*slowPut).puts.Load() == puts {
+				for !e.lingerBegun(lingers) && e.opts.Bucket.(*slowPut).puts.Load() == puts && !zDone.Load() {
 					runtime.Gosched()
 				}
 				other <- e.Update(ctx, func(tx *Tx) error { tx.Put("y", Inline([]byte("v"))); return nil })
 			}()
-			if err := e.Update(ctx, func(tx *Tx) error { tx.Put("z", Inline([]byte("v"))); return nil }); err != nil {
+			err := e.Update(ctx, func(tx *Tx) error { tx.Put("z", Inline([]byte("v"))); return nil })
+			zDone.Store(true)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if err := <-other; err != nil {
