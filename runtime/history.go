@@ -111,12 +111,13 @@ type HistoryEntry struct {
 	Seq  uint64      `json:"seq"`
 	Kind HistoryKind `json:"kind"`
 	// Step is the step number; Attempt its attempt (from 1), 0 in control
-	// entries; in hook_delivered and hook_failed, the delivery's attempt
-	// (from 1).
+	// entries. In hook_delivered and hook_failed, Step is the run's final
+	// step and Attempt the delivery's attempt (from 1).
 	Step    uint32 `json:"step"`
 	Attempt uint32 `json:"attempt,omitempty"`
 	// Queue is the step queue of the attempt's job (control entries: the
-	// run's current step queue, "" if unknown).
+	// run's current step queue, "" if unknown; hook entries: the notify
+	// queue).
 	Queue string `json:"queue,omitempty"`
 	// Worker names the process that committed the entry (WithWorkerName;
 	// host:pid by default). For HistoryLeaseLost, it is the process that
