@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -139,13 +140,30 @@ func TestCommitHonoursContextDuringStall(t *testing.T) {
 	if _, err := q.Get(rctx, []byte("k")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Get during the stall = %v, want the deadline", err)
 	}
+	// More commits given up on meanwhile: each takes a commit state (they
+	// are pooled), and none may take the one that the first commit's
+	// follow-up still needs to release j1.
+	for i := 2; i <= 4; i++ {
+		cctx, ccancel := context.WithTimeout(t0ctx, 20*time.Millisecond)
+		_, err := q.Commit(cctx, new(Txn).Put(fmt.Appendf(nil, "k%d", i), []byte("v")).
+			Enqueue("q", []byte("p"), EnqueueOptions{JobID: fmt.Sprintf("j%d", i), claim: true}))
+		ccancel()
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("commit %d during the stall = %v, want ErrOutcomeUnknown", i, err)
+		}
+	}
 	f.Unstall()
 	if v, err := q.Get(t0ctx, []byte("k")); err != nil || string(v) != "v" {
 		t.Fatalf("Get after the stall = %q, %v", v, err)
 	}
-	testenv.Eventually(t, 10*time.Second, "the job pending again at attempt 0", func() bool {
-		j, err := q.GetJob(t0ctx, "j1")
-		return err == nil && j.State == JobPending && j.Attempt == 0
+	testenv.Eventually(t, 10*time.Second, "the jobs pending again at attempt 0", func() bool {
+		for i := 1; i <= 4; i++ {
+			j, err := q.GetJob(t0ctx, fmt.Sprintf("j%d", i))
+			if err != nil || j.State != JobPending || j.Attempt != 0 {
+				return false
+			}
+		}
+		return true
 	})
 	j := mustClaim(t, q, "q")
 	if j == nil || j.ID != "j1" || j.Attempt != 1 {
