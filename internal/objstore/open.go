@@ -161,16 +161,14 @@ func parseLocation(rawURL string) (*location, error) {
 		}
 		return nil, invalid("%v", err)
 	}
-	switch {
-	case u.User != nil:
+	if u.User != nil {
 		display = u.Redacted()
-	case mayHoldUser && u.Opaque != "":
-		display = redactUserInfo(rawURL)
 	}
 	switch {
 	case u.Scheme == "":
 		return nil, invalid("missing scheme (want mem://, file://, s3://, gs:// or azblob://)")
-	case u.Opaque != "" && mayHoldUser:
+	case u.Opaque != "" && mayHoldUser: // "s3:AKID:pw@bucket": user info the parser did not see
+		display = redactUserInfo(rawURL)
 		return nil, invalid("want %s://...", u.Scheme)
 	case u.Opaque != "":
 		return nil, invalid("want %s://..., not %s:%s", u.Scheme, u.Scheme, u.Opaque)
