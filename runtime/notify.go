@@ -175,10 +175,7 @@ func (rt *Runtime) settleNotification(ctx context.Context, txn *queue.Txn, job *
 		txn.Put(runrec.HistoryKV(runID, seq, h))
 		dropHistory(txn, runID, seq)
 	}
-	_, err := rt.q.Commit(ctx, txn)
-	if err == nil {
-		qx.RecycleTxn(txn) // nothing refers to its operations now
-	}
+	_, err := rt.commitPooled(ctx, txn)
 	return err
 }
 

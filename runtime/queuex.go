@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"context"
+
 	"github.com/stepwell/stepwell/internal/queuex"
 	"github.com/stepwell/stepwell/queue"
 )
@@ -21,4 +23,16 @@ func manualSettle(o queue.WorkOptions) queue.WorkOptions { return qx.WithManualS
 func requireJob(t *queue.Txn, id string, states ...queue.State) *queue.Txn {
 	*t = qx.RequireJobState(*t, id, queuex.StateSet(states...))
 	return t
+}
+
+// commitPooled commits txn, taken from the transactions' pool
+// (qx.TakeTxn), and gives it back once committed: nothing refers to its
+// operations then. A failed commit keeps it (one whose outcome is unknown
+// is still being finished with its operations).
+func (rt *Runtime) commitPooled(ctx context.Context, txn *queue.Txn) (queue.TxnResult, error) {
+	res, err := rt.q.Commit(ctx, txn)
+	if err == nil {
+		qx.RecycleTxn(txn)
+	}
+	return res, err
 }

@@ -438,10 +438,7 @@ func (rt *Runtime) handleStep(claimCtx context.Context, job *queue.Job) error {
 		} else {
 			txn, carry = rt.settlement(rec, old, job, n, outcome, nextQ, stepErr, mail, mp, sp, rt.stepHistory(job, n, began))
 		}
-		res, err := rt.q.Commit(settleCtx, txn)
-		if err == nil {
-			qx.RecycleTxn(txn) // nothing refers to its operations now
-		}
+		res, err := rt.commitPooled(settleCtx, txn)
 		if errors.Is(err, queue.ErrConditionFailed) {
 			if sp != nil && stepErr == nil && !rec.Cancel {
 				// A child's run ID may exist: fail the step, not loop.

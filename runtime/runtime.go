@@ -267,9 +267,8 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 			return SubmitOutcome{}, err
 		}
 		// Dispatched, step 0 starts with the record (see stepRun).
-		_, err = rt.q.Commit(handoff.WithDispatched(ctx, jobID, carry), txn)
+		_, err = rt.commitPooled(handoff.WithDispatched(ctx, jobID, carry), txn)
 		if err == nil {
-			qx.RecycleTxn(txn) // nothing refers to its operations now
 			return SubmitOutcome{RunID: id, NewlySubmitted: true}, nil
 		}
 		if !errors.Is(err, queue.ErrConditionFailed) {

@@ -157,14 +157,15 @@ func TestSetLinger(t *testing.T) {
 			e.mu.Lock()
 			lingers := e.lingers
 			e.mu.Unlock()
-			puts := e.opts.Bucket.(*slowPut).puts.Load()
+			sp := e.opts.Bucket.(*slowPut)
+			puts := sp.puts.Load()
 			other := make(chan error, 1)
 			var zDone atomic.Bool // z's Update returned (a failure must not leave the loop spinning)
 			go func() {
 				// Running: work that ends in a commit, once the committer
 				// lingers (on) or once its write has begun (off), however
 				// late a loaded machine runs it.
-				for !e.lingerBegun(lingers) && e.opts.Bucket.(*slowPut).puts.Load() == puts && !zDone.Load() {
+				for !e.lingerBegun(lingers) && sp.puts.Load() == puts && !zDone.Load() {
 					runtime.Gosched()
 				}
 				other <- e.Update(ctx, func(tx *Tx) error { tx.Put("y", Inline([]byte("v"))); return nil })
