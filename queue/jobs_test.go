@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -176,6 +177,43 @@ func TestScheduledAndBackoff(t *testing.T) {
 	}
 	if j := mustClaim(t, q, "q"); j == nil || j.Attempt != 1 {
 		t.Fatalf("requeued job: %+v", j)
+	}
+}
+
+// Due times outside what a job's int64 nanoseconds since 1970 hold: a
+// RunAt before 1970 has passed (due now), and a RunAt, Delay or retry
+// after 2262-04-11 is due then, not wrapped around into the past (which
+// made such a job claimable at once, and one from 1969 an hour late).
+func TestDueTimesOutsideNanoRange(t *testing.T) {
+	q, clk := openJobs(t, WithMaxAttempts(3))
+	never := time.Unix(0, math.MaxInt64)
+	mustEnqueue(t, q, "past", "1969", EnqueueOptions{RunAt: time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC)})
+	if j := mustClaim(t, q, "past"); j == nil || string(j.Payload) != "1969" {
+		t.Fatalf("a job due in 1969: claimed %+v, want it at once", j)
+	}
+	far := map[string]EnqueueOptions{
+		"runat":    {RunAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"max":      {RunAt: never},
+		"delay":    {Delay: 250 * 365 * 24 * time.Hour},
+		"maxdelay": {Delay: math.MaxInt64},
+	}
+	for name, o := range far {
+		id := mustEnqueue(t, q, name, name, o).JobID
+		if j, err := q.GetJob(t0ctx, id); err != nil || j.State != JobScheduled || !j.RunAt.Equal(never) {
+			t.Errorf("%s: job %+v, %v; want scheduled at %v", name, j, err, never)
+		}
+		if j := mustClaim(t, q, name); j != nil {
+			t.Errorf("%s: claimed now", name)
+		}
+	}
+	mustEnqueue(t, q, "nack", "n", EnqueueOptions{})
+	j := mustClaim(t, q, "nack")
+	if err := q.Nack(t0ctx, j, errors.New("later"), math.MaxInt64); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	if j, err := q.GetJob(t0ctx, j.ID); err != nil || !j.RunAt.Equal(never) || mustClaim(t, q, "nack") != nil {
+		t.Errorf("a retry after the longest delay: %+v, %v; want scheduled at %v", j, err, never)
 	}
 }
 

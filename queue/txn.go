@@ -119,9 +119,13 @@ type EnqueueOptions struct {
 	Headers map[string]string
 	// Priority: higher is claimed first; FIFO within a priority. Default 0.
 	Priority int32
-	// RunAt makes the job claimable no earlier than this time. Zero: now.
+	// RunAt makes the job claimable no earlier than this time. Zero, or a
+	// time that has passed (one before 1970 included): now. A job's times
+	// are recorded in nanoseconds since 1970, which end on 2262-04-11: a
+	// later RunAt is taken as that.
 	RunAt time.Time
-	// Delay is an alternative to RunAt: claimable after now + Delay.
+	// Delay is an alternative to RunAt: claimable after now + Delay (on
+	// 2262-04-11 at the latest, as RunAt).
 	Delay time.Duration
 	// MaxAttempts overrides the queue's attempt limit for this job.
 	MaxAttempts uint32
@@ -154,8 +158,8 @@ func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
 	op := txnOp{Kind: opEnqueue, Queue: queue, Value: payload, Priority: opts.Priority,
 		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey, JobID: opts.JobID,
 		DeadNotify: opts.DeadLetterQueue, Claim: opts.claim, Dispatch: opts.dispatch && !opts.claim}
-	if !opts.RunAt.IsZero() {
-		op.RunAt = opts.RunAt.UnixNano()
+	if !opts.RunAt.IsZero() && opts.RunAt.After(time.Unix(0, 0)) {
+		op.RunAt = dueNanos(opts.RunAt) // one before 1970 has passed: now (0)
 	}
 	if opts.Delay > 0 {
 		op.RunAt = -int64(opts.Delay) // resolved against the writer's clock

@@ -39,7 +39,7 @@ func setDeadline(rec *kvrecord.Run, deadline time.Time) {
 	if deadline.IsZero() {
 		return
 	}
-	rec.Deadline, rec.DeadlineJob = deadline.UnixNano(), newJobID()
+	rec.Deadline, rec.DeadlineJob = unixNanoOf(deadline), newJobID()
 }
 
 // enqueueDeadline adds to txn the job that fires rec's deadline, if it has

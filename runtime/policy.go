@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -75,10 +76,15 @@ func startText(ns int64) string {
 	return time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
 }
 
-// unixNanoOf is t in unix ns; 0 for the zero time.
+// unixNanoOf is t in unix ns for a run record: 0 (none) for the zero time
+// and for a time before 1970, which has passed; math.MaxInt64 for a time
+// after 2262-04-11, which t.UnixNano would wrap around into the past.
 func unixNanoOf(t time.Time) int64 {
-	if t.IsZero() {
+	switch {
+	case t.IsZero() || !t.After(time.Unix(0, 0)):
 		return 0
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
 	}
 	return t.UnixNano()
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
@@ -350,6 +352,61 @@ func TestStartAtSchedulesStepZero(t *testing.T) {
 	defer mu.Unlock()
 	if started["later"].Before(startAt) {
 		t.Errorf("step 0 ran at %v, %v before its StartAt", started["later"], startAt.Sub(started["later"]))
+	}
+}
+
+// Times outside what a record's int64 nanoseconds since 1970 hold: a
+// StartAt before 1970 has passed (at once); a StartAt, Deadline,
+// ContinueAfter delay or AwaitSignal timeout past 2262-04-11 is due then.
+// Before, they wrapped around: a far deadline failed the run at once, a
+// far delay or timeout fired at once, a StartAt of 1969 came an hour late.
+func TestTimesOutsideNanoRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	never := time.Unix(0, math.MaxInt64)
+	long := 250 * 365 * 24 * time.Hour
+	q := openQueue(t, memURL())
+	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		switch {
+		case s.Number > 0:
+			return steprunner.Succeed(nil), nil
+		case s.RunID == "sleep":
+			return steprunner.ContinueAfter(nil, long), nil
+		case s.RunID == "await":
+			return steprunner.AwaitSignal("go", long), nil
+		}
+		return steprunner.Succeed(nil), nil
+	})
+	hook := &hookRecorder{}
+	rt := newRuntime(t, q, runner, hook)
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "old", StartAt: time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC)})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "far", StartAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "deadline", Deadline: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "sleep"})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "await"})
+	if st, err := rt.Status(ctx, "far"); err != nil || st.State != runtime.StatePending || !st.Scheduled || !st.DueAt.Equal(never) {
+		t.Errorf("StartAt 2300: %+v, %v; want pending, due at %v", st, err, never)
+	}
+	if st, err := rt.Status(ctx, "deadline"); err != nil || !st.Deadline.Equal(never) {
+		t.Errorf("Deadline 2300: %+v, %v; want the deadline at %v", st, err, never)
+	}
+	startRun(t, rt)
+	if o := hook.wait(t, "old"); o.Status != terminal.Succeeded {
+		t.Errorf("StartAt 1969: %+v, want succeeded", o)
+	}
+	if o := hook.wait(t, "deadline"); o.Status != terminal.Succeeded {
+		t.Errorf("Deadline 2300: %+v, want succeeded", o)
+	}
+	st := waitStatus(t, rt, "sleep", "the delayed step 1 to be scheduled", func(st runtime.RunStatus) bool { return st.Scheduled })
+	if !st.DueAt.Equal(never) {
+		t.Errorf("ContinueAfter of 250 years: due at %v, want %v", st.DueAt, never)
+	}
+	waitStatus(t, rt, "await", "the run to wait", func(st runtime.RunStatus) bool { return st.State == runtime.StateWaiting })
+	// A timeout wrapped around into the past would be pending, claimed or
+	// gone (fired) by now, not scheduled.
+	timers := mustStats(t, q, runrec.TimersQueue("workflow-steps"))
+	if timers.Scheduled != 1 || timers.Pending+timers.Claimed != 0 {
+		t.Errorf("the await's timeout job: %+v, want one scheduled", timers)
 	}
 }
 

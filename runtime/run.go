@@ -566,7 +566,7 @@ func (rt *Runtime) settlement(rec *kvrecord.Run, old []byte, job *queue.Job, n u
 				rt.startStep(txn, &next, out.Payload(), out.Delay(), nil, true, tp)
 				h.Kind = string(HistoryContinue)
 				if out.Delay() > 0 {
-					h.Kind, h.Due = string(HistoryDelay), h.End+int64(out.Delay())
+					h.Kind, h.Due = string(HistoryDelay), addNanos(h.End, out.Delay())
 				}
 				setOutput(h, out.Payload())
 			}

@@ -153,7 +153,9 @@ type RunSpec struct {
 	StepTimeout time.Duration
 	// StartAt schedules the run: step 0 runs no earlier than this (Status
 	// reports it pending and Scheduled, with DueAt, until then). Zero, or a
-	// time that has passed: at once.
+	// time that has passed (one before 1970 included): at once. Times are
+	// recorded in nanoseconds since 1970, which end on 2262-04-11: a later
+	// StartAt or Deadline is taken as that.
 	StartAt time.Time
 	// Retry overrides the queue's retry backoff and attempt limit for every
 	// step of the run (its MaxAttempts wins over MaxAttemptsPerStep). nil,

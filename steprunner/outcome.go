@@ -77,8 +77,9 @@ func Continue(payload []byte) Outcome {
 
 // ContinueAfter asks the runtime to run the next step with payload, no
 // sooner than delay from now (measured when the runtime settles the step).
-// A negative delay is treated as 0, which is the same as Continue. The
-// Outcome keeps payload without copying it.
+// A negative delay is treated as 0, which is the same as Continue; one that
+// reaches past 2262-04-11 (times are kept in nanoseconds since 1970) ends
+// then. The Outcome keeps payload without copying it.
 func ContinueAfter(payload []byte, delay time.Duration) Outcome {
 	return Outcome{kind: KindContinue, data: payload, delay: max(delay, 0)}
 }
