@@ -18,6 +18,11 @@ type Queue struct {
 	sh   *shared
 
 	closed atomic.Bool // set once, by Close
+
+	// wmu guards watching: the key watches made through this handle and
+	// not yet cancelled, which Close fires (see watchKey).
+	wmu      sync.Mutex
+	watching map[*keyWatch]struct{}
 }
 
 // shared is one open store in this process, shared by every Queue handle
@@ -112,6 +117,7 @@ func (q *Queue) Close(ctx context.Context) error {
 	if q.closed.Swap(true) {
 		return nil
 	}
+	q.fireWatching()
 	registry.Lock()
 	q.sh.refs--
 	last := q.sh.refs == 0

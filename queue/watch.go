@@ -230,7 +230,36 @@ func (q *Queue) watchKey(ctx context.Context, key []byte, v []byte, found bool) 
 		return nil, nil, mapErr(err)
 	}
 	ws := q.be.keyWatches()
-	return w.ch, func() { ws.remove(w) }, nil
+	// Close fires the handle's watches, so that their waiters read again
+	// and get ErrClosed: one registered as Close runs is fired here.
+	q.wmu.Lock()
+	if q.watching == nil {
+		q.watching = map[*keyWatch]struct{}{}
+	}
+	q.watching[w] = struct{}{}
+	closed := q.closed.Load()
+	q.wmu.Unlock()
+	if closed {
+		ws.fireOne(w)
+	}
+	return w.ch, func() {
+		q.wmu.Lock()
+		delete(q.watching, w)
+		q.wmu.Unlock()
+		ws.remove(w)
+	}, nil
+}
+
+// fireWatching fires the key watches made through q (Close): their
+// waiters read again, which a closed handle refuses.
+func (q *Queue) fireWatching() {
+	ws := q.be.keyWatches()
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	for w := range q.watching {
+		ws.fireOne(w)
+	}
+	q.watching = nil
 }
 
 // watchKey registers w on a writer: it fires at the next commit that

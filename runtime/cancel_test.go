@@ -267,7 +267,9 @@ func TestCancelFinishedAndUnknownRuns(t *testing.T) {
 		t.Errorf("Cancel changed a finished run: %+v", st)
 	}
 	mustCancel(t, rt, "unknown", false)
-	mustCancel(t, rt, "a/b", false) // not even a valid ID
+	if ok, err := rt.Cancel(context.Background(), "a/b"); ok || !errors.Is(err, runtime.ErrInvalidRunID) {
+		t.Errorf("Cancel(a/b) = %v, %v; want ErrInvalidRunID", ok, err)
+	}
 	whenIdle(t, q, "the hook fired again", func() bool { return hook.total() == 1 })
 }
 

@@ -449,11 +449,15 @@ func (rt *Runtime) loadRun(ctx context.Context, id string) (*kvrecord.Run, []byt
 // cancel flag and its ctx cancelled (cause steprunner.ErrRunCancelled); the
 // run settles Cancelled when the step returns, whatever it returns, unless
 // the step itself returned Cancel. It returns false for unknown and
-// finished runs; true otherwise (also when already cancelling). If ctx
+// finished runs; true otherwise (also when already cancelling); and
+// ErrInvalidRunID for an ID that Submit would refuse. If ctx
 // ends before its transaction is durable it returns
 // queue.ErrOutcomeUnknown (the cancel may still take effect; calling
 // Cancel again is safe).
 func (rt *Runtime) Cancel(ctx context.Context, runID string) (bool, error) {
+	if err := ValidateRunID(runID); err != nil {
+		return false, err
+	}
 	for attempt := 0; ; attempt++ {
 		if attempt == 100 {
 			return false, fmt.Errorf("runtime: cancel of run %q kept racing its settlement", runID)

@@ -148,8 +148,12 @@ type RunStatus struct {
 
 // Status reports a run's state from the durable records, so it works from
 // any Runtime on the store and across restarts. ErrRunNotFound for unknown
-// runs and for runs finished longer ago than the terminal retention.
+// runs and for runs finished longer ago than the terminal retention;
+// ErrInvalidRunID for an ID that Submit would refuse.
 func (rt *Runtime) Status(ctx context.Context, runID string) (RunStatus, error) {
+	if err := ValidateRunID(runID); err != nil {
+		return RunStatus{}, err
+	}
 	rec, _, err := rt.loadRun(ctx, runID)
 	if err != nil {
 		return RunStatus{}, err

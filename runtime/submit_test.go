@@ -247,6 +247,17 @@ func TestInvalidRunIDs(t *testing.T) {
 		if err := runtime.ValidateRunID(id); !errors.Is(err, runtime.ErrInvalidRunID) {
 			t.Errorf("ValidateRunID(%s): %v", name, err)
 		}
+		// Every call that takes a run ID says so, rather than "not
+		// found" (Status, Wait) or nothing (Cancel).
+		if ok, err := rt.Cancel(context.Background(), id); ok || !errors.Is(err, runtime.ErrInvalidRunID) {
+			t.Errorf("Cancel(%s) = %v, %v; want ErrInvalidRunID", name, ok, err)
+		}
+		if _, err := rt.Status(context.Background(), id); !errors.Is(err, runtime.ErrInvalidRunID) {
+			t.Errorf("Status(%s) = %v; want ErrInvalidRunID", name, err)
+		}
+		if _, err := rt.Wait(context.Background(), id); !errors.Is(err, runtime.ErrInvalidRunID) {
+			t.Errorf("Wait(%s) = %v; want ErrInvalidRunID", name, err)
+		}
 		if after := q.StorageStats(); after.Transactions != before.Transactions || after.Puts != before.Puts {
 			t.Errorf("%s: Submit wrote: %d transactions, %d puts", name, after.Transactions-before.Transactions, after.Puts-before.Puts)
 		}

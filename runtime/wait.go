@@ -13,9 +13,10 @@ import (
 
 // Wait returns a run's final status (as Status reports it, with its
 // result) once the run has ended, at once if it has already. It returns
-// ErrRunNotFound for an unknown run (and for one whose record expired
-// after the terminal retention while Wait waited), and ctx.Err() if ctx
-// ends first.
+// ErrInvalidRunID for an ID that Submit would refuse, ErrRunNotFound for
+// an unknown run (and for one whose record expired after the terminal
+// retention while Wait waited), ctx.Err() if ctx ends first, and
+// queue.ErrClosed once the Runtime's Queue handle is closed.
 //
 // Wait returns once the run's end has committed, and does not wait for
 // the terminal hook: the hook is called from the notification queue that
@@ -38,6 +39,9 @@ import (
 // of no commit as it happens, Wait refreshes the queue (queue.Refresh) and
 // reads the run every poll interval (WithPollInterval) instead.
 func (rt *Runtime) Wait(ctx context.Context, runID string) (RunStatus, error) {
+	if err := ValidateRunID(runID); err != nil {
+		return RunStatus{}, err
+	}
 	key := kvrecord.RunKey(runID)
 	for {
 		if err := ctx.Err(); err != nil {

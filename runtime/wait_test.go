@@ -207,6 +207,34 @@ func TestWaitContext(t *testing.T) {
 	}
 }
 
+// TestWaitReturnsAtClose: closing the Queue handle a Wait reads through
+// ends the Wait with queue.ErrClosed (it used to block until its ctx
+// ended), while a Wait through another handle of the same store goes on
+// waiting, and then sees the run end.
+func TestWaitReturnsAtClose(t *testing.T) {
+	url := memURL()
+	q1, q2 := openQueue(t, url), openQueue(t, url)
+	rt1, rt2 := newRuntime(t, q1, nil, nil), newRuntime(t, q2, nil, nil)
+	mustSubmit(t, rt1, runtime.RunSpec{RunID: "c1"})
+	waits := trackWaits(t)
+	w1 := waitAsync(context.Background(), rt1, "c1")
+	w2 := waitAsync(context.Background(), rt2, "c1")
+	waits.waitArmed(t, "c1", 2)
+	if err := q1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := recvWait(t, w1); !errors.Is(r.err, queue.ErrClosed) {
+		t.Fatalf("Wait through the closed handle = %+v, %v; want ErrClosed", r.st, r.err)
+	}
+	checkBlocked(t, w2)
+	if ok, err := rt2.Cancel(context.Background(), "c1"); !ok || err != nil {
+		t.Fatalf("Cancel = %v, %v", ok, err)
+	}
+	if r := recvWait(t, w2); r.err != nil || r.st.State != runtime.StateCancelled {
+		t.Fatalf("Wait through the open handle = %+v, %v; want cancelled", r.st, r.err)
+	}
+}
+
 // TestWaitNotFound: an unknown run is ErrRunNotFound, at once.
 func TestWaitNotFound(t *testing.T) {
 	q := openQueue(t, memURL())
