@@ -139,7 +139,9 @@ type RunSpec struct {
 	// Input is step 0's payload.
 	Input []byte
 	// Headers reach every step and the terminal hook. Keys starting
-	// "workflow." are reserved.
+	// "workflow." are reserved. Their keys and values must leave room in
+	// queue.MaxHeaderBytes for the reserved headers a step job carries, at
+	// their largest 419 bytes: larger is a *queue.TooLargeError.
 	Headers map[string]string
 	// MaxAttemptsPerStep bounds each step's attempts; 0: the queue default.
 	MaxAttemptsPerStep uint32
@@ -191,6 +193,28 @@ type SubmitOutcome struct {
 	NewlySubmitted bool
 }
 
+// reservedHeaderBytes is the room a run's headers leave for the reserved
+// ones that the runtime adds to its step jobs, at their largest: the run
+// ID, the step's number, a trace parent, and a delivered signal's name and
+// timeout mark (419 bytes: RunSpec.Headers says so).
+const reservedHeaderBytes = len(HeaderRunID) + MaxRunIDLen + len(HeaderStep) + 10 +
+	len(HeaderTraceParent) + 64 + len(HeaderSignal) + MaxSignalNameLen + len(HeaderSignalTimedOut) + 1
+
+// checkHeaderBudget returns a *queue.TooLargeError if headers, with the
+// reserved ones at their largest, exceed queue.MaxHeaderBytes: every step
+// job of the run carries them, and a later step's, or one a signal wakes,
+// would fail to commit.
+func checkHeaderBudget(headers map[string]string) error {
+	size := reservedHeaderBytes
+	for k, v := range headers {
+		size += len(k) + len(v)
+	}
+	if size > queue.MaxHeaderBytes {
+		return &queue.TooLargeError{What: "headers with the reserved ones", Size: size, Max: queue.MaxHeaderBytes}
+	}
+	return nil
+}
+
 // ValidateRunID returns ErrInvalidRunID (wrapped with the reason) unless id
 // is a valid run ID: 1 to 128 bytes of printable ASCII without '/', not
 // starting or ending with a space.
@@ -240,6 +264,9 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		if strings.HasPrefix(k, ReservedPrefix) {
 			return SubmitOutcome{}, fmt.Errorf("%w: %q", ErrReservedHeader, k)
 		}
+	}
+	if err := checkHeaderBudget(spec.Headers); err != nil {
+		return SubmitOutcome{}, err
 	}
 	if err := validateSpecPolicy(&spec); err != nil {
 		return SubmitOutcome{}, err

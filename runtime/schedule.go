@@ -442,16 +442,10 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 			return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec: %w: %q", ErrInvalidSchedule, s.Name, ErrReservedHeader, k)
 		}
 	}
-	// Submit finds headers too large for a step job when it commits,
-	// changing nothing; a tick would find it at every tick: check here,
-	// with the reserved headers a tick's step 0 carries.
-	size := len(HeaderRunID) + MaxRunIDLen + len(HeaderStep) + 1 + len(HeaderTraceParent) + 64
-	for k, v := range spec.Headers {
-		size += len(k) + len(v)
-	}
-	if size > queue.MaxHeaderBytes {
-		return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec.Headers: %w", ErrInvalidSchedule, s.Name,
-			&queue.TooLargeError{What: "headers with the reserved ones", Size: size, Max: queue.MaxHeaderBytes})
+	// Submit refuses headers that leave no room for the reserved ones; a
+	// tick would at every tick: check here.
+	if err := checkHeaderBudget(spec.Headers); err != nil {
+		return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec.Headers: %w", ErrInvalidSchedule, s.Name, err)
 	}
 	if err := validateSpecPolicy(spec); err != nil {
 		return nil, ticker{}, fmt.Errorf("%w: schedule %q: Spec: %w", ErrInvalidSchedule, s.Name, err)

@@ -170,6 +170,9 @@ func (rt *Runtime) planSpawn(rec *kvrecord.Run, n uint32, out steprunner.Outcome
 			}
 			size += len(k) + len(v)
 		}
+		if err := checkHeaderBudget(c.Headers); err != nil {
+			return nil, fmt.Errorf("%w: child %d: %w", ErrInvalidChild, i, err)
+		}
 		if c.Queue != "" {
 			if err := ValidateQueueName(c.Queue); err != nil {
 				return nil, fmt.Errorf("%w: child %d: %w", ErrInvalidChild, i, err)

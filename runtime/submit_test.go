@@ -294,6 +294,52 @@ func TestReservedHeaderRejected(t *testing.T) {
 	}
 }
 
+// TestHeadersLeaveRoomForReserved: a run's headers must leave room for
+// the reserved headers its step jobs carry at their largest (419 bytes:
+// RunSpec.Headers): with exactly that room, a run with the longest run ID
+// goes past step 9 (a two-digit step number) and is woken by a signal of
+// the longest name; a byte more is a *queue.TooLargeError at Submit, which
+// writes nothing. (Before, Submit took headers that fit step 0 only, and
+// the run failed at step 9 or could not be signalled.)
+func TestHeadersLeaveRoomForReserved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := openQueue(t, memURL())
+	signal := strings.Repeat("s", runtime.MaxSignalNameLen)
+	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		switch {
+		case s.Number < 11:
+			return steprunner.Continue(nil), nil
+		case s.Number == 11:
+			return steprunner.AwaitSignal(signal, 0), nil
+		}
+		return steprunner.Succeed(nil), nil
+	})
+	hook := &hookRecorder{}
+	rt := newRuntime(t, q, runner, hook)
+	room := queue.MaxHeaderBytes - 419
+	over := map[string]string{"h": strings.Repeat("x", room)} // room + 1 bytes
+	before := q.StorageStats().Transactions
+	var tooLarge *queue.TooLargeError
+	if _, err := rt.Submit(ctx, runtime.RunSpec{RunID: "over", Headers: over}); !errors.As(err, &tooLarge) {
+		t.Fatalf("Submit with a byte too many = %v, want a *queue.TooLargeError", err)
+	}
+	if after := q.StorageStats().Transactions; after != before {
+		t.Errorf("the refused Submit committed %d transactions", after-before)
+	}
+	id := strings.Repeat("r", runtime.MaxRunIDLen)
+	fits := map[string]string{"h": strings.Repeat("x", room-1)}
+	mustSubmit(t, rt, runtime.RunSpec{RunID: id, Headers: fits})
+	startRun(t, rt)
+	waitStatus(t, rt, id, "the run to wait for its signal", func(st runtime.RunStatus) bool { return st.State == runtime.StateWaiting })
+	if err := rt.Signal(ctx, id, signal, nil); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	if o := hook.wait(t, id); o.Status != terminal.Succeeded || o.FinalStep != 12 {
+		t.Errorf("outcome %+v, want succeeded at step 12", o)
+	}
+}
+
 func TestEmptyRunIDGeneratesULID(t *testing.T) {
 	t.Parallel()
 	q := openQueue(t, memURL())
