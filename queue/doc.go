@@ -157,9 +157,17 @@
 // heartbeat on buckets; on file:// at most once a second while commits go
 // on, and at Open and Close), and Open, writer and reader alike, refuses a
 // store whose log ends below it with a TailLostError naming the missing
-// batches (WithAcceptTailLoss gives them up, logging how many). The record
-// lags the log by up to one interval: a loss confined to that interval, or
-// one that takes the owner object too, is not seen.
+// batches (WithAcceptTailLoss gives them up, logging how many). So does a
+// tail lost below the open markers of later Opens (a marker is a WAL
+// object, never a segment record): a gap with only markers above it. The
+// record lags the log by up to one interval: a loss confined to that
+// interval, or one that takes the owner object too, is not seen. An owner
+// object that is there but does not decode was damaged (objects appear
+// atomically): a writer's Open refuses it, naming it, as opening would
+// rewrite it and hide a loss for good (WithAcceptTailLoss opens without
+// the check). On file:// an Open whose recovery fails deletes its marker
+// again (the lock kept every other writer out: it fenced no one), leaving
+// the store as it found it.
 //
 // Claim 2: at most one writer's batches are accepted for each sequence. WAL
 // objects are written create-only (If-None-Match: * on S3,

@@ -183,9 +183,12 @@ func WithTakeover() Option {
 // TailLostError (ErrTailLost): the newest WAL objects were deleted, or a
 // file:// WAL segment was truncated or deleted. The transactions in the
 // missing batches are given up: Open logs how many batches (at ERROR) and
-// the store goes on from where its log ends. A recovery tool for an
-// operator who cannot put the missing objects back; never use it by
-// default. Has no effect on read-only opens, which refuse such a store.
+// the store goes on from where its log ends. It also opens a store whose
+// owner object is there but damaged, which a writer's Open otherwise
+// refuses with a CorruptionError naming it, without checking the log's
+// end. A recovery tool for an operator who cannot put the missing objects
+// back; never use it by default. Has no effect on read-only opens, which
+// refuse a lost tail (and open past a damaged owner object, logging it).
 func WithAcceptTailLoss() Option {
 	return func(o *options) error { o.acceptTailLoss = true; return nil }
 }

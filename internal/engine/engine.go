@@ -71,8 +71,11 @@ type Options struct {
 	WriteRetry time.Duration
 	// AcceptTailLoss opens a store whose WAL ends below the sequence its
 	// owner object says was durable (see TailLostError): the lost batches
-	// are logged and given up, and this writer goes on from the log's end.
-	// Without it Open refuses such a store.
+	// are logged and given up, and this writer goes on from the log's end
+	// (where open markers follow the loss, it fills the missing sequences
+	// with markers of its own: see giveUpBuriedTail). It also opens a
+	// store whose owner object is unreadable, without the check. Without
+	// it Open refuses such stores.
 	AcceptTailLoss bool
 	// Addr and Secret, in cluster mode, are where this writer serves the
 	// store's other processes and the secret their calls must carry: the
@@ -442,6 +445,7 @@ func (e *Engine) open1(ctx context.Context) error {
 	}
 	// Recovery replays the WAL up to and including our markers.
 	if err := e.recover(ctx); err != nil {
+		e.withdrawMarkers(ctx, first, last, err)
 		return err
 	}
 	e.nextSeq = last + 1
@@ -457,6 +461,36 @@ func (e *Engine) open1(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// withdrawMarkers deletes this writer's open markers, first .. last, after
+// its recovery failed (cause), on a store with an OS lock, so that an Open
+// that fails leaves the store as it found it: a refused store, opened
+// again and again, keeps its WAL and its error (see queue/doc.go, claim 1).
+//
+// The markers go before recovery because on a bucket the WAL below them
+// is final only once they land (a replaced writer may still be
+// appending), and there they stay: they fence that writer, whose next
+// write must fail. Under an OS lock nobody else can write: the lock keeps
+// every other writer out, and the last holder's process is gone (its
+// page-cache writes synced before our marker, see open1). So the marker
+// fences no one, nothing was built on it (recovery failed; the owner
+// object is only rewritten after recovery), and deleting it is safe. Not
+// after ErrFenced: under a lock that would mean a writer the lock did not
+// keep out, and its log is left alone. A delete that fails is logged: the
+// marker stays, an empty batch, harmless to replay.
+func (e *Engine) withdrawMarkers(ctx context.Context, first, last uint64, cause error) {
+	if !e.osLock || e.readOnly || errors.Is(cause, ErrFenced) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteRetry)
+	defer cancel()
+	for s := first; s <= last; s++ {
+		if err := e.bucket.Delete(ctx, walKey(s)); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			e.log.Warn("stepwell: could not withdraw the open marker of an Open that failed; it stays in the WAL, an empty batch",
+				"key", walKey(s), "err", err)
+		}
+	}
 }
 
 // Writer returns this engine's writer identity.

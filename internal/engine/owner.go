@@ -32,7 +32,9 @@ func (e *Engine) livenessWindow() time.Duration {
 
 // checkOwner returns ErrLocked if the owner object shows a live writer;
 // otherwise the durable sequence it records (see readMark), from the last
-// read, so that Open need not read it again.
+// read, so that Open need not read it again. A stale owner object that
+// does not decode is refused (see unreadableOwner); one that changed
+// while watched is a live writer's, whatever the bytes first read.
 func (e *Engine) checkOwner(ctx context.Context) (mark uint64, err error) {
 	first, err := e.bucket.Get(ctx, ownerKey)
 	if errors.Is(err, objstore.ErrNotFound) {
@@ -41,7 +43,7 @@ func (e *Engine) checkOwner(ctx context.Context) (mark uint64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if o := e.decodeOwner(first); o != nil && o.Closed {
+	if o, err := format.DecodeOwner(first); err == nil && o.Closed {
 		return o.Durable, nil
 	}
 	t := time.NewTimer(e.livenessWindow())
@@ -58,11 +60,11 @@ func (e *Engine) checkOwner(ctx context.Context) (mark uint64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	o := e.decodeOwner(second)
-	if bytes.Equal(first, second) || o != nil && o.Closed {
+	o, derr := format.DecodeOwner(second)
+	if bytes.Equal(first, second) || derr == nil && o.Closed {
 		// Stale (its writer stopped beating) or released.
-		if o == nil {
-			return 0, nil
+		if derr != nil {
+			return 0, e.unreadableOwner(derr)
 		}
 		return o.Durable, nil
 	}

@@ -387,7 +387,24 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 			} else if filled {
 				return errRaced // list again
 			}
-			return &CorruptionError{Key: walKey(seq), Err: fmt.Errorf("%w: WAL batch missing (the log has a gap before %s)", format.ErrCorrupt, walKey(upper))}
+			// Above a writer's epoch are its own markers.
+			limit, known := upper, mark
+			if !e.readOnly {
+				limit, known = e.epoch, e.openMark
+			}
+			lost, next, err := e.buriedTail(ctx, wal, seq, limit, known)
+			switch {
+			case err != nil:
+				return err
+			case lost == nil:
+				return &CorruptionError{Key: walKey(seq), Err: fmt.Errorf("%w: WAL batch missing (the log has a gap: the next batch it holds is %s)", format.ErrCorrupt, walKey(next))}
+			case e.readOnly || !e.opts.AcceptTailLoss:
+				return lost
+			}
+			if err := e.giveUpBuriedTail(ctx, wal, lost, limit); err != nil {
+				return err
+			}
+			return errRaced // list again
 		}
 	}
 	var walBytes int64
@@ -422,6 +439,104 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 		e.stats.RecoveredWAL -= int(e.markEnd - e.epoch + 1)
 	}
 	e.durable = upper - 1
+	return nil
+}
+
+// buriedTail tells a lost tail from a gap in the middle of the log, given
+// seq, the lowest batch missing above the snapshot recovery loaded, and
+// limit, where this opener's own markers start (a reader: one past the
+// log's end). It returns the lowest sequence at or above seq the WAL
+// holds (limit if none), and, if the loss is a lost tail, its
+// TailLostError.
+//
+// A writer's open marker is a WAL object (never a segment record), so
+// after a restart the newest batches are followed by the marker of the
+// Open that restarted, and by those of any Opens since (on bucket stores
+// the markers of a failed Open stay). Losing those batches (a file://
+// segment deleted or truncated, a bucket's newest WAL objects deleted)
+// leaves a log that does not end early, as checkTail sees it, but has a
+// gap with only empty open markers above it. That is the same loss: every
+// batch with content after seq-1 is gone. So it is one if seq is at or
+// below mark, the highest sequence known to have been durable at Open (a
+// batch was written there, as in fillHoles), and every batch the WAL holds
+// from seq up to limit is an open marker. Anything else (a batch with
+// content, or an unreadable one, above the gap; a gap above mark) stays a
+// gap for recovery to report.
+func (e *Engine) buriedTail(ctx context.Context, w *walSet, seq, limit, mark uint64) (*TailLostError, uint64, error) {
+	next := limit
+	for s := seq + 1; s < limit; s++ {
+		ok, err := w.has(ctx, s)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ok {
+			next = s
+			break
+		}
+	}
+	if seq > mark {
+		return nil, next, nil
+	}
+	durable := seq // the highest batch missing at or below mark
+	for s := seq + 1; s < limit; s++ {
+		ok, err := w.has(ctx, s)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !ok {
+			if s <= mark {
+				durable = s
+			}
+			continue
+		}
+		b, _, err := w.batch(ctx, s)
+		var ce *CorruptionError
+		switch {
+		case errors.As(err, &ce):
+			return nil, next, nil
+		case err != nil:
+			return nil, 0, err
+		case !b.Marker:
+			return nil, next, nil
+		}
+	}
+	lost := e.tailLost(w, seq-1, durable)
+	if next < limit {
+		lost.markers = next
+	}
+	return lost, next, nil
+}
+
+// giveUpBuriedTail accepts the loss of a tail that open markers hide (see
+// buriedTail; Options.AcceptTailLoss): it writes a marker of this writer
+// into every sequence missing below limit, create-only, as fillHoles does,
+// so that the log the caller lists again is whole and replays what
+// survived, then the markers. Whatever lands in a hole first (a filler, or
+// a late write of the batch that was there) is final. The fillers are
+// garbage once a snapshot covers them, like any marker (see pruneEpochs).
+func (e *Engine) giveUpBuriedTail(ctx context.Context, w *walSet, lost *TailLostError, limit uint64) error {
+	e.log.Error("stepwell: accepting the loss of the WAL's tail (Options.AcceptTailLoss)",
+		"end", lost.End, "durable", lost.Durable, "lost_batches", lost.Missing(), "err", lost)
+	var holes []uint64
+	for s := lost.End + 1; s < limit; s++ {
+		ok, err := w.has(ctx, s)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			holes = append(holes, s)
+		}
+	}
+	for i := 0; i < len(holes); {
+		j := i + 1
+		for j < len(holes) && holes[j] == holes[j-1]+1 {
+			j++
+		}
+		if _, err := e.writeMarkers(ctx, holes[i], uint64(j-i)); err != nil {
+			return err
+		}
+		i = j
+	}
 	return nil
 }
 

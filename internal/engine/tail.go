@@ -24,7 +24,16 @@ import (
 // a TailLostError naming what is missing, unless told to accept the loss
 // (Options.AcceptTailLoss). The mark lags the log by up to one interval, so
 // losing only the batches of its last interval goes unseen, as does losing
-// the owner object with them.
+// the owner object with them. An owner object that is there but does not
+// decode was damaged (objects appear whole or not at all): a writer's Open
+// refuses it as corruption (see unreadableOwner), for opening would
+// rewrite it and hide a loss for good.
+//
+// After a restart the open markers of later Opens (WAL objects, never
+// segment records) follow the newest batches: losing those batches then
+// leaves a gap below markers, not an early end. Recovery tells that from a
+// gap in the middle of the log and reports it as a lost tail too (see
+// buriedTail).
 
 // markInterval bounds how often a writer on a store with an OS lock
 // rewrites the owner object while commits go on.
@@ -38,13 +47,19 @@ var ErrTailLost = errors.New("the WAL ends before batches known to have been dur
 // have been durable: acknowledged batches are gone. Not retryable: open with
 // the option that accepts the loss, or put the missing objects back.
 type TailLostError struct {
-	End     uint64 // the last sequence the store holds (WAL or snapshot)
-	Durable uint64 // the highest sequence known to have been durable
+	End uint64 // the last sequence the store holds (WAL or snapshot) before the loss
+	// Durable is the highest sequence known to have been durable, or,
+	// where open markers follow the loss, the highest one missing.
+	Durable uint64
 	// Segments is set if the store writes batches into WAL segments
 	// (file://); Segment then names the newest one left, which held the
 	// missing batches unless a newer one was deleted ("" if none is left).
 	Segments bool
 	Segment  string
+	// markers, if not 0, is where the open markers that follow the loss
+	// start: the log did not end early, it holds nothing but empty open
+	// markers after the missing batches (see buriedTail).
+	markers uint64
 }
 
 func (e *TailLostError) Error() string {
@@ -55,6 +70,9 @@ func (e *TailLostError) Error() string {
 		fmt.Fprintf(&b, " to %s", walKey(e.Durable))
 	}
 	b.WriteString(")")
+	if e.markers != 0 {
+		fmt.Fprintf(&b, "; only empty open markers of later opens follow it, from %s", walKey(e.markers))
+	}
 	switch {
 	case e.Segment != "":
 		fmt.Fprintf(&b, "; the store writes batches into WAL segments: %s is the newest (truncated?), or a newer one was deleted", e.Segment)
@@ -70,9 +88,8 @@ func (e *TailLostError) Missing() uint64 { return e.Durable - e.End }
 func (e *TailLostError) Unwrap() []error { return []error{ErrTailLost, format.ErrCorrupt} }
 
 // readMark returns the highest sequence the owner object says was durable
-// (0 if there is none). An unreadable owner object is logged and ignored:
-// it guards against a lost tail, and refusing every Open for it would make
-// the store unusable until an operator deleted it.
+// (0 if there is none). An owner object that is there but does not decode
+// is refused at a writer's Open (see unreadableOwner).
 func (e *Engine) readMark(ctx context.Context) (uint64, error) {
 	data, err := e.getRetry(ctx, ownerKey, deadlineFrom(e.opts.WriteRetry))
 	if errors.Is(err, objstore.ErrNotFound) {
@@ -81,21 +98,36 @@ func (e *Engine) readMark(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if o := e.decodeOwner(data); o != nil {
-		return o.Durable, nil
-	}
-	return 0, nil
-}
-
-// decodeOwner decodes the owner object's bytes, or logs why it cannot and
-// returns nil: see readMark.
-func (e *Engine) decodeOwner(data []byte) *format.Owner {
 	o, err := format.DecodeOwner(data)
 	if err != nil {
+		return 0, e.unreadableOwner(err)
+	}
+	return o.Durable, nil
+}
+
+// unreadableOwner returns the error of an Open that found the owner object
+// there but undecodable (err): a CorruptionError naming it. Such an object
+// was damaged, not left by a crash: the bucket makes every object, the
+// owner object included, appear whole or not at all (file:// writes it
+// into a synced temporary file and renames it). The durable sequence it
+// held is what detects a lost tail (see checkTail), and a writer that
+// opened regardless would rewrite it with the end of whatever log it
+// found, hiding such a loss for good. Options.AcceptTailLoss opens the
+// store anyway (logged at ERROR): its log's end is not checked. A reader
+// writes nothing, so it loses no evidence: it logs the damage and opens
+// without the check.
+func (e *Engine) unreadableOwner(err error) error {
+	switch {
+	case e.readOnly:
 		e.log.Warn("stepwell: the owner object is unreadable; cannot check the WAL's end against it", "key", ownerKey, "err", err)
 		return nil
+	case e.opts.AcceptTailLoss:
+		e.log.Error("stepwell: the owner object is unreadable; opening without checking the WAL's end against it (Options.AcceptTailLoss)",
+			"key", ownerKey, "err", err)
+		return nil
 	}
-	return o
+	return &CorruptionError{Key: ownerKey, Err: fmt.Errorf("%w (it records how far the WAL reached, which cannot be checked without it: "+
+		"put a good copy back, or open with the option that accepts tail loss)", err)}
 }
 
 // checkTail returns a TailLostError if the WAL, ending at top, ends below
@@ -104,13 +136,7 @@ func (e *Engine) checkTail(ctx context.Context, w *walSet, top, mark uint64) err
 	if top >= mark {
 		return nil
 	}
-	lost := &TailLostError{End: top, Durable: mark}
-	if _, ok := objstore.AsSegmenter(e.bucket); ok && e.osLock {
-		lost.Segments = true
-	}
-	if n := len(w.segs); n > 0 {
-		lost.Segment = w.segs[n-1].key
-	}
+	lost := e.tailLost(w, top, mark)
 	if e.readOnly {
 		// Collection may have raced the listing: a snapshot written since
 		// covers what was deleted.
@@ -124,6 +150,19 @@ func (e *Engine) checkTail(ctx context.Context, w *walSet, top, mark uint64) err
 		e.log.Error("stepwell: accepting the loss of the WAL's tail (Options.AcceptTailLoss)",
 			"end", top, "durable", mark, "lost_batches", lost.Missing(), "err", lost)
 		return nil
+	}
+	return lost
+}
+
+// tailLost returns the TailLostError of a WAL w that holds sequences up to
+// end but lost those up to durable.
+func (e *Engine) tailLost(w *walSet, end, durable uint64) *TailLostError {
+	lost := &TailLostError{End: end, Durable: durable}
+	if _, ok := objstore.AsSegmenter(e.bucket); ok && e.osLock {
+		lost.Segments = true
+	}
+	if n := len(w.segs); n > 0 {
+		lost.Segment = w.segs[n-1].key
 	}
 	return lost
 }

@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -262,4 +264,295 @@ func TestMidSegmentDamageRefusedByReader(t *testing.T) {
 	}
 	_, err = OpenReadOnly(ctx, Options{Bucket: open()})
 	wantTailLost(t, "reader", err, segs[len(segs)-1]-1, durable, walKey(segs[len(segs)-1]))
+}
+
+// openOrClose opens o.Bucket, and closes it if Open fails (releasing a
+// file:// store's lock, as the process of a refused Open would on exit).
+func openOrClose(ctx context.Context, o Options) (*Engine, error) {
+	e, err := Open(ctx, o)
+	if err != nil {
+		o.Bucket.Close()
+	}
+	return e, err
+}
+
+// flipOwnerByte damages one byte of the owner object, as a bad disk block
+// or a stray write would: the object is there but does not decode.
+func flipOwnerByte(t *testing.T, b objstore.Bucket) []byte {
+	t.Helper()
+	ctx := context.Background()
+	data, err := b.Get(ctx, ownerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[20] ^= 0xff
+	if err := b.Put(ctx, ownerKey, data, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := format.DecodeOwner(data); err == nil {
+		t.Fatal("the damaged owner object still decodes")
+	}
+	return data
+}
+
+// wantOwnerCorrupt checks that err is a CorruptionError naming the owner
+// object, not a lost tail.
+func wantOwnerCorrupt(t *testing.T, what string, err error) {
+	t.Helper()
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.Key != ownerKey || !errors.Is(err, format.ErrCorrupt) || errors.Is(err, ErrTailLost) {
+		t.Fatalf("%s: err = %v, want a CorruptionError naming %q", what, err, ownerKey)
+	}
+}
+
+// An owner object that is there but does not decode cannot have been left
+// by a crash (objects appear atomically, the owner object included): it was
+// damaged. A writer's Open refuses the store, naming it, instead of opening
+// without the check of the WAL's end it carries, and rewriting it, which
+// would hide a lost tail for good. The refused Open changes nothing.
+// AcceptTailLoss opens the store with what its log holds. A reader, which
+// writes nothing, still opens the store (logging that it cannot check).
+func TestUnreadableOwnerRefusesWriter(t *testing.T) {
+	ctx := context.Background()
+	for _, store := range []string{"file", "bucket", "bucket-takeover"} {
+		t.Run(store, func(t *testing.T) {
+			var open func() objstore.Bucket
+			var opts Options
+			var dir string
+			if store == "file" {
+				dir, open = fileStore(t)
+			} else {
+				_, open = memBucket(t)
+				opts = Options{Heartbeat: 5 * time.Millisecond, Takeover: store == "bucket-takeover"}
+			}
+			with := func(o Options) Options {
+				o.Bucket, o.Heartbeat, o.Takeover = open(), opts.Heartbeat, opts.Takeover
+				o.Logger = slog.New(slog.DiscardHandler)
+				return o
+			}
+			e := mustOpen(t, with(Options{}))
+			if e.seg != nil {
+				waitSegmentReady(t, e)
+			}
+			for i := range 6 {
+				put(t, e, fmt.Sprintf("k%02d", i), "v")
+			}
+			durable := e.Stats().DurableSeq
+			probe := open()
+			testenv.Eventually(t, 10*time.Second, "the owner object records the durable sequence", func() bool {
+				return e.Settled() && ownerMark(t, probe) == durable
+			})
+			e.Kill()
+
+			// The newest batches go, and the owner object is damaged.
+			_, segs := walObjects(t, probe)
+			if store == "file" {
+				if len(segs) == 0 {
+					t.Fatal("no WAL segment: the test needs one")
+				}
+				// Keep its header and first record (k00).
+				if err := os.Truncate(filepath.Join(dir, filepath.FromSlash(segKey(segs[len(segs)-1]))), 2*format.SegmentAlign); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				for s := durable - 2; s <= durable; s++ {
+					if err := probe.Delete(ctx, walKey(s)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			damaged := flipOwnerByte(t, probe)
+			before := listKeys(t, probe, "")
+			for i := range 2 {
+				_, err := openOrClose(ctx, with(Options{}))
+				wantOwnerCorrupt(t, fmt.Sprintf("writer, Open %d", i+1), err)
+			}
+			if after := listKeys(t, probe, ""); !slices.Equal(before, after) {
+				t.Errorf("a refused Open changed the store:\nbefore %v\nafter  %v", before, after)
+			}
+			if data, err := probe.Get(ctx, ownerKey); err != nil || !bytes.Equal(data, damaged) {
+				t.Errorf("a refused Open rewrote the owner object (%v)", err)
+			}
+
+			// A reader writes nothing: it opens, unable to check the end.
+			r, err := OpenReadOnly(ctx, with(Options{}))
+			if err != nil {
+				t.Fatalf("reader: %v", err)
+			}
+			r.Close(ctx)
+
+			e = mustOpen(t, with(Options{AcceptTailLoss: true}))
+			if got := dump(t, e); got["k00"] != "v" || got["k05"] != "" {
+				t.Errorf("after accepting, the state is %v, want what the log holds", got)
+			}
+			put(t, e, "after", "v")
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e = mustOpen(t, with(Options{}))
+			if got := dump(t, e); got["after"] != "v" {
+				t.Errorf("reopened after accepting: %v", got)
+			}
+			e.Close(ctx)
+		})
+	}
+}
+
+// After a clean restart the newest batches are followed by the open marker
+// of the session that restarted (an object, never in a segment), and by
+// those of any Open since. Losing them (a file:// segment deleted or
+// truncated, a bucket's newest WAL objects deleted) then leaves markers
+// above a gap: that is a lost tail, not a gap in the middle of the log.
+// Open, writer and reader alike, refuses it with a TailLostError, the
+// same one every time; on file:// a refused Open leaves the store as it
+// found it; AcceptTailLoss opens it with what survives, and from then on
+// it opens normally.
+func TestTailLossBehindMarkers(t *testing.T) {
+	ctx := context.Background()
+	for _, damage := range []string{"file-delete", "file-truncate", "bucket"} {
+		t.Run(damage, func(t *testing.T) {
+			var open func() objstore.Bucket
+			var dir string
+			var hb time.Duration
+			if damage == "bucket" {
+				_, open = memBucket(t)
+				hb = 5 * time.Millisecond
+			} else {
+				dir, open = fileStore(t)
+			}
+			with := func(o Options) Options {
+				o.Bucket, o.Heartbeat = open(), hb
+				return o
+			}
+			e := mustOpen(t, with(Options{}))
+			if e.seg != nil {
+				waitSegmentReady(t, e)
+			}
+			for i := range 6 {
+				put(t, e, fmt.Sprintf("k%02d", i), "v")
+			}
+			durable := e.Stats().DurableSeq
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e = mustOpen(t, with(Options{})) // a clean restart
+			marker := e.Epoch()
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			probe := open()
+			if got := ownerMark(t, probe); got != marker {
+				t.Fatalf("owner object says %d durable, want %d", got, marker)
+			}
+			singles, segs := walObjects(t, probe)
+			if !slices.Contains(singles, marker) {
+				t.Fatalf("the restart's marker %d is not a WAL object: %v", marker, singles)
+			}
+			var end uint64 // what is left of the log below the loss
+			switch damage {
+			case "bucket":
+				end = durable - 3
+				for s := end + 1; s <= durable; s++ {
+					if err := probe.Delete(ctx, walKey(s)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			default:
+				if len(segs) == 0 || segs[len(segs)-1] > durable {
+					t.Fatalf("the batches are not in a segment: %v %v", singles, segs)
+				}
+				seg := segs[len(segs)-1]
+				path := filepath.Join(dir, filepath.FromSlash(segKey(seg)))
+				end = seg - 1
+				if damage == "file-truncate" { // keep its header and first record
+					if err := os.Truncate(path, 2*format.SegmentAlign); err != nil {
+						t.Fatal(err)
+					}
+					end++
+				} else if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			missing := walKey(end+1) + " to " + walKey(durable)
+			before := listKeys(t, probe, "")
+			var first string
+			for i := range 3 {
+				_, err := openOrClose(ctx, with(Options{}))
+				wantTailLost(t, fmt.Sprintf("writer, Open %d", i+1), err, end, durable, missing)
+				if i == 0 {
+					first = err.Error()
+				} else if err.Error() != first {
+					t.Errorf("Open %d: %q, Open 1 said %q", i+1, err, first)
+				}
+				if damage != "bucket" { // a bucket opener's markers stay: they fence
+					if after := listKeys(t, probe, ""); !slices.Equal(before, after) {
+						t.Fatalf("a refused Open changed the store:\nbefore %v\nafter  %v", before, after)
+					}
+				}
+			}
+			_, err := OpenReadOnly(ctx, with(Options{}))
+			wantTailLost(t, "reader", err, end, durable, missing)
+
+			e = mustOpen(t, with(Options{AcceptTailLoss: true}))
+			got := dump(t, e)
+			for i := range 6 {
+				k := fmt.Sprintf("k%02d", i)
+				if want := uint64(i)+2 <= end; (got[k] == "v") != want {
+					t.Errorf("after accepting the loss the state is %v: %s present %v, want %v", got, k, !want, want)
+				}
+			}
+			put(t, e, "after", "v")
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e = mustOpen(t, with(Options{}))
+			if got := dump(t, e); got["after"] != "v" {
+				t.Errorf("reopened after accepting the loss: %v", got)
+			}
+			e.Close(ctx)
+			r, err := OpenReadOnly(ctx, with(Options{}))
+			if err != nil {
+				t.Fatalf("reader after accepting the loss: %v", err)
+			}
+			r.Close(ctx)
+		})
+	}
+}
+
+// A batch missing in the middle of the log, with batches that have content
+// above it, is a gap, not a lost tail: Open refuses it as corruption
+// naming the missing batch, AcceptTailLoss included, and says the same
+// each time, although each refused Open on a bucket leaves its marker.
+func TestGapBelowContentIsCorruption(t *testing.T) {
+	ctx := context.Background()
+	b, reopen := memBucket(t)
+	const hb = 5 * time.Millisecond
+	e := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
+	for i := range 10 {
+		put(t, e, fmt.Sprintf("k%02d", i), "v")
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gap := e.Stats().DurableSeq - 4
+	probe := reopen()
+	if err := probe.Delete(ctx, walKey(gap)); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for i, accept := range []bool{false, false, true} {
+		_, err := Open(ctx, Options{Bucket: reopen(), Heartbeat: hb, AcceptTailLoss: accept})
+		var ce *CorruptionError
+		if !errors.As(err, &ce) || ce.Key != walKey(gap) || errors.Is(err, ErrTailLost) {
+			t.Fatalf("Open %d (accept %v): %v, want a CorruptionError naming %s", i+1, accept, err, walKey(gap))
+		}
+		if !strings.Contains(err.Error(), walKey(gap+1)) {
+			t.Errorf("Open %d: %q does not name the next batch the log holds, %s", i+1, err, walKey(gap+1))
+		}
+		if i == 0 {
+			first = err.Error()
+		} else if err.Error() != first {
+			t.Errorf("Open %d: %q, Open 1 said %q", i+1, err, first)
+		}
+	}
 }
