@@ -22,7 +22,11 @@
 // file:// stores are directories on a local file system, written by this
 // package's own driver (below). The path must be absolute; file://rel/dir
 // (which names host "rel"), file:rel and query parameters are rejected.
-// The directory is created if missing. Linux and macOS only.
+// Open creates nothing: the directory (with any missing parents) and its
+// .tmp are created by the first write, segment or Lock, so that a store
+// that is only read leaves no trace, and a missing directory reads as a
+// store without objects. A path that is not a directory fails Open.
+// Linux and macOS only.
 //
 // mem:// and file:// are built in. s3://, gs:// and azblob:// need a
 // driver, registered with Register by the packages s3drv, gcsdrv and azdrv
@@ -109,7 +113,8 @@
 // directory holds:
 //
 //	<dir>/.lock      flock(2) target of Lock; holds the pid of the last holder
-//	<dir>/.tmp/      staging files of writes in progress (named ones are listed)
+//	<dir>/.tmp/      staging files of writes in progress (named ones are listed);
+//	                 created by the first write
 //	<dir>/KEY        one regular file per object ("wal/0001" -> <dir>/wal/0001)
 //
 // A write stages the object's bytes in a file nobody can see, makes the

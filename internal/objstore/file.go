@@ -63,13 +63,26 @@ type fileBucket struct {
 	refill      sync.WaitGroup // the refilling goroutine
 }
 
-// openFile opens (creating if needed) the store directory.
+// openFile opens the store directory. It creates nothing: a store that is
+// only read (a read-only queue.Open, the CLI's read commands) must leave no
+// trace, not even a directory at a mistyped path. The directory, missing
+// parents and the temp directory are created by the first write, segment
+// or Lock (see inTmpDir, openDirCreating and Lock); until then a missing
+// directory reads as a store without objects. A path that cannot be a
+// directory (a regular file, or one under a regular file) fails here.
 func openFile(loc *location) (Bucket, error) {
 	if !fileSupported {
 		return nil, opErr("open", loc.display, fmt.Errorf("file stores: %w on this platform", errors.ErrUnsupported))
 	}
 	f := &fileBucket{root: loc.name, tmp: filepath.Join(loc.name, fileTmpDir), openAnon: openAnon, writeDsync: writeDsync}
-	if err := mkdirAllSync(f.tmp); err != nil {
+	fi, err := os.Stat(f.root)
+	switch {
+	case err == nil && !fi.IsDir():
+		err = &fs.PathError{Op: "open", Path: f.root, Err: errNotDir}
+	case errors.Is(err, fs.ErrNotExist):
+		err = nil // created by the first write
+	}
+	if err != nil {
 		return nil, opErr("open", loc.display, err)
 	}
 	f.anon.Store(anonSupported())
@@ -319,8 +332,9 @@ func (f *fileBucket) closeSpare() {
 	f.refill.Wait()
 }
 
-// inTmpDir calls create on the temp directory, recreating the directory if
-// something removed it.
+// inTmpDir calls create on the temp directory, creating the directory (and
+// the store directory) if it is missing: Open creates nothing, so the first
+// write does; later, something may have removed it.
 func (f *fileBucket) inTmpDir(create func(dir string) (*os.File, error)) (*os.File, error) {
 	file, err := create(f.tmp)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -556,6 +570,11 @@ func (f *fileBucket) Lock() error {
 	}
 	if f.lockFile != nil {
 		return nil
+	}
+	// Open creates nothing: the lock holder is a writer, and creates the
+	// store directory if it is missing.
+	if err := mkdirAllSync(f.root); err != nil {
+		return opErr("lock", "", err)
 	}
 	name := filepath.Join(f.root, fileLockName)
 	lf, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, fileLockMode)

@@ -429,6 +429,10 @@ func assertNoTemps(t *testing.T, dir string) {
 func TestFileLockRemovesStaleTemps(t *testing.T) {
 	dir := t.TempDir()
 	b := objstoretest.Open(t, "file://"+dir)
+	// What a writer that crashed mid-write leaves.
+	if err := os.Mkdir(filepath.Join(dir, ".tmp"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, ".tmp", "obj-123"), []byte("junk"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -477,11 +481,11 @@ func TestFileKeyDirectoryConflict(t *testing.T) {
 func TestFileOpen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new", "store")
 	b := objstoretest.Open(t, "file://"+dir)
-	if fi, err := os.Stat(filepath.Join(dir, ".tmp")); err != nil || !fi.IsDir() {
-		t.Fatalf("Open did not create the store directory: %v", err)
-	}
 	if err := b.Put(t.Context(), "k", []byte("v"), true); err != nil {
 		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, ".tmp")); err != nil || !fi.IsDir() {
+		t.Fatalf("the first write did not create the store directory: %v", err)
 	}
 	// Files the driver did not write, outside the key namespace, are not
 	// listed.
@@ -492,8 +496,113 @@ func TestFileOpen(t *testing.T) {
 
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, nil, 0o600)
-	if b, err := objstore.Open(t.Context(), "file://"+file); err == nil {
-		b.Close()
-		t.Errorf("Open of a regular file succeeded")
+	for _, p := range []string{file, filepath.Join(file, "store")} {
+		if b, err := objstore.Open(t.Context(), "file://"+p); err == nil {
+			b.Close()
+			t.Errorf("Open of %s succeeded", p)
+		}
+	}
+}
+
+// TestFileOpenCreatesNothing: Open, reads and List create nothing, not
+// even a missing store directory, so that a reader (queue.WithReadOnly,
+// the CLI's read commands) leaves no trace; a read of a missing directory
+// finds no objects. The first write, segment or Lock creates what it
+// needs.
+func TestFileOpenCreatesNothing(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("unrelated"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing", "store")
+	for _, d := range []string{dir, missing} {
+		b, err := objstore.Open(ctx, "file://"+d)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", d, err)
+		}
+		if _, err := b.Get(ctx, "owner"); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("Get(owner) in %s = %v; want ErrNotFound", d, err)
+		}
+		if _, err := b.NewReader(ctx, "wal/1"); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("NewReader(wal/1) in %s = %v; want ErrNotFound", d, err)
+		}
+		if objs, err := b.List(ctx, "wal/"); err != nil || len(objs) != 0 {
+			t.Errorf("List(wal/) in %s = %v, %v; want nothing", d, objs, err)
+		}
+		sg, _ := objstore.AsSegmenter(b)
+		if _, err := sg.OpenSegment(ctx, "wal/1.log"); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("OpenSegment(wal/1.log) in %s = %v; want ErrNotFound", d, err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "notes.txt" {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("Open and reads left %v in the directory; want only notes.txt", names)
+	}
+
+	// The first write creates the directory, whatever it is.
+	for _, tc := range []struct {
+		name  string
+		write func(b objstore.Bucket, dir string) error
+	}{
+		{"put", func(b objstore.Bucket, _ string) error { return b.Put(ctx, "k", []byte("v"), false) }},
+		{"create-only put", func(b objstore.Bucket, _ string) error { return b.Put(ctx, "k", []byte("v"), true) }},
+		{"named create-only put", func(b objstore.Bucket, _ string) error {
+			objstore.SetFileStagesUnnamed(b, false)
+			return b.Put(ctx, "k", []byte("v"), true)
+		}},
+		{"writer", func(b objstore.Bucket, _ string) error {
+			w, err := b.NewWriter(ctx, "k", true)
+			if err != nil {
+				return err
+			}
+			w.Write([]byte("v"))
+			return w.Close()
+		}},
+		{"segment", func(b objstore.Bucket, _ string) error {
+			sg, _ := objstore.AsSegmenter(b)
+			s, err := sg.NewSegment(ctx, 4096)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			return s.Publish(ctx, "k")
+		}},
+		{"lock", func(b objstore.Bucket, dir string) error {
+			l, _ := objstore.AsLocker(b)
+			if err := l.Lock(); err != nil {
+				return err
+			}
+			_, err := os.Stat(filepath.Join(dir, ".lock"))
+			return err
+		}},
+	} {
+		d := filepath.Join(missing, tc.name)
+		b := objstoretest.Open(t, "file://"+d)
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("Open created %s (%v)", d, err)
+		}
+		if err := tc.write(b, d); err != nil {
+			t.Errorf("%s in a missing directory: %v", tc.name, err)
+			continue
+		}
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Errorf("%s did not create the store directory: %v", tc.name, err)
+		}
+		if tc.name != "lock" {
+			if got, err := b.Get(ctx, "k"); err != nil || (tc.name != "segment" && string(got) != "v") {
+				t.Errorf("%s: Get(k) = %q, %v", tc.name, got, err)
+			}
+		}
 	}
 }
