@@ -22,7 +22,11 @@
 // error (exit 1): requests it refuses (wrong credentials) are not retried,
 // and other failures (an endpoint that refuses connections) for 5s only. A
 // URL where no store is (a directory, bucket or prefix that holds none:
-// a typo) is exit 4.
+// a typo) is exit 4. What makes a store is its own objects (its WAL,
+// snapshots or owner object), not other files: a directory of other files,
+// or one that holds a store only in a subdirectory, is no store. Looking
+// for them lists only where they would be, so a URL naming a big
+// directory tree fails at once.
 //
 //	stats   [--queue Q] [--all]  per-queue counts (pending, scheduled,
 //	                             claimed, dead, done) and the age of the
@@ -67,7 +71,11 @@
 // requeued or a Runtime settles it; for a failed or cancelled run, the step
 // that ended it was dead-lettered and its job is kept for inspection.
 //
-// Write commands change the store through its writer:
+// Write commands change the store through its writer. They never create
+// a store: on a URL where no store is they exit 4, as the read commands
+// do, before opening anything for writing, and write nothing there (a
+// store is created by the first queue.Open that writes it: its
+// service's):
 //
 //	cancel  RUN_ID [--wait D] [--takeover]
 //	                             cancel a run (runtime.Runtime.Cancel)
@@ -112,7 +120,9 @@
 // cluster mode started later is joined as pages load. With --write
 // and no process writing the store it becomes the writer, in cluster
 // mode (a service started later must use queue.WithCluster, and joins
-// it); --read-only opens the store read-only whatever runs. It listens on
+// it); --read-only opens the store read-only whatever runs. Like the read
+// and write commands it does not create a store, --write or not: on a URL
+// where none is it exits 4. It listens on
 // 127.0.0.1:8080; another --listen needs --auth-token (or
 // $STEPWELL_UI_AUTH_TOKEN), --basic-auth USER:PASS or --insecure-no-auth.
 //

@@ -3,12 +3,22 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/stepwell/stepwell/queue"
 )
 
 // TestLimitsCommand: set, show (text and JSON), bad input (exit 2,
 // nothing written) and remove.
 func TestLimitsCommand(t *testing.T) {
 	f := &fixture{url: "file://" + t.TempDir()}
+	// limits set does not create a store (TestNoStoreAtURL): open one.
+	q, err := queue.Open(t.Context(), f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if out := f.ok(t, "limits", "set", "llm", "--per-second", "2.5", "--max-running", "3"); out != "queue llm: per second 2.5, burst 1, max running 3\n" {
 		t.Fatalf("limits set: %q", out)
 	}

@@ -106,7 +106,8 @@ Write commands and the live writer:
   the store open in cluster mode (queue.WithCluster), a write command joins
   it as a member: it finds the writer's address in the store, and the
   writer does the write. With no process on the store (or once the store
-  says its writer died), the command becomes the writer for a moment. A
+  says its writer died), the command becomes the writer for a moment. It
+  never creates a store: where none is, it exits 4 and writes nothing. A
   service NOT in cluster mode keeps the store to itself: the command exits
   3 (after 4s; about 10s on buckets); run the operation from inside the
   service (e.g. Runtime.Cancel behind an admin endpoint), after it stops,
@@ -423,26 +424,30 @@ func (c *cli) openRead(ctx context.Context) (*queue.Queue, error) {
 	return q, nil
 }
 
-// checkStoreExists returns a not-found error if no object is stored under
-// raw: no writer ever opened a store there. (A mem:// store is new in each
-// process: a read command finds nothing there unless its own process made
-// it.)
+// checkStoreExists returns a not-found error if the store's own objects
+// (see engine.HasStore) are not under raw: no writer ever opened a store there.
+// Other objects do not count: a directory of other files, or one that
+// holds a store in a subdirectory, is no store. (A mem:// store is new in
+// each process: a command finds nothing there unless its own process made
+// it.) It writes nothing.
 func checkStoreExists(ctx context.Context, raw string) error {
 	where, _ := redact(raw)
 	b, err := objstore.Open(ctx, raw)
-	if err != nil {
+	switch {
+	case errors.Is(err, objstore.ErrInvalidURL):
+		return usageError("invalid store URL: %v", err)
+	case err != nil:
 		return fmt.Errorf("opening the store: %w", err)
 	}
 	defer b.Close()
-	objs, err := b.List(ctx, "")
+	ok, err := engine.HasStore(ctx, b)
 	switch {
-	case errors.Is(err, objstore.ErrNotFound): // no such bucket
 	case err != nil:
-		return fmt.Errorf("listing the store: %w", err)
-	case len(objs) > 0:
+		return fmt.Errorf("reading the store: %w", err)
+	case ok:
 		return nil
 	}
-	return notFound("no store at %s: nothing is stored there (check the bucket or directory, and the prefix)", where)
+	return notFound("no store at %s: it holds no store's objects (check the bucket or directory, and the prefix)", where)
 }
 
 // writeFlags are the flags every write command accepts.
@@ -528,7 +533,8 @@ func (w *writeFlags) tlsConfig() (*tls.Config, error) {
 // becomes the writer until it closes the store. A writer that is not in
 // cluster mode, or that does not answer within w.wait, is exit 3, unless
 // w.takeover fences it (bucket stores). mem:// stores, which cannot be
-// shared, are opened as before.
+// shared, are opened as before. A URL where no store is, is exit 4 (see
+// checkStoreExists): the command does not create one.
 func (c *cli) openWrite(ctx context.Context, w writeFlags) (*queue.Queue, error) {
 	raw, err := c.storeURL()
 	if err != nil {
@@ -538,6 +544,18 @@ func (c *cli) openWrite(ctx context.Context, w writeFlags) (*queue.Queue, error)
 		return nil, usageError("--wait must be positive")
 	}
 	tlsCfg, err := w.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	// A write command never creates a store: where none is (a typo, or a
+	// store not yet opened by its service), it exits 4 as a read command
+	// does, before anything is opened for writing.
+	if err := checkFileStore(raw); err != nil {
+		return nil, err
+	}
+	cctx, ccancel := context.WithTimeout(ctx, w.wait)
+	err = checkStoreExists(cctx, raw)
+	ccancel()
 	if err != nil {
 		return nil, err
 	}

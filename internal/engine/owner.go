@@ -106,6 +106,45 @@ func ReadOwner(ctx context.Context, b objstore.Bucket) (*format.Owner, error) {
 	return o, nil
 }
 
+// HasStore reports whether b holds a store's own objects: an owner object
+// that decodes (see ReadOwner), a WAL object or segment, or a snapshot.
+// Other objects do not count (a directory of other files, or one that
+// holds a store in a subdirectory, holds none). Every writer's Open writes
+// a WAL object, and collection deletes WAL objects only below a snapshot,
+// so a store that a writer opened holds one of them. It lists only where
+// they can be (sequences are 20 digits, the first '0' or '1'), so a bucket
+// or directory of many other objects is not walked; it writes nothing. A
+// bucket that does not exist holds none.
+func HasStore(ctx context.Context, b objstore.Bucket) (bool, error) {
+	own, err := ReadOwner(ctx, b)
+	var ce *CorruptionError
+	switch {
+	case errors.As(err, &ce): // an object named "owner", not a store's
+	case err != nil:
+		return false, err
+	case own != nil:
+		return true, nil
+	}
+	for _, prefix := range []string{"wal/0", "snap/0", "wal/1", "snap/1"} {
+		objs, err := b.List(ctx, prefix)
+		if errors.Is(err, objstore.ErrNotFound) { // no such bucket
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, o := range objs {
+			_, wal := parseSeqKey("wal/", o.Key)
+			_, seg := parseSegKey(o.Key)
+			_, snap := parseSeqKey("snap/", o.Key)
+			if wal || seg || snap {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
 // ownedByNewer reports whether the owner object names a writer with a newer
 // epoch than ours (a takeover happened).
 func (e *Engine) ownedByNewer(ctx context.Context) (bool, error) {
