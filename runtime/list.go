@@ -95,7 +95,7 @@ func (rt *Runtime) ListRuns(ctx context.Context, opts ListOptions) (RunPage, err
 	if !opts.SubmittedAfter.IsZero() {
 		// The first key of a run submitted at SubmittedAfter: newer runs'
 		// keys (a smaller inverted time) all sort before it.
-		stop = runrec.SubmittedKey(opts.SubmittedAfter.UnixNano(), "")
+		stop = runrec.SubmittedKey(unixNanoOf(opts.SubmittedAfter), "")
 	}
 	page := RunPage{Runs: []RunStatus{}}
 	for {
@@ -146,7 +146,7 @@ func listStart(opts ListOptions) ([]byte, error) {
 	if b := opts.SubmittedBefore; !b.IsZero() {
 		// Past every key of a run submitted at b or later: run IDs are
 		// printable ASCII, below 0x7f.
-		bound := append(runrec.SubmittedKey(b.UnixNano(), ""), 0x7f)
+		bound := append(runrec.SubmittedKey(unixNanoOf(b), ""), 0x7f)
 		if bytes.Compare(bound, after) > 0 {
 			after = bound
 		}

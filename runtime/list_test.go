@@ -212,6 +212,34 @@ func TestListRunsTimeBoundsToTheNanosecond(t *testing.T) {
 	}
 }
 
+// TestListRunsBoundsOutsideNanoRange: bounds before 1970 or after
+// 2262-04-11, which int64 nanoseconds do not hold, keep their meaning
+// (before, they wrapped around: SubmittedAfter 1969 listed nothing).
+func TestListRunsBoundsOutsideNanoRange(t *testing.T) {
+	t.Parallel()
+	q := openQueue(t, memURL())
+	rt := newRuntime(t, q, nil, nil)
+	ctx := context.Background()
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "r1"})
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "r2"})
+	past, future := time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		opts runtime.ListOptions
+		want string
+	}{
+		{runtime.ListOptions{SubmittedAfter: past}, "[r2 r1]"},
+		{runtime.ListOptions{SubmittedBefore: future}, "[r2 r1]"},
+		{runtime.ListOptions{SubmittedAfter: past, SubmittedBefore: future}, "[r2 r1]"},
+		{runtime.ListOptions{SubmittedAfter: future}, "[]"},
+		{runtime.ListOptions{SubmittedBefore: past}, "[]"},
+	} {
+		page, err := rt.ListRuns(ctx, tc.opts)
+		if got := fmt.Sprint(ids(page.Runs)); err != nil || got != tc.want {
+			t.Errorf("ListRuns(after %v, before %v) = %s, %v; want %s", tc.opts.SubmittedAfter, tc.opts.SubmittedBefore, got, err, tc.want)
+		}
+	}
+}
+
 // TestExpiryKeepsAnUnreadableRun: a finished run whose record cannot be
 // read keeps its terminal record (so a later pass expires both, instead of
 // leaving a run record nothing expires), and does not hold up the expiry
