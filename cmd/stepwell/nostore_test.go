@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/stepwell/stepwell/queue"
 )
 
 // tree lists every path under dir (relative, sorted), to see what a
@@ -40,18 +38,8 @@ func tree(t *testing.T, dir string) []string {
 // home directory's ~/snap).
 func notAStore(t *testing.T) string {
 	t.Helper()
-	ctx := t.Context()
 	dir := t.TempDir()
-	q, err := queue.Open(ctx, "file://"+filepath.Join(dir, "stepwell"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := q.Enqueue(ctx, "emails", []byte("hi"), queue.EnqueueOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	seedStore(t, "file://"+filepath.Join(dir, "stepwell"))
 	for name, data := range map[string]string{
 		"notes.txt":                 "unrelated",
 		"snap/firefox/common/x":     "unrelated",

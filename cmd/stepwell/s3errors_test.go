@@ -11,12 +11,9 @@ import (
 	"github.com/stepwell/stepwell/queue"
 )
 
-// TestReadFailsFastOnS3: a read command on an S3 store it cannot read
-// fails within seconds with the store's own error (not after a program's
-// default 60s write-retry window), and a prefix that holds no store is
-// exit 4, not an empty listing.
-func TestReadFailsFastOnS3(t *testing.T) {
-	url := testenv.S3(t)
+// seedStore makes a store at url holding one job on queue "emails".
+func seedStore(t *testing.T, url string) {
+	t.Helper()
 	ctx := t.Context()
 	q, err := queue.Open(ctx, url)
 	if err != nil {
@@ -28,6 +25,16 @@ func TestReadFailsFastOnS3(t *testing.T) {
 	if err := q.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestReadFailsFastOnS3: a read command on an S3 store it cannot read
+// fails within seconds with the store's own error (not after a program's
+// default 60s write-retry window), and a prefix that holds no store is
+// exit 4, not an empty listing.
+func TestReadFailsFastOnS3(t *testing.T) {
+	url := testenv.S3(t)
+	ctx := t.Context()
+	seedStore(t, url)
 	if r := runCLI(t, nil, "--store", url, "queues"); r.code != exitOK || r.stdout != "emails\n" {
 		t.Fatalf("queues: exit %d, %q, %q", r.code, r.stdout, r.stderr)
 	}
@@ -86,16 +93,7 @@ func TestReadFailsFastOnS3(t *testing.T) {
 // exit 4 "no store at", where it printed an empty listing and exit 0.
 func TestNoStoreThere(t *testing.T) {
 	gs := testenv.GCS(t)
-	q, err := queue.Open(t.Context(), gs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := q.Enqueue(t.Context(), "emails", []byte("hi"), queue.EnqueueOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Close(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	seedStore(t, gs)
 	if r := runCLI(t, nil, "--store", gs, "queues"); r.code != exitOK || r.stdout != "emails\n" {
 		t.Fatalf("queues on gs://: exit %d, %q, %q", r.code, r.stdout, r.stderr)
 	}

@@ -74,10 +74,7 @@ func TestTailLossRefusedOnBucket(t *testing.T) {
 	b, reopen := memBucket(t)
 	const hb = 5 * time.Millisecond
 	e := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
-	for i := range 10 {
-		put(t, e, fmt.Sprintf("k%02d", i), "v")
-	}
-	durable := e.Stats().DurableSeq
+	durable := putKeys(t, e, 10)
 	probe := reopen()
 	testenv.Eventually(t, 10*time.Second, "the heartbeat records the durable sequence", func() bool { return ownerMark(t, probe) == durable })
 	e.Kill()
@@ -125,11 +122,7 @@ func TestTailLossRefusedOnFile(t *testing.T) {
 		t.Run(damage, func(t *testing.T) {
 			dir, open := fileStore(t)
 			e := mustOpen(t, Options{Bucket: open()})
-			waitSegmentReady(t, e)
-			for i := range 6 {
-				put(t, e, fmt.Sprintf("k%02d", i), "v")
-			}
-			durable := e.Stats().DurableSeq
+			durable := putKeys(t, e, 6)
 			testenv.Eventually(t, 10*time.Second, "the owner object records the durable sequence", e.Settled)
 			e.Kill()
 			probe := open()
@@ -266,6 +259,37 @@ func TestMidSegmentDamageRefusedByReader(t *testing.T) {
 	wantTailLost(t, "reader", err, segs[len(segs)-1]-1, durable, walKey(segs[len(segs)-1]))
 }
 
+// putKeys commits k00, k01, ... (n keys, "v") into e, once its first WAL
+// segment (if it writes segments) is ready, and returns the durable
+// sequence.
+func putKeys(t *testing.T, e *Engine, n int) uint64 {
+	t.Helper()
+	if e.seg != nil {
+		waitSegmentReady(t, e)
+	}
+	for i := range n {
+		put(t, e, fmt.Sprintf("k%02d", i), "v")
+	}
+	return e.Stats().DurableSeq
+}
+
+// writeAndReopen checks that a store opened by accepting a loss (e) goes
+// on as usual: it commits, closes, and opens again with opts() (no
+// option), holding what it committed.
+func writeAndReopen(t *testing.T, e *Engine, opts func() Options) {
+	t.Helper()
+	ctx := context.Background()
+	put(t, e, "after", "v")
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e = mustOpen(t, opts())
+	if got := dump(t, e); got["after"] != "v" {
+		t.Errorf("reopened after accepting the loss: %v", got)
+	}
+	e.Close(ctx)
+}
+
 // openOrClose opens o.Bucket, and closes it if Open fails (releasing a
 // file:// store's lock, as the process of a refused Open would on exit).
 func openOrClose(ctx context.Context, o Options) (*Engine, error) {
@@ -331,13 +355,7 @@ func TestUnreadableOwnerRefusesWriter(t *testing.T) {
 				return o
 			}
 			e := mustOpen(t, with(Options{}))
-			if e.seg != nil {
-				waitSegmentReady(t, e)
-			}
-			for i := range 6 {
-				put(t, e, fmt.Sprintf("k%02d", i), "v")
-			}
-			durable := e.Stats().DurableSeq
+			durable := putKeys(t, e, 6)
 			probe := open()
 			testenv.Eventually(t, 10*time.Second, "the owner object records the durable sequence", func() bool {
 				return e.Settled() && ownerMark(t, probe) == durable
@@ -385,15 +403,7 @@ func TestUnreadableOwnerRefusesWriter(t *testing.T) {
 			if got := dump(t, e); got["k00"] != "v" || got["k05"] != "" {
 				t.Errorf("after accepting, the state is %v, want what the log holds", got)
 			}
-			put(t, e, "after", "v")
-			if err := e.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			e = mustOpen(t, with(Options{}))
-			if got := dump(t, e); got["after"] != "v" {
-				t.Errorf("reopened after accepting: %v", got)
-			}
-			e.Close(ctx)
+			writeAndReopen(t, e, func() Options { return with(Options{}) })
 		})
 	}
 }
@@ -425,13 +435,7 @@ func TestTailLossBehindMarkers(t *testing.T) {
 				return o
 			}
 			e := mustOpen(t, with(Options{}))
-			if e.seg != nil {
-				waitSegmentReady(t, e)
-			}
-			for i := range 6 {
-				put(t, e, fmt.Sprintf("k%02d", i), "v")
-			}
-			durable := e.Stats().DurableSeq
+			durable := putKeys(t, e, 6)
 			if err := e.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -501,15 +505,7 @@ func TestTailLossBehindMarkers(t *testing.T) {
 					t.Errorf("after accepting the loss the state is %v: %s present %v, want %v", got, k, !want, want)
 				}
 			}
-			put(t, e, "after", "v")
-			if err := e.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			e = mustOpen(t, with(Options{}))
-			if got := dump(t, e); got["after"] != "v" {
-				t.Errorf("reopened after accepting the loss: %v", got)
-			}
-			e.Close(ctx)
+			writeAndReopen(t, e, func() Options { return with(Options{}) })
 			r, err := OpenReadOnly(ctx, with(Options{}))
 			if err != nil {
 				t.Fatalf("reader after accepting the loss: %v", err)
@@ -528,9 +524,7 @@ func TestGapBelowContentIsCorruption(t *testing.T) {
 	b, reopen := memBucket(t)
 	const hb = 5 * time.Millisecond
 	e := mustOpen(t, Options{Bucket: b, Heartbeat: hb})
-	for i := range 10 {
-		put(t, e, fmt.Sprintf("k%02d", i), "v")
-	}
+	putKeys(t, e, 10)
 	if err := e.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
