@@ -59,7 +59,11 @@
 //     Referrer-Policy: same-origin and Cache-Control: no-store.
 //   - Options.Authorize runs before every request: BasicAuth and TokenAuth
 //     make one. Without it the handler trusts whoever reaches it: mount it
-//     behind the service's own authentication.
+//     behind the service's own authentication. A port on 127.0.0.1 is not
+//     that: a page of any site whose DNS points its name at 127.0.0.1 (DNS
+//     rebinding) is same-origin to the browser, so it passes the checks
+//     above. Serve it there with an Authorize that accepts only requests
+//     whose Host is localhost or a loopback IP, as `stepwell ui` does.
 //
 // The templates, the stylesheet and the script are built in (embed); there
 // is no build step.

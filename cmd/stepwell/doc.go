@@ -123,8 +123,11 @@
 // it); --read-only opens the store read-only whatever runs. Like the read
 // and write commands it does not create a store, --write or not: on a URL
 // where none is it exits 4. It listens on
-// 127.0.0.1:8080; another --listen needs --auth-token (or
-// $STEPWELL_UI_AUTH_TOKEN), --basic-auth USER:PASS or --insecure-no-auth.
+// 127.0.0.1:8080, and there answers only requests addressed to localhost
+// or a loopback IP (421 otherwise: a page of another site that its DNS
+// points at 127.0.0.1, which the browser deems same-origin, is refused);
+// another --listen needs --auth-token (or $STEPWELL_UI_AUTH_TOKEN),
+// --basic-auth USER:PASS or --insecure-no-auth.
 //
 //	ui      [--listen ADDR] [--auth-token T | --basic-auth U:P | --insecure-no-auth]
 //	        [--write | --read-only] [--base-path P]

@@ -54,7 +54,9 @@ queue.WithCluster, and then joins the UI's writer as a member (a service NOT
 in cluster mode cannot open the store until the UI stops). With --read-only
 the UI opens the store read-only whatever runs.
 
-It listens on 127.0.0.1:8080 by default. An address other than loopback
+It listens on 127.0.0.1:8080 by default, and there answers only requests
+addressed to localhost or a loopback IP (a page of another site pointed
+at 127.0.0.1 by its DNS is refused). An address other than loopback
 needs --auth-token (or $` + uiTokenEnv + `), --basic-auth USER:PASS, or
 --insecure-no-auth, which serves anyone who reaches it (a warning is
 printed). With a token, open the URL printed at start (it carries
@@ -183,7 +185,26 @@ func uiAuth(listen, token, basic string, insecure bool) (func(http.ResponseWrite
 		return nil, usageError("--listen %s is not a loopback address: anyone who reaches it could act on runs.\n"+
 			"Pass --auth-token TOKEN (or set %s), --basic-auth USER:PASS, or --insecure-no-auth", listen, uiTokenEnv)
 	}
-	return nil, nil
+	return loopbackHostOnly, nil
+}
+
+// loopbackHostOnly is the Authorize hook of a UI served on a loopback
+// address without authentication: it answers only requests whose Host
+// names this machine (localhost, or a loopback IP). A page of another
+// site whose name its owner pointed at 127.0.0.1 (DNS rebinding) is
+// same-origin to the browser, which would let it read the UI's pages and
+// their form tokens and post actions; its requests carry that name as
+// Host, and are refused (421).
+func loopbackHostOnly(w http.ResponseWriter, r *http.Request) bool {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if loopback(strings.ToLower(host)) {
+		return true
+	}
+	http.Error(w, fmt.Sprintf("stepwell ui answers on this address to localhost names only, not to Host %q", r.Host), http.StatusMisdirectedRequest)
+	return false
 }
 
 // loopback reports whether host (of a listen address) only accepts

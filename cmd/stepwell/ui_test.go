@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -17,6 +18,37 @@ import (
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/runtime"
 )
+
+// TestUILoopbackAnswersLocalhostOnly: without authentication the UI
+// serves a loopback address, and answers only requests addressed to this
+// machine's names there. A page of another site whose DNS points at
+// 127.0.0.1 (DNS rebinding) is same-origin to the browser: it could read
+// the pages and their form tokens and post actions. Its requests carry
+// its own name as Host, and are refused. (Before, they were served: a
+// probe cancelled a run that way.)
+func TestUILoopbackAnswersLocalhostOnly(t *testing.T) {
+	auth, err := uiAuth("127.0.0.1:8080", "", "", false)
+	if err != nil || auth == nil {
+		t.Fatalf("uiAuth on loopback without auth = %v, %v; want a Host check", auth != nil, err)
+	}
+	for host, ok := range map[string]bool{
+		"127.0.0.1:8080": true, "localhost:8080": true, "LOCALHOST:8080": true, "[::1]:8080": true,
+		"127.0.0.2": true, "localhost": true,
+		"attacker.example:8080": false, "127.0.0.1.nip.io:8080": false, "localhost.attacker.example": false,
+		"10.0.0.1:8080": false, "": false,
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/runs", nil)
+		r.Host = host
+		w := httptest.NewRecorder()
+		if got := auth(w, r); got != ok || !ok && w.Code != http.StatusMisdirectedRequest {
+			t.Errorf("Host %q: served %v (code %d), want %v", host, got, w.Code, ok)
+		}
+	}
+	// With authentication the credentials decide, whatever the name.
+	if auth, err := uiAuth("127.0.0.1:8080", "0123456789abcdef-token", "", false); err != nil || auth == nil {
+		t.Fatalf("uiAuth with a token = %v", err)
+	}
+}
 
 func TestUIRefusesOpenListenWithoutAuth(t *testing.T) {
 	f := newFixture(t)
