@@ -49,9 +49,9 @@ type Schedule struct {
 	Cron string
 	// Location is the time zone of Cron ("0 9 * * *" is 9:00 there,
 	// daylight saving time included); nil is UTC. It must be loadable by
-	// name (time.LoadLocation of its String) by every process, so
-	// time.Local and zones made by time.FixedZone are refused. Every
-	// ignores it.
+	// name (time.LoadLocation of its String) by every process, and be the
+	// zone that name loads, so time.Local and zones made by time.FixedZone
+	// (whatever their name) are refused. Every ignores it.
 	Location *time.Location
 	// Spec is the template of each tick's run. Its RunID must be "" (each
 	// run's ID is ScheduleRunID(Name, tick)) and its StartAt and Deadline
@@ -412,14 +412,23 @@ func (rt *Runtime) scheduleRecord(s *Schedule) (*runrec.Schedule, ticker, error)
 	case s.Every != 0 && s.Every < MinScheduleEvery:
 		return nil, ticker{}, bad("Every %v is under %v", s.Every, MinScheduleEvery)
 	}
-	if loc := s.Location; loc != nil && loc != time.UTC && loc.String() != "UTC" {
+	if loc := s.Location; loc != nil && loc != time.UTC {
 		if loc == time.Local {
 			return nil, ticker{}, bad("Location time.Local differs between processes: name a zone (time.LoadLocation)")
 		}
-		if l, err := time.LoadLocation(loc.String()); err != nil || l.String() != loc.String() {
+		l, err := time.LoadLocation(loc.String())
+		switch {
+		case err != nil:
 			return nil, ticker{}, bad("Location %q cannot be loaded by name (time.LoadLocation): %v", loc, err)
+		case l.String() != loc.String() || !sameZone(l, loc, rt.opts.now()):
+			// What is recorded is the name, which every process loads: a
+			// zone that only takes a loadable name (time.FixedZone("UTC",
+			// 3*3600)) would tick on the named zone's clock.
+			return nil, ticker{}, bad("Location %q is not the zone time.LoadLocation(%q) gives (a time.FixedZone?)", loc, loc.String())
 		}
-		rec.Location = loc.String()
+		if l != time.UTC {
+			rec.Location = loc.String()
+		}
 	}
 	tk, err := tickerOf(rec)
 	if err != nil {
@@ -552,6 +561,20 @@ func tickerOf(rec *runrec.Schedule) (ticker, error) {
 		return ticker{}, fmt.Errorf("cron %q: %w", rec.Cron, err)
 	}
 	return ticker{cron: c, loc: loc}, nil
+}
+
+// sameZone reports whether zones a and b give the same offset and
+// abbreviation every day of the two years from now (daylight saving time
+// and its changes included, as far as the zone database knows them).
+func sameZone(a, b *time.Location, now time.Time) bool {
+	for t := now; t.Before(now.AddDate(2, 0, 0)); t = t.Add(24 * time.Hour) {
+		na, oa := t.In(a).Zone()
+		nb, ob := t.In(b).Zone()
+		if na != nb || oa != ob {
+			return false
+		}
+	}
+	return true
 }
 
 // next returns the first tick strictly after t (UTC); the zero time if

@@ -435,6 +435,16 @@ func TestScheduleInvalid(t *testing.T) {
 		{"cron that never fires", with(func(s *runtime.Schedule) { s.Every, s.Cron = 0, "0 0 30 2 *" }), nil},
 		{"Location time.Local", with(func(s *runtime.Schedule) { s.Every, s.Cron, s.Location = 0, "@daily", time.Local }), nil},
 		{"Location without a name", with(func(s *runtime.Schedule) { s.Every, s.Cron, s.Location = 0, "@daily", time.FixedZone("X", 3600) }), nil},
+		{"Location with an empty name", with(func(s *runtime.Schedule) { s.Every, s.Cron, s.Location = 0, "@daily", time.FixedZone("", 3600) }), nil},
+		// A fixed zone named like a loadable one: the name alone is
+		// recorded, so it would tick on the named zone's clock.
+		{"Location FixedZone named UTC", with(func(s *runtime.Schedule) { s.Every, s.Cron, s.Location = 0, "@daily", time.FixedZone("UTC", 3*3600) }), nil},
+		{"Location FixedZone named New York", with(func(s *runtime.Schedule) {
+			s.Every, s.Cron, s.Location = 0, "@daily", time.FixedZone("America/New_York", 5*3600)
+		}), nil},
+		{"Location FixedZone at New York's winter offset", with(func(s *runtime.Schedule) {
+			s.Every, s.Cron, s.Location = 0, "@daily", time.FixedZone("America/New_York", -5*3600)
+		}), nil},
 		{"Spec.RunID", with(func(s *runtime.Schedule) { s.Spec.RunID = "r" }), nil},
 		{"Spec.StartAt", with(func(s *runtime.Schedule) { s.Spec.StartAt = time.Now().Add(time.Hour) }), nil},
 		{"Spec.Deadline", with(func(s *runtime.Schedule) { s.Spec.Deadline = time.Now().Add(time.Hour) }), nil},
