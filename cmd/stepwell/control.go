@@ -75,17 +75,12 @@ the end of a step) can make it wrong. The signal itself is sent either way.
 			}
 			data := []byte(payload)
 			if payloadFile != "" {
-				if payloadFile == "-" {
-					data, err = io.ReadAll(os.Stdin)
-				} else {
-					data, err = os.ReadFile(payloadFile)
-				}
-				if err != nil {
+				if data, err = readPayloadFile(payloadFile, runtime.DefaultMaxSignalPayload); err != nil {
 					return usageError("--payload-file: %v", err)
 				}
 			}
 			if len(data) > runtime.DefaultMaxSignalPayload {
-				return failed("payload of %d bytes is over the limit of %d", len(data), runtime.DefaultMaxSignalPayload)
+				return failed("payload over the limit of %d bytes", runtime.DefaultMaxSignalPayload)
 			}
 			q, rt, err := c.openClient(ctx, w)
 			if err != nil {
@@ -244,4 +239,20 @@ func controlError(err error) error {
 		return usageError("%v", err)
 	}
 	return err
+}
+
+// readPayloadFile reads the payload file name ("-": stdin), reading at
+// most one byte past max: a larger payload is refused by its length, and
+// an endless one (/dev/zero, a pipe that never ends) is not read whole.
+func readPayloadFile(name string, max int) ([]byte, error) {
+	r := io.Reader(os.Stdin)
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	return io.ReadAll(io.LimitReader(r, int64(max)+1))
 }

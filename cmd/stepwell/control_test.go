@@ -130,6 +130,10 @@ func TestSignalPauseResume(t *testing.T) {
 		{[]string{"signal", "refund-7", "a/b"}, exitUsage, "invalid signal name"},
 		{[]string{"signal", "refund-7"}, exitUsage, "missing argument"},
 		{[]string{"signal", "refund-7", "x", "--payload", "a", "--payload-file", payload}, exitUsage, "exclude each other"},
+		// An endless payload is refused at the limit, not read whole (it
+		// used to grow until the process ran out of memory).
+		{[]string{"signal", "refund-7", "x", "--payload-file", "/dev/zero"}, exitFailed, "payload over the limit"},
+		{[]string{"signal", "refund-7", "x", "--payload-file", dir}, exitUsage, "--payload-file"},
 		{[]string{"pause", "a/b"}, exitUsage, "invalid run ID"},
 	} {
 		if r := f.on(t, tc.args...); r.code != tc.code || !strings.Contains(r.stderr, tc.stderr) || r.stdout != "" {
