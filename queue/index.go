@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"encoding/binary"
 	"slices"
 	"strings"
 	"time"
@@ -117,9 +118,10 @@ func (qi *queueIndex) wake() {
 type jobIndex struct {
 	now    func() time.Time
 	queues map[string]*queueIndex
-	// dedup maps queue + "\x00" + key to the pending jobs holding it, oldest
-	// first. Usually one; several when a job with the key is enqueued while
-	// another is claimed and that one is then retried or requeued.
+	// dedup maps a queue and a dedup key (appendDedupKey) to the pending
+	// jobs holding it, oldest first. Usually one; several when a job with
+	// the key is enqueued while another is claimed and that one is then
+	// retried or requeued.
 	dedup    map[string][]string
 	kbuf     []byte // scratch key of dedup lookups (see dedupScratch)
 	maxOrder uint64
@@ -216,19 +218,28 @@ func (ix *jobIndex) queueBytes(name []byte) *queueIndex {
 	return ix.queue(string(name))
 }
 
-// dedupScratch returns queue + "\x00" + key, a key of ix.dedup, in ix's
-// scratch buffer, valid until the next call: ix.dedup[string(k)] looks
-// it up without a copy.
+// dedupScratch returns the key of ix.dedup for key in queue (see
+// appendDedupKey), in ix's scratch buffer, valid until the next call:
+// ix.dedup[string(k)] looks it up without a copy.
 func (ix *jobIndex) dedupScratch(queue []byte, key string) []byte {
-	ix.kbuf = append(append(append(ix.kbuf[:0], queue...), 0), key...)
+	ix.kbuf = appendDedupKey(ix.kbuf[:0], queue, key)
 	return ix.kbuf
 }
 
 // dedupHolders returns the pending jobs holding key in queue, oldest
 // first.
 func (ix *jobIndex) dedupHolders(queue, key string) []string {
-	ix.kbuf = append(append(append(ix.kbuf[:0], queue...), 0), key...)
+	ix.kbuf = appendDedupKey(ix.kbuf[:0], queue, key)
 	return ix.dedup[string(ix.kbuf)]
+}
+
+// appendDedupKey appends the key of ix.dedup for key in queue: queue's
+// length, queue, then key. Neither a queue name nor a dedup key is
+// barred any byte, so a separator between them would let two pairs meet
+// ("a\x00b" + "c" and "a" + "b\x00c"); a length cannot.
+func appendDedupKey[Q string | []byte](b []byte, queue Q, key string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(queue)))
+	return append(append(b, queue...), key...)
 }
 
 func (ix *jobIndex) Apply(key string, old, new []byte) {

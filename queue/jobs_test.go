@@ -109,6 +109,15 @@ func TestDedup(t *testing.T) {
 	if other.Duplicate {
 		t.Fatal("dedup keys must be per queue")
 	}
+	// Not even a queue and key that spell the other's with a NUL moved
+	// across (the index once joined them with one).
+	nul := mustEnqueue(t, q, "emails\x00eu", "d", EnqueueOptions{DedupKey: "user-1"})
+	if r := mustEnqueue(t, q, "emails", "e", EnqueueOptions{DedupKey: "eu\x00user-1"}); r.Duplicate || r.JobID == nul.JobID {
+		t.Fatalf("another queue's key hit %+v, want a new job", r)
+	}
+	if s, _ := q.Stats(t0ctx, "emails"); s.Pending != 1 {
+		t.Fatalf("emails: %+v, want its job pending", s)
+	}
 	// Once claimed, the key no longer holds: a new job may be enqueued.
 	j := mustClaim(t, q, "q")
 	c := mustEnqueue(t, q, "q", "c", EnqueueOptions{DedupKey: "k"})
