@@ -226,6 +226,24 @@ func TestDueTimesOutsideNanoRange(t *testing.T) {
 	}
 }
 
+// The backoff doubles up to its cap however large the cap: with
+// math.MaxInt64 (no cap, in effect) it used to wrap around past attempt
+// 34, and retries came due decades in the past.
+func TestBackoffUnderAHugeCap(t *testing.T) {
+	cfg := QueueConfig{BackoffBase: time.Second, BackoffMax: math.MaxInt64}
+	want := time.Second // the backoff before jitter: [want/2, want]
+	for n := uint32(1); n <= 100; n++ {
+		if got := backoff(cfg, n); got < want/2 || got > want {
+			t.Fatalf("attempt %d: backoff %v, want within [%v, %v]", n, got, want/2, want)
+		}
+		if want > cfg.BackoffMax/2 {
+			want = cfg.BackoffMax
+		} else {
+			want *= 2
+		}
+	}
+}
+
 func TestLeaseExpiryAndPoisonJobs(t *testing.T) {
 	q, clk := openJobs(t, WithMaxAttempts(2))
 	mustEnqueue(t, q, "q", "p", EnqueueOptions{})

@@ -224,6 +224,10 @@ func (l *local) deadNoticeTx(tx *engine.Tx, id string, rec *jobRec, reason strin
 func backoff(cfg QueueConfig, attempts uint32) time.Duration {
 	d := cfg.BackoffBase
 	for i := uint32(1); i < attempts && d < cfg.BackoffMax; i++ {
+		if d > cfg.BackoffMax/2 {
+			d = cfg.BackoffMax // doubling would pass it (or wrap around)
+			break
+		}
 		d *= 2
 	}
 	d = min(d, cfg.BackoffMax)
