@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 )
 
@@ -16,10 +17,14 @@ type ClusterConfig struct {
 	// Listen is the address this process serves the cluster's members on
 	// while it is the writer, e.g. "127.0.0.1:0" or ":7420". A member
 	// binds it only while it tries to become the writer, when the store
-	// may be free.
+	// may be free. A port that is not a number from 0 to 65535 is
+	// ErrInvalidOption; an address no process can listen on (a host that
+	// does not resolve or is not this machine's, a port it may not use)
+	// fails Open, rather than a look for a writer that ends with ctx.
 	Listen string
 	// Advertise is the address members dial, written into the store: a
-	// host and a port (build it with net.JoinHostPort). It defaults to
+	// host and a port from 1 to 65535 (build it with net.JoinHostPort);
+	// anything else is ErrInvalidOption. It defaults to
 	// Listen's address as bound, with the host name in place of an
 	// unspecified host (":7420" -> "HOSTNAME:7420").
 	Advertise string
@@ -70,14 +75,18 @@ func WithCluster(c ClusterConfig) Option {
 		if c.Listen == "" {
 			return invalid("cluster: Listen must be set (e.g. \"127.0.0.1:0\")")
 		}
-		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 			return invalid("cluster: Listen %q: %v", c.Listen, err)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return invalid("cluster: Listen %q: want a port number from 0 to 65535", c.Listen)
 		}
 		if c.Advertise != "" {
 			// Dialled by the other processes: a host is needed (an
-			// address built from an unset variable has none).
-			if host, port, err := net.SplitHostPort(c.Advertise); err != nil || host == "" || port == "" {
-				return invalid("cluster: Advertise %q: want a host and a port members can dial", c.Advertise)
+			// address built from an unset variable has none), and a port
+			// one can dial (not 0).
+			host, port, err := net.SplitHostPort(c.Advertise)
+			if n, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || n == 0 {
+				return invalid("cluster: Advertise %q: want a host and a port members can dial (1 to 65535)", c.Advertise)
 			}
 		}
 		if c.DialTimeout < 0 {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/cluster"
@@ -56,6 +57,17 @@ func (c *clustered) join(ctx context.Context) error {
 	return c.becomeMember(ctx, own)
 }
 
+// badListen reports whether err, from listening on ClusterConfig.Listen,
+// says that no process can listen there (a host that does not resolve or
+// is not this machine's, a port it may not use), as opposed to a port
+// that another process holds now.
+func badListen(err error) bool {
+	var addrErr *net.AddrError
+	var dnsErr *net.DNSError
+	return errors.As(err, &addrErr) || errors.As(err, &dnsErr) ||
+		errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EACCES)
+}
+
 // errNotCluster: the store's live writer is not in cluster mode.
 var errNotCluster = fmt.Errorf("%w: its writer is not in cluster mode", errNoWriter)
 
@@ -63,6 +75,13 @@ var errNotCluster = fmt.Errorf("%w: its writer is not in cluster mode", errNoWri
 func (c *clustered) becomeWriter(ctx context.Context, takeover bool) error {
 	lis, err := net.Listen("tcp", c.cfg.Listen)
 	if err != nil {
+		if badListen(err) {
+			// No process can serve there: say so, rather than look for
+			// a writer that does not exist until ctx ends.
+			c.log.Warn("stepwell: cluster: cannot listen on ClusterConfig.Listen, so this process cannot become the writer",
+				"listen", c.cfg.Listen, "err", err)
+			return fmt.Errorf("queue: cluster: cannot listen on %s (ClusterConfig.Listen): %w", c.cfg.Listen, err)
+		}
 		// The address is taken (a writer on this host serves on it):
 		// this process cannot be the writer now.
 		return fmt.Errorf("%w: cluster: cannot listen on %s: %v", ErrStoreLocked, c.cfg.Listen, err)

@@ -70,6 +70,63 @@ func waitRole(t *testing.T, q *Queue, want Role, within time.Duration) time.Dura
 	return testenv.Eventually(t, within, "role "+want.String(), func() bool { return q.Role() == want })
 }
 
+// WithCluster refuses addresses whose port is no port, and an Advertise
+// address members cannot dial (port 0), with ErrInvalidOption; it used to
+// take them, and Open then looked for a writer until ctx ended, or members
+// dialled port 0. (Checked on the option itself: on a mem:// store, which
+// cannot be shared, every WithCluster fails Open.)
+func TestClusterConfigPorts(t *testing.T) {
+	for cfg, ok := range map[ClusterConfig]bool{
+		{Listen: "127.0.0.1:0"}:                           true,
+		{Listen: ":7420"}:                                 true,
+		{Listen: "127.0.0.1:65535"}:                       true,
+		{Listen: ":7420", Advertise: "10.0.0.5:7420"}:     true,
+		{Listen: "127.0.0.1:99999"}:                       false,
+		{Listen: "127.0.0.1:abc"}:                         false,
+		{Listen: "127.0.0.1:-1"}:                          false,
+		{Listen: ":7420", Advertise: "127.0.0.1:0"}:       false,
+		{Listen: ":7420", Advertise: "127.0.0.1:abc"}:     false,
+		{Listen: ":7420", Advertise: "host:99999"}:        false,
+		{Listen: ":7420", Advertise: "host:"}:             false,
+		{Listen: ":7420", Advertise: "[::1]:7420"}:        true,
+		{Listen: ":7420", Advertise: "pod.example.:7420"}: true,
+	} {
+		o := defaultOptions()
+		err := WithCluster(cfg)(&o)
+		if ok && err != nil || !ok && !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithCluster(%+v) = %v, want ok %v", cfg, err, ok)
+		}
+	}
+}
+
+// An Open in cluster mode of a free store, whose Listen address no
+// process can listen on (192.0.2.1 is a documentation address, on no
+// host), fails at once saying why. It used to take the failure for a
+// writer holding the port and look for that writer until ctx ended ("no
+// writer found nor became one").
+func TestClusterUnusableListenFailsOpen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := "file://" + t.TempDir()
+	start := time.Now()
+	q, err := Open(ctx, url, WithCluster(ClusterConfig{Listen: "192.0.2.1:0"}))
+	if err == nil {
+		q.Close(ctx)
+		t.Fatal("Open succeeded")
+	}
+	if !strings.Contains(err.Error(), "cannot listen on 192.0.2.1:0") || ctx.Err() != nil || errors.Is(err, ErrStoreLocked) {
+		t.Fatalf("Open = %v (after %v), want it to say it cannot listen", err, time.Since(start))
+	}
+	// Nothing else stops the store being opened.
+	q, err = Open(ctx, url, WithCluster(ClusterConfig{Listen: "127.0.0.1:0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Every operation works from a member, with the writer's guarantees.
 func TestClusterMemberOperations(t *testing.T) {
 	for name, store := range clusterStores(t) {
