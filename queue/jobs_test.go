@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -512,6 +514,69 @@ func TestWorkerLoop(t *testing.T) {
 	}
 	if n := len(seen); n != 20+2+1 { // the panicking job ran twice
 		t.Fatalf("handler ran %d times, want 23", n)
+	}
+}
+
+// brokenErr is an error type whose Error reads its receiver: a nil
+// *brokenErr returned as an error panics when read.
+type brokenErr struct{ msg string }
+
+func (e *brokenErr) Error() string { return e.msg }
+
+// A handler that calls runtime.Goexit (t.FailNow does) or returns an
+// error that panics when read (a typed nil) fails its attempt, and the
+// loop goes on with its slots. Before, Goexit lost the slot for good
+// (with one slot the loop stopped, and Work did not return after its ctx
+// ended), and a broken error crashed the process where its text was read.
+func TestWorkHandlerGoexitAndBrokenError(t *testing.T) {
+	q := openT(t, testenv.MemURL(t.Name()), WithRetryBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	for _, p := range []string{"goexit", "typed-nil", "ok"} {
+		mustEnqueue(t, q, "w", p, EnqueueOptions{})
+	}
+	ctx, cancel := context.WithCancel(t0ctx)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	errc := make(chan error)
+	go func() {
+		errc <- q.Work(ctx, "w", func(ctx context.Context, j *Job) error {
+			mu.Lock()
+			runs[string(j.Payload)]++
+			n := runs[string(j.Payload)]
+			mu.Unlock()
+			switch {
+			case string(j.Payload) == "goexit" && n == 1:
+				runtime.Goexit()
+			case string(j.Payload) == "typed-nil":
+				var e *brokenErr
+				return e
+			}
+			return nil
+		}, WorkOptions{Concurrency: 1})
+	}()
+	testenv.Eventually(t, 10*time.Second, "goexit done at its second attempt, typed-nil dead, ok done", func() bool {
+		s, _ := q.Stats(t0ctx, "w")
+		mu.Lock()
+		defer mu.Unlock()
+		return s.Dead == 1 && s.Pending+s.Scheduled+s.Claimed == 0 && runs["goexit"] == 2 && runs["ok"] == 1
+	})
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("Work = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Work did not return after its ctx ended")
+	}
+	page, _ := q.DeadJobs(t0ctx, "w", "", 10)
+	if len(page.Jobs) != 1 || string(page.Jobs[0].Payload) != "typed-nil" ||
+		!strings.Contains(page.Jobs[0].History[0].Error, "Error method panicked") {
+		t.Fatalf("dead jobs: %+v", page.Jobs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs["goexit"] != 2 {
+		t.Errorf("the Goexit job ran %d times, want 2", runs["goexit"])
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/errtext"
 	"github.com/stepwell/stepwell/internal/handoff"
 
 	"github.com/stepwell/stepwell/internal/objstore"
@@ -68,9 +69,12 @@ type WorkOptions struct {
 // Queue.Err: ErrFenced, ...); it rides out an outage (see Health), claiming
 // again once the store answers.
 // Leases of long jobs are renewed automatically; a panic in h is a failed
-// attempt whose error carries the panic message. Enqueues of this process
-// dispatched by the runtime start jobs directly in its idle slots; those
-// count against Concurrency like the jobs it claims itself. The
+// attempt whose error carries the panic message, and so is an h that
+// calls runtime.Goexit (testing.T.FailNow does) instead of returning; an
+// error whose Error method panics is read as one that says so. Enqueues
+// of this process dispatched by the runtime start jobs directly in its
+// idle slots; those count against Concurrency like the jobs it claims
+// itself. The
 // settlement the loop makes once h returned (Ack, Nack or DeadLetter of
 // its job) also claims the slot's next job, in the same transaction (a
 // member's: in the same call), and the slot runs it next; a stopping
@@ -100,11 +104,22 @@ func (q *Queue) Work(ctx context.Context, queue string, h Handler, opts WorkOpti
 	rn := newRenewer(q)
 	go rn.run(quit)
 	slotLoop := func(sj slotJob) {
+		running := true
+		defer func() {
+			if running {
+				// A handler called runtime.Goexit (t.FailNow, say), which
+				// ends this goroutine whatever it does: runJob settled the
+				// job, and the slot is given back here, not lost.
+				s.put()
+			}
+		}()
 		for {
 			q.runSlot(stopping, jobBase, rn, sj.j, sj.carried, h, opts.manualSettle, sj.dispatched)
+			running = false
 			s.put()
 			select {
 			case sj = <-idle:
+				running = true
 			case <-quit:
 				return
 			}
@@ -307,12 +322,22 @@ func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, man
 	cc := q.watchClaim(base, j)
 	cc.handler = true // rn tells it of a drain (see onClaimEnd)
 	rn.add(cc, max(lease/3, time.Millisecond))
+	returned := false
 	defer func() {
 		rn.remove(cc)
 		cc.stop(q)
+		if !returned {
+			// h called runtime.Goexit: its goroutine ends after these
+			// deferred calls, and nothing after callHandler runs. The
+			// attempt failed; the slot is given back by the loop's.
+			if err := q.Nack(context.WithoutCancel(base), j, errHandlerGoexit, 0); err != nil && !IsClaimLost(err) {
+				q.opts.logf("stepwell: settling job %s failed: %v", j.ID, err)
+			}
+		}
 	}()
 	jctx := context.Context(cc)
 	err := callHandler(jctx, j, h)
+	returned = true
 	handoff.Settling[*Job](base) // h returned: its settlement may refill the slot
 	// Made only to settle: the runtime's handler settles its own jobs.
 	settle := func() context.Context { return context.WithoutCancel(base) }
@@ -363,5 +388,9 @@ func callHandler(ctx context.Context, j *Job, h Handler) (err error) {
 			err = &panicError{value: r, stack: debug.Stack()}
 		}
 	}()
-	return h(ctx, j)
+	return errtext.Safe(h(ctx, j))
 }
+
+// errHandlerGoexit is the failure of an attempt whose handler called
+// runtime.Goexit (testing.T.FailNow does) instead of returning.
+var errHandlerGoexit = errors.New("queue: the handler called runtime.Goexit instead of returning")

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stepwell/stepwell/internal/testenv"
 	"github.com/stepwell/stepwell/runtime"
@@ -116,6 +118,73 @@ func TestStepErrorsAreLoggedAndReported(t *testing.T) {
 	}
 	if l := linesWith(logs.String(), "level=ERROR", "the run fails", "run_id=doomed", "step=0", "card declined"); len(l) != 1 {
 		t.Errorf("doomed's failure logged %d times at ERROR: %q", len(l), l)
+	}
+}
+
+// brokenErr's Error reads its receiver: a nil *brokenErr returned as an
+// error (a common slip) panics when read.
+type brokenErr struct{ msg string }
+
+func (e *brokenErr) Error() string { return e.msg }
+
+// TestHostileSteps: a step that calls runtime.Goexit (t.FailNow does), or
+// returns an error that panics when read (a typed nil), fails its attempt
+// like any other: the ErrorHandler is told, the step is retried, and Run
+// returns at the end. Before: Goexit lost its slot for good (with one
+// slot nothing ran again, and Run did not return), a typed nil skipped
+// the ErrorHandler and failed the run with the runtime's own stack, and
+// one returned after its step timeout crashed the process.
+func TestHostileSteps(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var reported []string
+	handler := func(ctx context.Context, e *runtime.StepError) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, e.RunID+": "+e.Err.Error())
+	}
+	late := make(chan struct{})
+	runner := steprunner.RunnerFunc(func(ctx context.Context, s *steprunner.Step) (steprunner.Outcome, error) {
+		if s.Attempt > 1 {
+			return steprunner.Succeed(nil), nil
+		}
+		switch s.RunID {
+		case "goexit":
+			goruntime.Goexit()
+		case "typed-nil":
+			var e *brokenErr
+			return steprunner.Outcome{}, e
+		case "late":
+			<-ctx.Done() // its timeout
+			time.Sleep(20 * time.Millisecond)
+			defer close(late)
+			var e *brokenErr
+			return steprunner.Outcome{}, e // read after the step was settled
+		}
+		return steprunner.Succeed(nil), nil
+	})
+	q := openQueue(t, memURL())
+	hook := &hookRecorder{}
+	rt := newRuntime(t, q, runner, hook, runtime.WithMaxConcurrentSteps(1), runtime.WithErrorHandler(handler))
+	for _, id := range []string{"goexit", "typed-nil"} {
+		mustSubmit(t, rt, runtime.RunSpec{RunID: id})
+	}
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "late", StepTimeout: 50 * time.Millisecond})
+	r := startRun(t, rt)
+	for _, id := range []string{"goexit", "typed-nil", "late"} {
+		if o := hook.wait(t, id); o.Status != terminal.Succeeded {
+			t.Errorf("%s: %+v, want succeeded at its second attempt", id, o)
+		}
+	}
+	<-late
+	if err := r.stop(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(reported, "\n"); !strings.Contains(got, "typed-nil: an error of type *runtime_test.brokenErr whose Error method panicked") ||
+		!strings.Contains(got, "late: ") {
+		t.Errorf("the ErrorHandler was told:\n%s", got)
 	}
 }
 

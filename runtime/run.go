@@ -602,7 +602,8 @@ func (rt *Runtime) callRunner(ctx context.Context, s *steprunner.Step) (out step
 			err = &stepPanic{value: r, stack: debug.Stack()}
 		}
 	}()
-	return rt.runner.RunStep(ctx, s)
+	out, err = rt.runner.RunStep(ctx, s)
+	return out, errtext.Safe(err) // its text is read, maybe where nothing recovers
 }
 
 // userHeaders returns the headers of h that are not reserved: nil if

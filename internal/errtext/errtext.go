@@ -5,10 +5,12 @@
 // error, say one that quotes a tool's 50 MB response; kept whole, it
 // would be copied into several records of one transaction and could keep
 // that transaction from committing. It is internal: the queue and the
-// runtime share the bound, and their documentation states it.
+// runtime share the bound, and their documentation states it. Safe makes
+// the text of an error that the user's code returned safe to read.
 package errtext
 
 import (
+	"fmt"
 	"strconv"
 	"unicode/utf8"
 )
@@ -46,3 +48,43 @@ func Truncate(s string, max int) string {
 	b = append(b, s[:cut]...)
 	return string(append(b, note...))
 }
+
+// Safe returns err, or, if its Error method panics (a typed nil pointer
+// returned as an error, a broken error type), an error whose text says so
+// and that unwraps to err, so that errors.Is and errors.As still see what
+// err is. Code that reads the text of errors it did not make (a handler's,
+// a step's) passes them through Safe first: a panic there would come from
+// a goroutine that nothing recovers.
+func Safe(err error) error {
+	if err == nil {
+		return nil
+	}
+	if p, ok := errorPanics(err); ok {
+		return &brokenError{err: err, panic: p}
+	}
+	return err
+}
+
+// errorPanics calls err.Error and reports what it panicked with, if it
+// did.
+func errorPanics(err error) (p any, panicked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			p, panicked = r, true
+		}
+	}()
+	_ = err.Error()
+	return nil, false
+}
+
+// brokenError stands for an error whose Error method panics (see Safe).
+type brokenError struct {
+	err   error
+	panic any
+}
+
+func (e *brokenError) Error() string {
+	return fmt.Sprintf("an error of type %T whose Error method panicked: %v", e.err, e.panic)
+}
+
+func (e *brokenError) Unwrap() error { return e.err }

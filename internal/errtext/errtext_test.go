@@ -1,6 +1,7 @@
 package errtext
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -33,5 +34,42 @@ func TestTruncate(t *testing.T) {
 	// A bound too small for any of s: just the note.
 	if got := Truncate("0123456789abcdef", 4); got != "... (truncated, 16 bytes)" {
 		t.Fatalf("Truncate(16 bytes, 4) = %q", got)
+	}
+}
+
+// typedNil is an error type whose Error dereferences its receiver: a nil
+// *typedNil returned as an error (a common slip) panics when read.
+type typedNil struct{ msg string }
+
+func (e *typedNil) Error() string { return e.msg }
+
+// lazyWrap reads the error it wraps when read (fmt.Errorf reads it at
+// once, and survives its panic).
+type lazyWrap struct{ err error }
+
+func (w lazyWrap) Error() string { return "step: " + w.err.Error() }
+func (w lazyWrap) Unwrap() error { return w.err }
+
+func TestSafe(t *testing.T) {
+	if Safe(nil) != nil {
+		t.Fatal("Safe(nil) is not nil")
+	}
+	plain := errors.New("plain")
+	if Safe(plain) != plain {
+		t.Fatal("Safe changed an error whose Error works")
+	}
+	var p *typedNil
+	for _, err := range []error{p, lazyWrap{p}} {
+		s := Safe(err)
+		if s == err {
+			t.Fatalf("Safe(%T) kept an error whose Error panics", err)
+		}
+		if text := s.Error(); !strings.Contains(text, "Error method panicked") {
+			t.Errorf("Safe(%T).Error() = %q", err, text)
+		}
+		var got *typedNil
+		if !errors.As(s, &got) || !errors.Is(s, err) {
+			t.Errorf("Safe(%T) hides what it is from errors.As and errors.Is", err)
+		}
 	}
 }
