@@ -62,7 +62,7 @@ A progress line goes to stderr. See docs/BENCHMARKS.md.
 				cfg.Store = c.env("STEPWELL_STORE")
 			}
 			if !quiet {
-				cfg.Progress = c.stderr
+				cfg.Progress = c.progress
 			}
 			if _, err := cfg.Normalize(); err != nil {
 				return usageError("%v", err)

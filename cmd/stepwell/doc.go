@@ -12,6 +12,13 @@
 // Flags may appear before or after a command's argument; "--" ends the
 // flags (for a run ID that starts with "-").
 //
+// What it prints quotes what services stored (run errors, headers, queue
+// names), so it never passes them to the terminal raw: control characters
+// other than newline and tab show as Go escapes (\x1b, \r), bidirectional
+// formatting characters as \u escapes, and invalid UTF-8 as \xHH. An
+// escape sequence a service stored cannot recolor the screen, hide a line
+// or write the clipboard. --json output is unchanged by it.
+//
 // # Commands
 //
 // Read commands open the store read-only (queue.WithReadOnly): they load

@@ -172,7 +172,10 @@ func commands() []*command {
 // cli holds one invocation's environment and global flags.
 type cli struct {
 	env            func(string) string
-	stdout, stderr io.Writer
+	stdout, stderr io.Writer // what they print is made safe (termSafe)
+	// progress is stderr as given, for the CLI's own live lines (a bench's
+	// progress redraws its line with '\r'): no stored data goes there.
+	progress io.Writer
 
 	store  string // --store
 	asJSON bool   // --json
@@ -203,7 +206,9 @@ func failed(format string, args ...any) error {
 // the program name), environment and output streams, and exits with what
 // it returns; tests call it in-process.
 func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	c := &cli{env: env, stdout: stdout, stderr: stderr, asJSON: wantsJSON(args)}
+	// What the CLI prints quotes what services stored: see termSafe.
+	c := &cli{env: env, stdout: newTermSafe(stdout), stderr: newTermSafe(stderr), progress: stderr, asJSON: wantsJSON(args)}
+	stdout, stderr = c.stdout, c.stderr
 
 	global := flag.NewFlagSet("stepwell", flag.ContinueOnError)
 	global.SetOutput(io.Discard) // parse errors are reported by fail
