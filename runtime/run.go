@@ -27,12 +27,20 @@ import (
 // example queue.ErrFenced; see queue.Queue.Err): it rides out an outage of
 // the store, which delays steps but fails no run and spends no attempt
 // (see queue.Health). Several Runtimes may Run on one store at once. A
-// client Runtime (New without a Runner) returns ErrNoRunner at once.
+// client Runtime (New without a Runner) returns ErrNoRunner at once. A
+// Runtime whose step queue is the notify queue of a Runtime with a hook on
+// the store (as recorded when that one's Run started) returns an error
+// wrapping ErrInvalidQueueName at once: each would take the other's jobs
+// for its own, and fail them.
 func (rt *Runtime) Run(ctx context.Context) error {
 	if rt.runner == nil {
 		return ErrNoRunner
 	}
-	if err := rt.recordNotifyQueue(ctx); err != nil {
+	err := rt.checkNotNotifyQueue(ctx, rt.opts.queueName) // before this one records its own
+	if err == nil {
+		err = rt.recordNotifyQueue(ctx)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: nothing ran
 		}

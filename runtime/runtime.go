@@ -131,6 +131,25 @@ func (rt *Runtime) recordNotifyQueue(ctx context.Context) error {
 	}
 }
 
+// checkNotNotifyQueue returns an error wrapping ErrInvalidQueueName if
+// stepQueue is the notify queue recorded in the store (recordNotifyQueue):
+// a notify queue carries notifications, which a step worker takes for
+// steps it cannot decode, and a step there is taken by a hook's worker for
+// a notification it cannot decode; either is dead-lettered, and its run
+// stranded or unnotified.
+func (rt *Runtime) checkNotNotifyQueue(ctx context.Context, stepQueue string) error {
+	v, err := rt.q.Get(ctx, []byte(notifyConfigKey))
+	switch {
+	case errors.Is(err, queue.ErrKeyNotFound):
+		return nil
+	case err != nil:
+		return err
+	case string(v) == stepQueue:
+		return fmt.Errorf("%w: %q is the notify queue of a Runtime with a hook on this store (WithNotifyQueueName)", ErrInvalidQueueName, stepQueue)
+	}
+	return nil
+}
+
 // RunSpec describes a run to submit.
 type RunSpec struct {
 	// RunID identifies the run; "" generates a ULID. Printable ASCII without
@@ -166,8 +185,9 @@ type RunSpec struct {
 	Retry *steprunner.RetryPolicy
 	// Queue is the step queue of step 0: a Runtime serving it
 	// (WithQueueName) runs it. "": the submitting Runtime's. A name that
-	// ValidateQueueName refuses, or the Runtime's notify queue
-	// (WithNotifyQueueName), is ErrInvalidQueueName. A re-submit does
+	// ValidateQueueName refuses, the Runtime's notify queue
+	// (WithNotifyQueueName), or the notify queue recorded in the store by
+	// a Runtime with a hook (see Run), is ErrInvalidQueueName. A re-submit does
 	// not compare it (the run's queue changes as its steps go on).
 	Queue string
 	// Deadline bounds the whole run: if it has not ended by then, it ends
@@ -278,8 +298,11 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		return SubmitOutcome{}, err
 	}
 	stepQueue := rt.opts.queueName
-	if spec.Queue != "" {
+	if spec.Queue != "" && spec.Queue != stepQueue {
 		if err := rt.validateStepQueue(spec.Queue); err != nil {
+			return SubmitOutcome{}, err
+		}
+		if err := rt.checkNotNotifyQueue(ctx, spec.Queue); err != nil {
 			return SubmitOutcome{}, err
 		}
 		stepQueue = spec.Queue

@@ -268,6 +268,39 @@ func TestNotifyQueueIsNoStepQueue(t *testing.T) {
 	}
 }
 
+// TestNotifyQueueOfAnotherRuntime: once a Runtime with a hook has
+// started its Run, its notify queue is refused as a step queue by the
+// other Runtimes of the store too: by Submit (RunSpec.Queue, nothing
+// written) and by Run (a Runtime whose step queue it is), with
+// ErrInvalidQueueName. Before, a run submitted there was taken by the
+// hook's worker for a notification and stranded, and a Runtime serving it
+// took the notifications for steps and dead-lettered them: the hook was
+// never called.
+func TestNotifyQueueOfAnotherRuntime(t *testing.T) {
+	q := openQueue(t, memURL())
+	ctx := context.Background()
+	hooked := newRuntime(t, q, succeedRunner(nil), &hookRecorder{}, runtime.WithQueueName("orders"), runtime.WithNotifyQueueName("billing"))
+	startRun(t, hooked)
+	testenv.Eventually(t, waitTimeout, "the hooked Runtime's Run to record its notify queue", func() bool {
+		v, err := q.Get(ctx, []byte("workflow/config/notify_queue"))
+		return err == nil && string(v) == "billing"
+	})
+	client := newRuntime(t, q, nil, nil)
+	if _, err := client.Submit(ctx, runtime.RunSpec{RunID: "x1", Queue: "billing"}); !errors.Is(err, runtime.ErrInvalidQueueName) {
+		t.Errorf("Submit with Queue = another Runtime's notify queue: %v, want ErrInvalidQueueName", err)
+	}
+	if _, err := client.Status(ctx, "x1"); !errors.Is(err, runtime.ErrRunNotFound) {
+		t.Errorf("the refused Submit wrote a run: %v", err)
+	}
+	// With a hook of its own, which it would record in place of the other's.
+	billing := newRuntime(t, q, succeedRunner(nil), &hookRecorder{}, runtime.WithQueueName("billing"), runtime.WithNotifyQueueName("billing-notes"))
+	rctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	if err := billing.Run(rctx); !errors.Is(err, runtime.ErrInvalidQueueName) || rctx.Err() != nil {
+		t.Errorf("Run of a Runtime whose step queue is another's notify queue = %v, want ErrInvalidQueueName at once", err)
+	}
+}
+
 // TestOnQueueDeadStepNotice: a step of another step queue whose worker
 // died on its last attempt is noticed on that queue's notices queue
 // (<queue>.dead), and the Runtime that serves that queue fails the run,
