@@ -13,11 +13,12 @@
 // flags (for a run ID that starts with "-").
 //
 // What it prints quotes what services stored (run errors, headers, queue
-// names), so it never passes them to the terminal raw: control characters
-// other than newline and tab show as Go escapes (\x1b, \r), bidirectional
-// formatting characters as \u escapes, and invalid UTF-8 as \xHH. An
-// escape sequence a service stored cannot recolor the screen, hide a line
-// or write the clipboard. --json output is unchanged by it.
+// names), so it never passes them to the terminal raw: a carriage return
+// shows as \r, other control characters but newline and tab, and
+// bidirectional formatting characters, as \u escapes (\u001b, \u202e),
+// and invalid UTF-8 as \xHH. An escape sequence a service stored cannot
+// recolor the screen, hide a line or write the clipboard. --json output
+// keeps its meaning (those escapes are JSON's).
 //
 // # Commands
 //
@@ -132,7 +133,9 @@
 // where none is it exits 4. It listens on
 // 127.0.0.1:8080, and there answers only requests addressed to localhost
 // or a loopback IP (421 otherwise: a page of another site that its DNS
-// points at 127.0.0.1, which the browser deems same-origin, is refused);
+// points at 127.0.0.1, which the browser deems same-origin, is refused;
+// a reverse proxy in front of it must send Host: localhost, or the UI be
+// served with --auth-token);
 // another --listen needs --auth-token (or $STEPWELL_UI_AUTH_TOKEN),
 // --basic-auth USER:PASS or --insecure-no-auth.
 //

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -12,14 +13,17 @@ import (
 // one (ESC [ ... to recolor or move the cursor, OSC 52 to write the
 // operator's clipboard), a carriage return or backspace that hides what
 // went before, or a right-to-left override that reorders a line, must
-// reach the operator as text. It writes control characters other than
-// newline and tab as Go escapes (\r, \x1b, \u0085), bidirectional
-// formatting characters as \u escapes (\u202e), and each byte of invalid
-// UTF-8 as \xHH. JSON output passes unchanged: encoding/json escapes
-// control characters and invalid UTF-8 itself, and a \u escape of a
-// bidirectional character in a JSON string is the same string.
+// reach the operator as text. It writes a carriage return as \r, other
+// control characters but newline and tab (DEL and the C1 controls
+// included) and bidirectional formatting characters as \u escapes
+// (\u001b, \u202e), and each byte of invalid UTF-8 as \xHH. JSON output
+// keeps its meaning: encoding/json escapes control characters but DEL,
+// and invalid UTF-8, itself, and \r and a \u escape in a JSON string are
+// the characters they stand for. Writes may come from several goroutines
+// (loggers): each is passed whole.
 type termSafe struct {
 	w    io.Writer
+	mu   sync.Mutex
 	tail []byte // the start of a character split across writes
 	buf  []byte
 }
@@ -27,6 +31,8 @@ type termSafe struct {
 func newTermSafe(w io.Writer) *termSafe { return &termSafe{w: w} }
 
 func (t *termSafe) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	in := p
 	if len(t.tail) > 0 {
 		in = append(t.tail, p...)
@@ -44,7 +50,7 @@ func (t *termSafe) Write(p []byte) (int, error) {
 			if c == '\r' {
 				out = append(out, `\r`...)
 			} else {
-				out = fmt.Appendf(out, `\x%02x`, c)
+				out = fmt.Appendf(out, `\u%04x`, c)
 			}
 			i++
 			continue

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,11 +23,11 @@ func TestTermSafe(t *testing.T) {
 	for in, want := range map[string]string{
 		"plain text, tabs\tand\nnewlines\n": "plain text, tabs\tand\nnewlines\n",
 		"café ünïcode 😀":                    "café ünïcode 😀",
-		"\x1b[31mred\x1b[0m":                `\x1b[31mred\x1b[0m`,
-		"\x1b]52;c;cHduZWQ=\x07":            `\x1b]52;c;cHduZWQ=\x07`,
+		"\x1b[31mred\x1b[0m":                `\u001b[31mred\u001b[0m`,
+		"\x1b]52;c;cHduZWQ=\x07":            `\u001b]52;c;cHduZWQ=\u0007`,
 		"ok\rFAKE":                          `ok\rFAKE`,
-		"abc\b\b\bxyz":                      `abc\x08\x08\x08xyz`,
-		"a\x00b\x7fc":                       `a\x00b\x7fc`,
+		"abc\b\b\bxyz":                      `abc\u0008\u0008\u0008xyz`,
+		"a\x00b\x7fc":                       `a\u0000b\u007fc`,
 		"left \u202eright":                  `left \u202eright`,
 		"c1 \u0085 \u009b":                  `c1 \u0085 \u009b`,
 		"bad \xff\xfe utf8":                 `bad \xff\xfe utf8`,
@@ -45,7 +47,7 @@ func TestTermSafe(t *testing.T) {
 	// JSON: encoding/json escapes control characters and invalid UTF-8;
 	// a bidirectional character becomes a \u escape, which is the same
 	// JSON string.
-	doc := map[string]string{"error": "\x1b[31m\r\u202e\xff"}
+	doc := map[string]string{"error": "\x1b[31m\r\u202e\xff\x7f\u0085"}
 	raw, _ := json.Marshal(doc)
 	var b bytes.Buffer
 	newTermSafe(&b).Write(raw)
@@ -100,8 +102,53 @@ func TestCLIPrintsStoredControlsAsText(t *testing.T) {
 		if r.code != exitOK || strings.ContainsAny(r.stdout+r.stderr, "\x1b\x07\r") {
 			t.Errorf("stepwell %v: exit %d, raw control bytes in %q", args, r.code, r.stdout+r.stderr)
 		}
-		if args[0] != "runs" && !strings.Contains(r.stdout, `\x1b]52;c;`) {
+		if args[0] != "runs" && !strings.Contains(r.stdout, `\u001b]52;c;`) {
 			t.Errorf("stepwell %v does not show the reason's escape as text:\n%s", args, r.stdout)
 		}
 	}
+}
+
+// Loggers write to the CLI's stderr from several goroutines: each write
+// comes out whole (go test -race sees the sharing).
+func TestTermSafeConcurrentWrites(t *testing.T) {
+	var b syncBuffer
+	w := newTermSafe(&b)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				fmt.Fprintf(w, "goroutine %d: \x1b[31m a line\n", g)
+			}
+		}()
+	}
+	wg.Wait()
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 800 {
+		t.Fatalf("%d lines, want 800", len(lines))
+	}
+	for _, l := range lines {
+		if !strings.HasSuffix(l, `: \u001b[31m a line`) {
+			t.Fatalf("a garbled line: %q", l)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes, as a file is.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -200,10 +200,12 @@ func loopbackHostOnly(w http.ResponseWriter, r *http.Request) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
+	host = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), ".") // [::1], localhost.
 	if loopback(strings.ToLower(host)) {
 		return true
 	}
-	http.Error(w, fmt.Sprintf("stepwell ui answers on this address to localhost names only, not to Host %q", r.Host), http.StatusMisdirectedRequest)
+	http.Error(w, fmt.Sprintf("stepwell ui answers on this address to localhost names only, not to Host %q "+
+		"(behind a reverse proxy, have it send Host: localhost, or serve with --auth-token)", r.Host), http.StatusMisdirectedRequest)
 	return false
 }
 

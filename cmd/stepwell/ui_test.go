@@ -33,7 +33,7 @@ func TestUILoopbackAnswersLocalhostOnly(t *testing.T) {
 	}
 	for host, ok := range map[string]bool{
 		"127.0.0.1:8080": true, "localhost:8080": true, "LOCALHOST:8080": true, "[::1]:8080": true,
-		"127.0.0.2": true, "localhost": true,
+		"127.0.0.2": true, "localhost": true, "[::1]": true, "localhost.:8080": true,
 		"attacker.example:8080": false, "127.0.0.1.nip.io:8080": false, "localhost.attacker.example": false,
 		"10.0.0.1:8080": false, "": false,
 	} {
