@@ -322,23 +322,29 @@ func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, man
 	cc := q.watchClaim(base, j)
 	cc.handler = true // rn tells it of a drain (see onClaimEnd)
 	rn.add(cc, max(lease/3, time.Millisecond))
+	jctx := context.Context(cc)
 	returned := false
 	defer func() {
-		rn.remove(cc)
-		cc.stop(q)
 		if !returned {
 			// h called runtime.Goexit: its goroutine ends after these
-			// deferred calls, and nothing after callHandler runs. The
-			// attempt failed; the slot is given back by the loop's.
-			if err := q.Nack(context.WithoutCancel(base), j, errHandlerGoexit, 0); err != nil && !IsClaimLost(err) {
-				q.opts.logf("stepwell: settling job %s failed: %v", j.ID, err)
-			}
+			// deferred calls, and nothing after callHandler runs. Its
+			// attempt failed, settled as a returned error would be (the
+			// slot is given back by the loop's).
+			q.settleJob(base, jctx, j, errHandlerGoexit, manual)
 		}
+		rn.remove(cc)
+		cc.stop(q)
 	}()
-	jctx := context.Context(cc)
 	err := callHandler(jctx, j, h)
 	returned = true
 	handoff.Settling[*Job](base) // h returned: its settlement may refill the slot
+	q.settleJob(base, jctx, j, err, manual)
+}
+
+// settleJob settles j once its handler returned err (or called
+// runtime.Goexit: errHandlerGoexit), unless the handler settles its own
+// jobs (manual) and did.
+func (q *Queue) settleJob(base, jctx context.Context, j *Job, err error, manual bool) {
 	// Made only to settle: the runtime's handler settles its own jobs.
 	settle := func() context.Context { return context.WithoutCancel(base) }
 	cause := context.Cause(jctx)
@@ -347,7 +353,7 @@ func (q *Queue) runJob(base context.Context, rn *renewer, j *Job, h Handler, man
 		return // the reaper or a settle elsewhere owns the job now
 	case manual && errors.Is(cause, ErrDrainTimeout):
 		err = q.release(settle(), j) // stopped by the drain: the attempt does not count
-	case manual && err != nil && isPanic(err):
+	case manual && err != nil && (isPanic(err) || errors.Is(err, errHandlerGoexit)):
 		err = q.Nack(settle(), j, err, 0)
 	case manual:
 		return

@@ -668,10 +668,12 @@
 // max_attempts and job_id: at WARN when the step will be retried, at ERROR
 // when the run fails (a permanent error, or the last attempt); a panic is
 // logged with its stack. (A step that calls runtime.Goexit instead of
-// returning fails its attempt too, but unseen by the runtime: the queue
-// retries it, and only the job's history says why. An error whose Error
-// method panics, a typed nil say, is reported as one that says so.) A
-// failed hook delivery is logged the same way.
+// returning fails its attempt too: with a step timeout, as any failed
+// attempt; without one, the step runs on the Work slot's goroutine, which
+// ends, and the queue retries the step unseen by the runtime: only the
+// job's history says why. An error whose Error method panics, a typed nil
+// say, is reported as one that says so.) A failed hook delivery is logged
+// the same way.
 // So is every settlement that does not commit: at ERROR with its reason
 // when it cannot (then the step runs again once its lease runs out, or,
 // for a settlement that can never commit, the run fails: see the table),

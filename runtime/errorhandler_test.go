@@ -149,7 +149,7 @@ func TestHostileSteps(t *testing.T) {
 			return steprunner.Succeed(nil), nil
 		}
 		switch s.RunID {
-		case "goexit":
+		case "goexit", "goexit-timeout":
 			goruntime.Goexit()
 		case "typed-nil":
 			var e *brokenErr
@@ -170,8 +170,11 @@ func TestHostileSteps(t *testing.T) {
 		mustSubmit(t, rt, runtime.RunSpec{RunID: id})
 	}
 	mustSubmit(t, rt, runtime.RunSpec{RunID: "late", StepTimeout: 50 * time.Millisecond})
+	// On a goroutine of its own (a step timeout): a failed attempt at once,
+	// not a timeout a minute later.
+	mustSubmit(t, rt, runtime.RunSpec{RunID: "goexit-timeout", StepTimeout: time.Minute})
 	r := startRun(t, rt)
-	for _, id := range []string{"goexit", "typed-nil", "late"} {
+	for _, id := range []string{"goexit", "typed-nil", "late", "goexit-timeout"} {
 		if o := hook.wait(t, id); o.Status != terminal.Succeeded {
 			t.Errorf("%s: %+v, want succeeded at its second attempt", id, o)
 		}
@@ -183,7 +186,7 @@ func TestHostileSteps(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if got := strings.Join(reported, "\n"); !strings.Contains(got, "typed-nil: an error of type *runtime_test.brokenErr whose Error method panicked") ||
-		!strings.Contains(got, "late: ") {
+		!strings.Contains(got, "late: ") || !strings.Contains(got, "goexit-timeout: runtime: the step called runtime.Goexit") {
 		t.Errorf("the ErrorHandler was told:\n%s", got)
 	}
 }

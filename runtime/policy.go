@@ -149,8 +149,15 @@ func (rt *Runtime) runWithTimeout(ctx context.Context, s *steprunner.Step, d tim
 	go func() {
 		defer expire(context.Canceled)
 		defer cancel()
+		sent := false
+		defer func() {
+			if !sent { // the step called runtime.Goexit: its attempt failed
+				done <- result{err: errStepGoexit}
+			}
+		}()
 		out, err := rt.callRunner(ctx, s)
 		done <- result{out, err, errors.Is(context.Cause(ctx), steprunner.ErrStepTimeout)}
+		sent = true
 	}()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -177,6 +184,11 @@ func (rt *Runtime) runWithTimeout(ctx context.Context, s *steprunner.Step, d tim
 	}
 	return r.out, r.err
 }
+
+// errStepGoexit is the failure of an attempt whose step called
+// runtime.Goexit (testing.T.FailNow does) instead of returning, seen where
+// the step runs on a goroutine of its own (a step timeout).
+var errStepGoexit = errors.New("runtime: the step called runtime.Goexit instead of returning")
 
 func lateText(out steprunner.Outcome, err error) string {
 	if err != nil {

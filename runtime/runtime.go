@@ -46,6 +46,12 @@ type Runtime struct {
 
 	indexed atomic.Bool // the store's runs are all in the submitted index
 
+	// notifyRead is the notify queue recorded in the store as last read
+	// (checkNotNotifyQueue), and when: Submit reads it again only after
+	// notifyReadFor, so that a submit to another step queue costs no
+	// read (a call to the writer, on a cluster member) every time.
+	notifyRead atomic.Pointer[notifyRecord]
+
 	concMu concLocks // serializes this process's submits per concurrency key
 }
 
@@ -138,17 +144,30 @@ func (rt *Runtime) recordNotifyQueue(ctx context.Context) error {
 // a notification it cannot decode; either is dead-lettered, and its run
 // stranded or unnotified.
 func (rt *Runtime) checkNotNotifyQueue(ctx context.Context, stepQueue string) error {
-	v, err := rt.q.Get(ctx, []byte(notifyConfigKey))
-	switch {
-	case errors.Is(err, queue.ErrKeyNotFound):
-		return nil
-	case err != nil:
-		return err
-	case string(v) == stepQueue:
+	r := rt.notifyRead.Load()
+	if r == nil || time.Since(r.at) >= notifyReadFor {
+		v, err := rt.q.Get(ctx, []byte(notifyConfigKey))
+		if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
+			return err
+		}
+		r = &notifyRecord{name: string(v), at: time.Now()}
+		rt.notifyRead.Store(r)
+	}
+	if r.name == stepQueue {
 		return fmt.Errorf("%w: %q is the notify queue of a Runtime with a hook on this store (WithNotifyQueueName)", ErrInvalidQueueName, stepQueue)
 	}
 	return nil
 }
+
+// notifyRecord is the notify queue recorded in the store ("": none), as
+// read at a time.
+type notifyRecord struct {
+	name string
+	at   time.Time
+}
+
+// notifyReadFor is how long Submit trusts the notify queue it read last.
+const notifyReadFor = 30 * time.Second
 
 // RunSpec describes a run to submit.
 type RunSpec struct {
