@@ -537,9 +537,11 @@ func (w *writeFlags) tlsConfig() (*tls.Config, error) {
 // has the store open, or the store says its writer died, this command
 // becomes the writer until it closes the store. A writer that is not in
 // cluster mode, or that does not answer within w.wait, is exit 3, unless
-// w.takeover fences it (bucket stores). mem:// stores, which cannot be
-// shared, are opened as before. A URL where no store is, is exit 4 (see
-// checkStoreExists): the command does not create one.
+// w.takeover fences it (bucket stores). A URL where no store is, is exit
+// 4 (see checkStoreExists, which has w.wait of its own): the command does
+// not create one. So a mem:// store, which is new in each process, is one
+// only in-process (the tests), where it is opened directly: it cannot be
+// shared.
 func (c *cli) openWrite(ctx context.Context, w writeFlags) (*queue.Queue, error) {
 	raw, err := c.storeURL()
 	if err != nil {
