@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/engine"
@@ -60,35 +59,12 @@ func checkEnqueue(op *txnOp) error {
 	return nil
 }
 
-// maxRunAt is the latest due time a job can have: a job's times are
-// recorded in int64 nanoseconds since 1970, which end on 2262-04-11. A
-// later RunAt, or a Delay that reaches past it, is taken as maxRunAt.
-var maxRunAt = time.Unix(0, math.MaxInt64)
-
-// dueNanos is t in unix ns, t being after 1970: maxRunAt's if t is later
-// (t.UnixNano would wrap around into the past).
-func dueNanos(t time.Time) int64 {
-	if t.After(maxRunAt) {
-		return math.MaxInt64
-	}
-	return t.UnixNano()
-}
-
-// dueAfter is now + d in unix ns, maxRunAt's at the latest.
-func dueAfter(now time.Time, d time.Duration) int64 {
-	n := now.UnixNano()
-	if d > 0 && n > math.MaxInt64-int64(d) {
-		return math.MaxInt64
-	}
-	return n + int64(d)
-}
-
 // resolveTime turns an op time (unix ns; negative: a delay from now; 0: now)
-// into unix ns.
+// into unix ns; a delay that reaches past 2262-04-11 ends then (satAdd).
 func resolveTime(t int64, now time.Time) int64 {
 	switch {
 	case t < 0:
-		return dueAfter(now, time.Duration(-t))
+		return satAdd(now.UnixNano(), -t)
 	case t == 0:
 		return now.UnixNano()
 	}

@@ -182,7 +182,7 @@ func (l *local) retryTx(tx *engine.Tx, id string, rec *jobRec, cfg QueueConfig, 
 	if at != 0 {
 		rec.RunAt = resolveTime(at, now)
 	} else {
-		rec.RunAt = dueAfter(now, backoff(cfg, rec.Attempts))
+		rec.RunAt = satAdd(now.UnixNano(), int64(backoff(cfg, rec.Attempts)))
 	}
 	tx.PutIn(jobSpace, id, l.ix.jobValue(rec))
 }

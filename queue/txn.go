@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/queuex"
 )
 
@@ -158,9 +159,7 @@ func (t *Txn) Enqueue(queue string, payload []byte, opts EnqueueOptions) *Txn {
 	op := txnOp{Kind: opEnqueue, Queue: queue, Value: payload, Priority: opts.Priority,
 		MaxAttempts: opts.MaxAttempts, Headers: opts.Headers, DedupKey: opts.DedupKey, JobID: opts.JobID,
 		DeadNotify: opts.DeadLetterQueue, Claim: opts.claim, Dispatch: opts.dispatch && !opts.claim}
-	if !opts.RunAt.IsZero() && opts.RunAt.After(time.Unix(0, 0)) {
-		op.RunAt = dueNanos(opts.RunAt) // one before 1970 has passed: now (0)
-	}
+	op.RunAt = format.UnixNano(opts.RunAt) // zero, or before 1970: now (0)
 	if opts.Delay > 0 {
 		op.RunAt = -int64(opts.Delay) // resolved against the writer's clock
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
@@ -39,7 +40,7 @@ func setDeadline(rec *kvrecord.Run, deadline time.Time) {
 	if deadline.IsZero() {
 		return
 	}
-	rec.Deadline, rec.DeadlineJob = unixNanoOf(deadline), newJobID()
+	rec.Deadline, rec.DeadlineJob = format.UnixNano(deadline), newJobID()
 }
 
 // enqueueDeadline adds to txn the job that fires rec's deadline, if it has
@@ -77,7 +78,7 @@ func (rt *Runtime) rearmDeadline(txn *queue.Txn, next *kvrecord.Run, traceParent
 // deadlineDiff adds to diff the deadline, if spec's differs from the run
 // record's submission.
 func deadlineDiff(diff []string, rec *kvrecord.Run, spec *RunSpec) []string {
-	if d := unixNanoOf(spec.Deadline); rec.Deadline != d {
+	if d := format.UnixNano(spec.Deadline); rec.Deadline != d {
 		diff = append(diff, fmt.Sprintf("Deadline (%s, not %s)", startText(rec.Deadline), startText(d)))
 	}
 	return diff

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/internal/runrec"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
@@ -95,7 +96,7 @@ func (rt *Runtime) ListRuns(ctx context.Context, opts ListOptions) (RunPage, err
 	if !opts.SubmittedAfter.IsZero() {
 		// The first key of a run submitted at SubmittedAfter: newer runs'
 		// keys (a smaller inverted time) all sort before it.
-		stop = runrec.SubmittedKey(unixNanoOf(opts.SubmittedAfter), "")
+		stop = runrec.SubmittedKey(format.UnixNano(opts.SubmittedAfter), "")
 	}
 	page := RunPage{Runs: []RunStatus{}}
 	for {
@@ -146,7 +147,7 @@ func listStart(opts ListOptions) ([]byte, error) {
 	if b := opts.SubmittedBefore; !b.IsZero() {
 		// Past every key of a run submitted at b or later: run IDs are
 		// printable ASCII, below 0x7f.
-		bound := append(runrec.SubmittedKey(unixNanoOf(b), ""), 0x7f)
+		bound := append(runrec.SubmittedKey(format.UnixNano(b), ""), 0x7f)
 		if bytes.Compare(bound, after) > 0 {
 			after = bound
 		}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
 	"github.com/stepwell/stepwell/internal/errtext"
+	"github.com/stepwell/stepwell/internal/format"
 	"github.com/stepwell/stepwell/kvrecord"
 	"github.com/stepwell/stepwell/queue"
 	"github.com/stepwell/stepwell/steprunner"
@@ -34,7 +34,7 @@ func validateSpecPolicy(spec *RunSpec) error {
 // setPolicy records the policy fields of spec in rec.
 func setPolicy(rec *kvrecord.Run, spec *RunSpec) {
 	rec.StepTimeout = int64(spec.StepTimeout)
-	rec.StartAt = unixNanoOf(spec.StartAt)
+	rec.StartAt = format.UnixNano(spec.StartAt)
 	if p := spec.Retry; p != nil {
 		rec.RetryMaxAttempts, rec.RetryInitialBackoff, rec.RetryMaxBackoff = p.MaxAttempts, int64(p.InitialBackoff), int64(p.MaxBackoff)
 		rec.RetryMultiplier, rec.RetryJitter = p.Multiplier, p.Jitter
@@ -56,7 +56,7 @@ func policyDiff(diff []string, rec *kvrecord.Run, spec *RunSpec) []string {
 	if rec.StepTimeout != int64(spec.StepTimeout) {
 		diff = append(diff, fmt.Sprintf("StepTimeout (%v, not %v)", time.Duration(rec.StepTimeout), spec.StepTimeout))
 	}
-	if start := unixNanoOf(spec.StartAt); rec.StartAt != start {
+	if start := format.UnixNano(spec.StartAt); rec.StartAt != start {
 		diff = append(diff, fmt.Sprintf("StartAt (%s, not %s)", startText(rec.StartAt), startText(start)))
 	}
 	var want steprunner.RetryPolicy
@@ -74,19 +74,6 @@ func startText(ns int64) string {
 		return "none"
 	}
 	return time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
-}
-
-// unixNanoOf is t in unix ns for a run record: 0 (none) for the zero time
-// and for a time before 1970, which has passed; math.MaxInt64 for a time
-// after 2262-04-11, which t.UnixNano would wrap around into the past.
-func unixNanoOf(t time.Time) int64 {
-	switch {
-	case t.IsZero() || !t.After(time.Unix(0, 0)):
-		return 0
-	case t.After(time.Unix(0, math.MaxInt64)):
-		return math.MaxInt64
-	}
-	return t.UnixNano()
 }
 
 // maxAttempts is the attempt limit of the run's steps: the retry policy's,

@@ -3,6 +3,7 @@ package format
 import (
 	"math"
 	"strings"
+	"time"
 )
 
 // ParseTimeKey parses a time-ordered index key: prefix, a time (or its
@@ -22,4 +23,18 @@ func ParseTimeKey(key []byte, prefix string) (n int64, id string, ok bool) {
 		n = n*10 + d
 	}
 	return n, rest[21:], true
+}
+
+// UnixNano is t as records keep times, in int64 nanoseconds since 1970: 0
+// (none, or now) for the zero time and for a time before 1970, which has
+// passed; math.MaxInt64 for a time after 2262-04-11, the last that int64
+// nanoseconds hold (t.UnixNano would wrap around into the past).
+func UnixNano(t time.Time) int64 {
+	switch {
+	case t.IsZero() || !t.After(time.Unix(0, 0)):
+		return 0
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
 }

@@ -3,6 +3,7 @@ package format
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestParseTimeKey(t *testing.T) {
@@ -24,6 +25,30 @@ func TestParseTimeKey(t *testing.T) {
 		n, id, ok := ParseTimeKey([]byte(c.key), "p/")
 		if ok != c.want || n != c.n || id != c.id {
 			t.Errorf("ParseTimeKey(%q) = %d, %q, %v; want %d, %q, %v", c.key, n, id, ok, c.n, c.id, c.want)
+		}
+	}
+}
+
+// UnixNano keeps every time a record can hold, and clamps the others
+// instead of wrapping around.
+func TestUnixNano(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		t    time.Time
+		want int64
+	}{
+		{time.Time{}, 0},
+		{time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), 0},
+		{time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), 0},
+		{time.Unix(0, 0), 0},
+		{time.Unix(0, 1), 1},
+		{now, now.UnixNano()},
+		{time.Unix(0, math.MaxInt64), math.MaxInt64},
+		{time.Unix(0, math.MaxInt64).Add(time.Nanosecond), math.MaxInt64},
+		{time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), math.MaxInt64},
+	} {
+		if got := UnixNano(tc.t); got != tc.want {
+			t.Errorf("UnixNano(%v) = %d, want %d", tc.t, got, tc.want)
 		}
 	}
 }
