@@ -485,10 +485,10 @@ func (e *Engine) withdrawMarkers(ctx context.Context, first, last uint64, cause 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteRetry)
 	defer cancel()
-	for s := last; s >= first; s-- { // from the top: a marker left never stands above a hole
-		if err := e.bucket.Delete(ctx, walKey(s)); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+	for s := last + 1; s > first; s-- { // from the top: a marker left never stands above a hole
+		if err := e.bucket.Delete(ctx, walKey(s-1)); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 			e.log.Warn("stepwell: could not withdraw the open marker of an Open that failed; it stays in the WAL, an empty batch",
-				"key", walKey(s), "err", err)
+				"key", walKey(s-1), "err", err)
 		}
 	}
 }

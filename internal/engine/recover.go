@@ -463,20 +463,7 @@ func (e *Engine) recoverOnce(ctx context.Context) error {
 // content, or an unreadable one, above the gap; a gap above mark) stays a
 // gap for recovery to report.
 func (e *Engine) buriedTail(ctx context.Context, w *walSet, seq, limit, mark uint64) (*TailLostError, uint64, error) {
-	next := limit
-	for s := seq + 1; s < limit; s++ {
-		ok, err := w.has(ctx, s)
-		if err != nil {
-			return nil, 0, err
-		}
-		if ok {
-			next = s
-			break
-		}
-	}
-	if seq > mark {
-		return nil, next, nil
-	}
+	next := limit  // the lowest batch the WAL holds above seq
 	durable := seq // the highest batch missing at or below mark
 	for s := seq + 1; s < limit; s++ {
 		ok, err := w.has(ctx, s)
@@ -489,6 +476,10 @@ func (e *Engine) buriedTail(ctx context.Context, w *walSet, seq, limit, mark uin
 			}
 			continue
 		}
+		next = min(next, s)
+		if seq > mark {
+			return nil, next, nil // a gap above the mark: not a lost tail
+		}
 		b, _, err := w.batch(ctx, s)
 		var ce *CorruptionError
 		switch {
@@ -499,6 +490,9 @@ func (e *Engine) buriedTail(ctx context.Context, w *walSet, seq, limit, mark uin
 		case !b.Marker:
 			return nil, next, nil
 		}
+	}
+	if seq > mark {
+		return nil, next, nil
 	}
 	lost := e.tailLost(w, seq-1, durable)
 	if next < limit {
