@@ -36,8 +36,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	if rt.runner == nil {
 		return ErrNoRunner
 	}
-	rt.notifyRead.Store(nil)                              // read it afresh
-	err := rt.checkNotNotifyQueue(ctx, rt.opts.queueName) // before this one records its own
+	err := rt.checkNotNotifyQueue(ctx, rt.opts.queueName, 0) // read afresh, before this one records its own
 	if err == nil {
 		err = rt.recordNotifyQueue(ctx)
 	}

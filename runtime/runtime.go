@@ -142,10 +142,11 @@ func (rt *Runtime) recordNotifyQueue(ctx context.Context) error {
 // a notify queue carries notifications, which a step worker takes for
 // steps it cannot decode, and a step there is taken by a hook's worker for
 // a notification it cannot decode; either is dead-lettered, and its run
-// stranded or unnotified.
-func (rt *Runtime) checkNotNotifyQueue(ctx context.Context, stepQueue string) error {
+// stranded or unnotified. It trusts the notify queue it read less than
+// maxAge ago (0: reads it).
+func (rt *Runtime) checkNotNotifyQueue(ctx context.Context, stepQueue string, maxAge time.Duration) error {
 	r := rt.notifyRead.Load()
-	if r == nil || time.Since(r.at) >= notifyReadFor {
+	if r == nil || time.Since(r.at) >= maxAge {
 		v, err := rt.q.Get(ctx, []byte(notifyConfigKey))
 		if err != nil && !errors.Is(err, queue.ErrKeyNotFound) {
 			return err
@@ -321,7 +322,7 @@ func (rt *Runtime) Submit(ctx context.Context, spec RunSpec) (SubmitOutcome, err
 		if err := rt.validateStepQueue(spec.Queue); err != nil {
 			return SubmitOutcome{}, err
 		}
-		if err := rt.checkNotNotifyQueue(ctx, spec.Queue); err != nil {
+		if err := rt.checkNotNotifyQueue(ctx, spec.Queue, notifyReadFor); err != nil {
 			return SubmitOutcome{}, err
 		}
 		stepQueue = spec.Queue

@@ -436,6 +436,9 @@ func (c *cli) openRead(ctx context.Context) (*queue.Queue, error) {
 // each process: a command finds nothing there unless its own process made
 // it.) It writes nothing.
 func checkStoreExists(ctx context.Context, raw string) error {
+	if err := checkFileStore(raw); err != nil { // the reason, for a directory
+		return err
+	}
 	where, _ := redact(raw)
 	b, err := objstore.Open(ctx, raw)
 	switch {
@@ -557,9 +560,6 @@ func (c *cli) openWrite(ctx context.Context, w writeFlags) (*queue.Queue, error)
 	// A write command never creates a store: where none is (a typo, or a
 	// store not yet opened by its service), it exits 4 as a read command
 	// does, before anything is opened for writing.
-	if err := checkFileStore(raw); err != nil {
-		return nil, err
-	}
 	cctx, ccancel := context.WithTimeout(ctx, w.wait)
 	err = checkStoreExists(cctx, raw)
 	ccancel()
@@ -695,9 +695,9 @@ func redact(raw string) (where, scheme string) {
 	return u.Redacted(), u.Scheme
 }
 
-// checkFileStore refuses a file:// URL whose directory does not exist:
-// opening would create an empty store there, which an operator's typo should
-// never do. Other URLs (and malformed ones) are left to queue.Open.
+// checkFileStore refuses a file:// URL whose directory does not exist, or
+// is not a directory, saying so: an operator's typo. Other URLs (and
+// malformed ones) are left to queue.Open.
 func checkFileStore(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "file" || u.Host != "" || !filepath.IsAbs(u.Path) {
